@@ -1,0 +1,48 @@
+package v1alpha1
+
+// ControllerName is the value of spec.managedBy (or its absence) that this operator reconciles.
+const ControllerName = "training.zaya.dev/zaya-operator"
+
+// Labels and annotations the operator puts on the objects it creates.
+const (
+	// JobNameLabel names the ZayaTrainingJob that owns a pod, service or claim.
+	JobNameLabel = "training.zaya.dev/job-name"
+	// RankLabel is a worker pod's NODE_RANK.
+	RankLabel = "training.zaya.dev/rank"
+	// AttemptLabel is the restart attempt (status.restarts) a pod belongs to.
+	AttemptLabel = "training.zaya.dev/attempt"
+	// QuarantineTaintKey is the taint put on quarantined nodes when quarantine.nodeTaint is NoSchedule.
+	QuarantineTaintKey = "training.zaya.dev/quarantined"
+)
+
+// Condition types of status.conditions.
+const (
+	// ConditionCreated is True once the operator has accepted the job and created its objects.
+	ConditionCreated = "Created"
+	// ConditionRunning is True while every rank of the current attempt is running.
+	ConditionRunning = "Running"
+	// ConditionRestarting is True between a failure and the new gang running.
+	ConditionRestarting = "Restarting"
+	// ConditionWaitingForCapacity is True while the gang cannot be fully placed.
+	ConditionWaitingForCapacity = "WaitingForCapacity"
+	// ConditionSuspended is True while spec.suspend is true and no pods run.
+	ConditionSuspended = "Suspended"
+	// ConditionSucceeded is True when the job finished successfully. Terminal.
+	ConditionSucceeded = "Succeeded"
+	// ConditionFailed is True when the job failed for good. Terminal.
+	ConditionFailed = "Failed"
+)
+
+// Condition reasons.
+const (
+	// ReasonAccepted: the spec is valid and the operator owns the job.
+	ReasonAccepted = "Accepted"
+	// ReasonInvalidSpec: the spec breaks a rule the CRD schema cannot express.
+	ReasonInvalidSpec = "InvalidSpec"
+)
+
+// Worker exit codes of the worker contract (docs/worker-contract.md).
+const (
+	// ExitCodeConfigError is a configuration error: fatal by default, a restart cannot fix it.
+	ExitCodeConfigError = 78
+)

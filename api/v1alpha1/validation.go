@@ -1,0 +1,104 @@
+package v1alpha1
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Names the operator owns inside worker pods.
+const (
+	// CheckpointVolumeName is the pod volume that holds the checkpoint claim.
+	CheckpointVolumeName = "zaya-checkpoints"
+	// ShmVolumeName is the memory-backed /dev/shm volume.
+	ShmVolumeName = "zaya-shm"
+	// ShmMountPath is where ShmVolumeName is mounted.
+	ShmMountPath = "/dev/shm"
+)
+
+// envNameRE is what an RCCL/NCCL variable name may look like.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv are variables of the worker contract that only the operator sets.
+var reservedEnv = []string{
+	"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "NNODES",
+	"GPUS_PER_NODE", "LOCAL_WORLD_SIZE",
+}
+
+// reservedEnvPrefixes are prefixes of variables that only the operator sets.
+var reservedEnvPrefixes = []string{"PET_", "ZAYA_"}
+
+// IsReservedEnv reports whether name is a worker-contract variable that only the operator sets.
+func IsReservedEnv(name string) bool {
+	if slices.Contains(reservedEnv, name) {
+		return true
+	}
+	for _, p := range reservedEnvPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateSpec checks the rules the CRD schema cannot express within the apiserver's CEL cost
+// budget: network.env names, and how the pod template may combine with what the operator adds. The apiserver enforces everything else at apply
+// time; the operator calls this before creating anything.
+func ValidateSpec(spec *ZayaTrainingJobSpec) field.ErrorList {
+	var errs field.ErrorList
+	envPath := field.NewPath("spec", "network", "env")
+	for i := range spec.Network.Env {
+		if name := spec.Network.Env[i].Name; !envNameRE.MatchString(name) {
+			errs = append(errs, field.Invalid(envPath.Index(i).Child("name"), name, "must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)"))
+		}
+	}
+	podPath := field.NewPath("spec", "template", "spec")
+	pod := &spec.Template.Spec
+
+	for i := range pod.Volumes {
+		if v := pod.Volumes[i].Name; v == CheckpointVolumeName || v == ShmVolumeName {
+			errs = append(errs, field.Invalid(podPath.Child("volumes").Index(i).Child("name"), v,
+				"volume name is reserved for the operator"))
+		}
+	}
+	for i := range pod.InitContainers {
+		errs = append(errs, validateContainer(spec, &pod.InitContainers[i], podPath.Child("initContainers").Index(i))...)
+	}
+	for i := range pod.Containers {
+		errs = append(errs, validateContainer(spec, &pod.Containers[i], podPath.Child("containers").Index(i))...)
+	}
+	return errs
+}
+
+func validateContainer(spec *ZayaTrainingJobSpec, c *corev1.Container, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, r := range []struct {
+		kind string
+		list corev1.ResourceList
+	}{{"limits", c.Resources.Limits}, {"requests", c.Resources.Requests}} {
+		for _, name := range slices.Sorted(maps.Keys(r.list)) {
+			if strings.HasPrefix(string(name), "amd.com/") {
+				errs = append(errs, field.Forbidden(path.Child("resources", r.kind).Key(string(name)),
+					"AMD devices are requested by the operator: set spec.gpusPerNode and spec.network.nicsPerNode"))
+			}
+		}
+	}
+	for i := range c.Env {
+		if IsReservedEnv(c.Env[i].Name) {
+			errs = append(errs, field.Forbidden(path.Child("env").Index(i).Child("name"),
+				c.Env[i].Name+" is set by the operator (worker contract)"))
+		}
+	}
+	for i := range c.VolumeMounts {
+		m := c.VolumeMounts[i].MountPath
+		if m == ShmMountPath || (spec.Checkpoint != nil && strings.TrimRight(m, "/") == strings.TrimRight(spec.Checkpoint.MountPath, "/")) {
+			errs = append(errs, field.Invalid(path.Child("volumeMounts").Index(i).Child("mountPath"), m,
+				"mount path is used by the operator (checkpoint volume or /dev/shm)"))
+		}
+	}
+	return errs
+}

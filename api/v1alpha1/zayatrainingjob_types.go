@@ -1,0 +1,548 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ZayaTrainingJobSpec is the desired state of a distributed training job: one worker pod per
+// node, restarted as a whole gang from the last checkpoint when anything fails.
+//
+// Fields that shape the gang (nodes, gpusPerNode, parallelism, network, template) can change
+// only while the job is suspended, so a running gang is never silently out of date.
+// +kubebuilder:validation:XValidation:rule="self.parallelism.contextParallel < 1 || self.nodes * self.gpusPerNode % self.parallelism.contextParallel == 0",message="parallelism.contextParallel must divide the world size (nodes * gpusPerNode)",fieldPath=".parallelism.contextParallel"
+// +kubebuilder:validation:XValidation:rule="!has(self.network.nicsPerNode) || self.network.nicsPerNode <= self.gpusPerNode",message="network.nicsPerNode must not exceed gpusPerNode (one NIC per GPU on a rails-only fabric)",fieldPath=".network.nicsPerNode"
+// +kubebuilder:validation:XValidation:rule="oldSelf.suspend || (self.nodes == oldSelf.nodes && self.gpusPerNode == oldSelf.gpusPerNode && self.parallelism == oldSelf.parallelism && self.network == oldSelf.network)",message="nodes, gpusPerNode, parallelism and network can change only while the job is suspended"
+// +kubebuilder:validation:XValidation:rule="oldSelf.suspend || self.template == oldSelf.template",message="template can change only while the job is suspended",fieldPath=".template"
+// +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || self.checkpoint.volume == oldSelf.checkpoint.volume)",message="checkpoint.volume is immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
+// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable",fieldPath=".managedBy"
+type ZayaTrainingJobSpec struct {
+	// nodes is the number of worker pods, one per node; pod r has NODE_RANK r.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +required
+	Nodes int32 `json:"nodes"`
+
+	// gpusPerNode is how many amd.com/gpu each worker pod requests (8 for a whole MI300X node).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	// +kubebuilder:default=8
+	// +optional
+	GPUsPerNode int32 `json:"gpusPerNode,omitempty"`
+
+	// template is the worker pod. The operator adds the GPU and NIC requests, the rendezvous,
+	// RCCL and checkpoint environment, the checkpoint volume, hostname and subdomain; the
+	// template must not set those itself (see docs/worker-contract.md).
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.restartPolicy) || self.spec.restartPolicy == 'Never'",message="template.spec.restartPolicy must be Never or unset: the operator restarts the whole gang",fieldPath=".spec.restartPolicy"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.hostname) && !has(self.spec.subdomain)",message="template.spec.hostname and subdomain are set by the operator for rendezvous DNS",fieldPath=".spec"
+	// +kubebuilder:validation:XValidation:rule="size(self.spec.containers) >= 1",message="template.spec.containers must hold at least one container",fieldPath=".spec.containers"
+	// +required
+	Template corev1.PodTemplateSpec `json:"template"`
+
+	// parallelism describes how ranks are grouped.
+	// +kubebuilder:default={}
+	// +optional
+	Parallelism ParallelismSpec `json:"parallelism,omitempty"`
+
+	// network selects how collectives are wired between nodes.
+	// +kubebuilder:default={}
+	// +optional
+	Network NetworkSpec `json:"network,omitempty"`
+
+	// checkpoint is where and how often workers save state; without it a restart starts over.
+	// +optional
+	Checkpoint *CheckpointSpec `json:"checkpoint,omitempty"`
+
+	// faultTolerance decides how failures are detected and how the gang is restarted.
+	// +kubebuilder:default={}
+	// +optional
+	FaultTolerance FaultToleranceSpec `json:"faultTolerance,omitempty"`
+
+	// suspend deletes the job's pods while true and recreates them (resuming from the last
+	// checkpoint) when set back to false. Checkpoints are kept.
+	// +kubebuilder:default=false
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// ttlSecondsAfterFinished deletes the job this many seconds after it succeeds or fails.
+	// Unset keeps it forever.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// activeDeadlineSeconds fails the job when it has run this long, restarts included.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// managedBy names the controller that reconciles this job. Unset or
+	// "training.zaya.dev/zaya-operator" means this operator; any other value (for example
+	// Kueue's MultiKueue) makes this operator leave the job alone. Immutable.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`
+	// +optional
+	ManagedBy *string `json:"managedBy,omitempty"`
+}
+
+// ParallelismSpec groups ranks for model parallelism.
+type ParallelismSpec struct {
+	// contextParallel is the size of a ring-attention group: a sequence is sharded over this
+	// many consecutive ranks. It must divide nodes * gpusPerNode. 1 turns ring attention off.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32768
+	// +kubebuilder:default=1
+	// +optional
+	ContextParallel int32 `json:"contextParallel,omitempty"`
+}
+
+// NetworkProfile is a set of RCCL and socket settings for one kind of fabric.
+// +kubebuilder:validation:Enum=PollaraAINIC;RoCE;Socket
+type NetworkProfile string
+
+const (
+	// NetworkPollaraAINIC is AMD Pensando Pollara AI NICs on a rails-only fabric (ionic_* HCAs).
+	NetworkPollaraAINIC NetworkProfile = "PollaraAINIC"
+	// NetworkRoCE is a generic RoCEv2 fabric.
+	NetworkRoCE NetworkProfile = "RoCE"
+	// NetworkSocket uses TCP sockets only: fake-GPU and CPU clusters, laptops, CI.
+	NetworkSocket NetworkProfile = "Socket"
+)
+
+// NetworkSpec selects the collective transport and its RCCL environment.
+// +kubebuilder:validation:XValidation:rule="!has(self.profile) || self.profile != 'Socket' || !has(self.nicsPerNode) || self.nicsPerNode == 0",message="network.nicsPerNode must be 0 with the Socket profile",fieldPath=".nicsPerNode"
+// +kubebuilder:validation:XValidation:rule="!has(self.profile) || self.profile != 'Socket' || !has(self.hcas)",message="network.hcas needs an RDMA profile (PollaraAINIC or RoCE)",fieldPath=".hcas"
+type NetworkSpec struct {
+	// profile picks the RCCL settings: PollaraAINIC (default; one Pollara NIC per GPU, rails
+	// only), RoCE, or Socket (TCP only, for clusters without RDMA).
+	// +kubebuilder:default=PollaraAINIC
+	// +optional
+	Profile NetworkProfile `json:"profile,omitempty"`
+
+	// nicsPerNode is how many amd.com/nic each worker pod requests. Unset means gpusPerNode
+	// for PollaraAINIC (one NIC per GPU) and 0 for RoCE and Socket.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=8
+	// +optional
+	NICsPerNode *int32 `json:"nicsPerNode,omitempty"`
+
+	// hcas lists the RDMA devices for NCCL_IB_HCA, one per rail. Unset means ionic_0..ionic_N-1
+	// for PollaraAINIC and RCCL's own discovery for RoCE.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=32
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.-]+(:[0-9]+)?$`
+	// +listType=set
+	// +optional
+	HCAs []string `json:"hcas,omitempty"`
+
+	// socketIfname is the interface RCCL and Gloo bootstrap over (matched exactly).
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.@-]{1,15}$`
+	// +kubebuilder:default=eth0
+	// +optional
+	SocketIfname string `json:"socketIfname,omitempty"`
+
+	// collectiveTimeout is how long a collective may stall before the worker gives up; raised
+	// well above PyTorch's 10m so short fabric glitches do not kill a 1024-GPU job.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="network.collectiveTimeout must be between 1m and 24h"
+	// +kubebuilder:default="60m"
+	// +optional
+	CollectiveTimeout *metav1.Duration `json:"collectiveTimeout,omitempty"`
+
+	// env overrides or adds RCCL/NCCL variables; it wins over the profile. Names must be C
+	// identifiers. Rendezvous variables (MASTER_ADDR, RANK, WORLD_SIZE, ...) belong to the
+	// operator and are refused.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'NNODES', 'GPUS_PER_NODE', 'LOCAL_WORLD_SIZE']) && !e.name.startsWith('PET_') && !e.name.startsWith('ZAYA_'))",message="network.env must not set rendezvous variables (MASTER_*, RANK, WORLD_SIZE, NODE_RANK, NNODES, *_WORLD_SIZE, GPUS_PER_NODE, PET_*, ZAYA_*)"
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+}
+
+// CheckpointSpec says where workers write checkpoints and how often.
+type CheckpointSpec struct {
+	// volume is the shared volume every rank writes its shard to.
+	// +required
+	Volume CheckpointVolume `json:"volume"`
+
+	// mountPath is where the volume is mounted in the worker (ZAYA_CHECKPOINT_DIR).
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^/[^:]*$`
+	// +kubebuilder:default="/checkpoints"
+	// +optional
+	MountPath string `json:"mountPath,omitempty"`
+
+	// interval is how often workers save: every N steps or every duration.
+	// +kubebuilder:default={duration: "30m"}
+	// +optional
+	Interval CheckpointInterval `json:"interval,omitempty"`
+
+	// keep is how many committed checkpoints workers keep; older ones are deleted only after a
+	// newer one is committed.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=3
+	// +optional
+	Keep int32 `json:"keep,omitempty"`
+
+	// retainOnDelete keeps a volume the operator created when the job is deleted (default
+	// true: checkpoints are never deleted by accident). A claimName volume is never deleted.
+	// +kubebuilder:default=true
+	// +optional
+	RetainOnDelete *bool `json:"retainOnDelete,omitempty"`
+}
+
+// CheckpointVolume is either an existing PersistentVolumeClaim or one the operator creates.
+// +kubebuilder:validation:XValidation:rule="has(self.claimName) != has(self.size)",message="checkpoint.volume needs exactly one of claimName (an existing PVC) or size (a PVC the operator creates)"
+// +kubebuilder:validation:XValidation:rule="!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))",message="checkpoint.volume.storageClassName and accessModes apply only to a volume the operator creates (size), not to claimName",fieldPath=".claimName"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(self.size).isGreaterThan(quantity('0'))",message="checkpoint.volume.size must be greater than zero",fieldPath=".size"
+type CheckpointVolume struct {
+	// claimName is an existing PersistentVolumeClaim in the job's namespace, mounted by every rank.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+
+	// size asks the operator to create a PersistentVolumeClaim of this size.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// storageClassName is the class of the created claim (for IBM Cloud VPC file storage, for
+	// example ibmc-vpc-file-3000-iops). Unset uses the cluster's default class.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// accessModes of the created claim. Unset means ReadWriteMany: every rank mounts it.
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:Enum=ReadWriteOnce;ReadOnlyMany;ReadWriteMany;ReadWriteOncePod
+	// +listType=set
+	// +optional
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+}
+
+// CheckpointInterval is exactly one of steps or duration.
+// +kubebuilder:validation:XValidation:rule="has(self.steps) != has(self.duration)",message="checkpoint.interval needs exactly one of steps or duration"
+type CheckpointInterval struct {
+	// steps saves every this many training steps.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Steps *int32 `json:"steps,omitempty"`
+
+	// duration saves at the first step boundary after this much time.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="checkpoint.interval.duration must be at least 10s"
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+}
+
+// ExitCodeAction is what a worker's non-zero exit code does to the job.
+// +kubebuilder:validation:Enum=Restart;Fail
+type ExitCodeAction string
+
+const (
+	// ExitCodeRestart restarts the gang from the last checkpoint.
+	ExitCodeRestart ExitCodeAction = "Restart"
+	// ExitCodeFail fails the job without a restart.
+	ExitCodeFail ExitCodeAction = "Fail"
+)
+
+// DisruptionRestarts says whether restarts caused by the cluster count against maxRestarts.
+// +kubebuilder:validation:Enum=Free;Counted
+type DisruptionRestarts string
+
+const (
+	// DisruptionRestartsFree does not count eviction, preemption or drain restarts.
+	DisruptionRestartsFree DisruptionRestarts = "Free"
+	// DisruptionRestartsCounted counts them like any other failure.
+	DisruptionRestartsCounted DisruptionRestarts = "Counted"
+)
+
+// QuarantineTaint is what the operator does to a quarantined node besides excluding it.
+// +kubebuilder:validation:Enum=None;NoSchedule
+type QuarantineTaint string
+
+const (
+	// QuarantineTaintNone only excludes the node from this job.
+	QuarantineTaintNone QuarantineTaint = "None"
+	// QuarantineTaintNoSchedule also taints the node training.zaya.dev/quarantined:NoSchedule.
+	QuarantineTaintNoSchedule QuarantineTaint = "NoSchedule"
+)
+
+// FaultToleranceSpec is the recovery policy.
+type FaultToleranceSpec struct {
+	// maxRestarts is how many counted gang restarts may happen within restartWindow before
+	// the job fails. 0 fails the job on its first failure.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=10
+	// +optional
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// restartWindow is the trailing window in which restarts are counted; restarts older
+	// than it no longer use the budget. Long runs fail every few hours, so a lifetime budget
+	// would end them.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="faultTolerance.restartWindow must be at least 1m"
+	// +kubebuilder:default="24h"
+	// +optional
+	RestartWindow *metav1.Duration `json:"restartWindow,omitempty"`
+
+	// backoff is the wait before a restart, doubling from initial up to max.
+	// +kubebuilder:default={}
+	// +optional
+	Backoff BackoffSpec `json:"backoff,omitempty"`
+
+	// hangTimeout restarts the gang when a worker has not touched its heartbeat file
+	// (ZAYA_HEARTBEAT_FILE) for this long.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s')",message="faultTolerance.hangTimeout must be at least 30s"
+	// +kubebuilder:default="30m"
+	// +optional
+	HangTimeout *metav1.Duration `json:"hangTimeout,omitempty"`
+
+	// terminatingTimeout is how long a pod of an old attempt may stay Terminating (for example
+	// on a dead node) before the operator force-deletes it so the restart never waits on it.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.terminatingTimeout must be at most 1h"
+	// +kubebuilder:default="2m"
+	// +optional
+	TerminatingTimeout *metav1.Duration `json:"terminatingTimeout,omitempty"`
+
+	// exitCodes classifies worker exit codes.
+	// +kubebuilder:default={}
+	// +optional
+	ExitCodes ExitCodePolicy `json:"exitCodes,omitempty"`
+
+	// disruptionRestarts says whether restarts after eviction, preemption or node drain
+	// count against maxRestarts: Free (default) or Counted.
+	// +kubebuilder:default=Free
+	// +optional
+	DisruptionRestarts DisruptionRestarts `json:"disruptionRestarts,omitempty"`
+
+	// quarantine keeps ranks off nodes that failed this job.
+	// +kubebuilder:default={}
+	// +optional
+	Quarantine QuarantineSpec `json:"quarantine,omitempty"`
+}
+
+// BackoffSpec is an exponential backoff.
+// +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.max) || duration(self.initial) <= duration(self.max)",message="faultTolerance.backoff.initial must not exceed backoff.max"
+type BackoffSpec struct {
+	// initial is the wait before the first restart.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:default="0s"
+	// +optional
+	Initial *metav1.Duration `json:"initial,omitempty"`
+
+	// max caps the wait between restarts.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.backoff.max must be at most 1h"
+	// +kubebuilder:default="5m"
+	// +optional
+	Max *metav1.Duration `json:"max,omitempty"`
+}
+
+// ExitCodePolicy classifies non-zero exit codes of worker containers. Exit code 0 means done.
+// +kubebuilder:validation:XValidation:rule="!has(self.fatal) || !has(self.retryable) || self.fatal.all(c, !(c in self.retryable))",message="faultTolerance.exitCodes.fatal and retryable must not share a code"
+type ExitCodePolicy struct {
+	// fatal codes fail the job at once (a bad configuration will not fix itself). The worker
+	// contract's configuration error, 78, is fatal by default.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=255
+	// +kubebuilder:default={78}
+	// +listType=set
+	// +optional
+	Fatal []int32 `json:"fatal,omitempty"`
+
+	// retryable codes restart the gang.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=255
+	// +listType=set
+	// +optional
+	Retryable []int32 `json:"retryable,omitempty"`
+
+	// other is what any code in neither list does: Restart (default) or Fail.
+	// +kubebuilder:default=Restart
+	// +optional
+	Other ExitCodeAction `json:"other,omitempty"`
+}
+
+// QuarantineSpec bounds and shapes the exclusion of failed nodes.
+type QuarantineSpec struct {
+	// nodeTaint is None (default: the node is only excluded from this job) or NoSchedule (the
+	// operator also taints it training.zaya.dev/quarantined:NoSchedule, with an event).
+	// +kubebuilder:default=None
+	// +optional
+	NodeTaint QuarantineTaint `json:"nodeTaint,omitempty"`
+
+	// expireAfter releases a quarantined node after this long, so a repaired node comes back.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:default="24h"
+	// +optional
+	ExpireAfter *metav1.Duration `json:"expireAfter,omitempty"`
+
+	// maxNodes bounds the quarantine list; when it is full the oldest entry is released.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +kubebuilder:default=32
+	// +optional
+	MaxNodes int32 `json:"maxNodes,omitempty"`
+}
+
+// ZayaTrainingJobStatus is the observed state of a ZayaTrainingJob.
+type ZayaTrainingJobStatus struct {
+	// conditions: Created, Running, Restarting, WaitingForCapacity, Suspended, Succeeded, Failed.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// restarts is how many times the whole gang has been restarted, for any reason; it is
+	// also the current attempt number stamped on the pods.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+
+	// restartTimes are the restarts that count against maxRestarts within restartWindow.
+	// +kubebuilder:validation:MaxItems=1024
+	// +listType=atomic
+	// +optional
+	RestartTimes []metav1.Time `json:"restartTimes,omitempty"`
+
+	// readyNodes is how many worker pods of the current attempt are Running and ready.
+	// +optional
+	ReadyNodes int32 `json:"readyNodes,omitempty"`
+
+	// lastFailure is the most recent failure that caused a restart or ended the job.
+	// +optional
+	LastFailure *JobFailure `json:"lastFailure,omitempty"`
+
+	// recentFailures are the last few failures, newest first.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	RecentFailures []JobFailure `json:"recentFailures,omitempty"`
+
+	// quarantinedNodes are nodes this job keeps its ranks off.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	QuarantinedNodes []QuarantinedNode `json:"quarantinedNodes,omitempty"`
+
+	// lastCheckpoint is the newest checkpoint the workers reported as committed.
+	// +optional
+	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
+
+	// startTime is when the job first had all its pods running.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the job succeeded or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// lastRecoverySeconds is how long the last gang restart took, from the failure being seen
+	// to all pods of the new attempt running (rounded up; metrics have sub-second detail).
+	// +optional
+	LastRecoverySeconds *int32 `json:"lastRecoverySeconds,omitempty"`
+}
+
+// JobFailure records one failure.
+type JobFailure struct {
+	// time is when the operator saw the failure.
+	Time metav1.Time `json:"time"`
+	// reason is a FailureReason, e.g. ExitCode, NodeLost, DeviceUnhealthy, Hang, Evicted.
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// attempt is the restart attempt that failed.
+	Attempt int32 `json:"attempt"`
+	// node is the node of the failed rank, when known.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+	// rank is the failed rank (NODE_RANK), when known.
+	// +optional
+	Rank *int32 `json:"rank,omitempty"`
+	// exitCode is the worker container's exit code, when it exited.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// message says what happened, truncated to 1024 bytes.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// QuarantinedNode is a node the job keeps its ranks off.
+type QuarantinedNode struct {
+	// name of the node.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// reason is the FailureReason that put it here.
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// since is when it was quarantined; it is released after quarantine.expireAfter.
+	Since metav1.Time `json:"since"`
+}
+
+// CheckpointStatus is a committed checkpoint reported by the workers.
+type CheckpointStatus struct {
+	// step is the training step of the checkpoint.
+	Step int64 `json:"step"`
+	// time is when the operator learned of it.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+}
+
+// ZayaTrainingJob is a distributed training job on AMD Instinct GPUs that the operator keeps
+// alive: one worker pod per node, RCCL rails wired, whole-gang restarts from the last
+// checkpoint, away from bad nodes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ztj,categories=all;zaya
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.nodes`
+// +kubebuilder:printcolumn:name="GPUs/Node",type=integer,JSONPath=`.spec.gpusPerNode`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyNodes`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`
+// +kubebuilder:printcolumn:name="Checkpoint",type=integer,JSONPath=`.status.lastCheckpoint.step`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50",message="metadata.name must be at most 50 characters so worker hostnames (<name>-<rank>) fit a DNS label"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter): it names the rendezvous Service"
+type ZayaTrainingJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired job.
+	// +required
+	Spec ZayaTrainingJobSpec `json:"spec"`
+
+	// status is what the operator observed.
+	// +optional
+	Status ZayaTrainingJobStatus `json:"status,omitempty"`
+}
+
+// ZayaTrainingJobList is a list of ZayaTrainingJobs.
+// +kubebuilder:object:root=true
+type ZayaTrainingJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ZayaTrainingJob `json:"items"`
+}

@@ -1,0 +1,93 @@
+// Command zaya-operator runs the ZayaTrainingJob controller.
+package main
+
+import (
+	"flag"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr, namespaces, leaderElectionNamespace string
+		leaderElect                                                 bool
+		concurrency, burst                                          int
+		qps                                                         float64
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
+	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
+	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
+	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
+	flag.Float64Var(&qps, "kube-api-qps", 100, "steady client requests per second to the API server")
+	flag.IntVar(&burst, "kube-api-burst", 200, "client request burst to the API server")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	setupLog := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(trainingv1alpha1.AddToScheme(scheme))
+
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+
+	cacheOpts := cache.Options{}
+	if namespaces != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for ns := range strings.SplitSeq(namespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+			}
+		}
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "zaya-operator.training.zaya.dev",
+		LeaderElectionNamespace: leaderElectionNamespace,
+		// The process exits right after it loses the lease, so it can hand over at once.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		setupLog.Error(err, "unable to create manager")
+		os.Exit(1)
+	}
+
+	if err := (&controllers.ZayaTrainingJobReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("zaya-operator"),
+		Clock:    clock.RealClock{},
+	}).SetupWithManager(mgr, concurrency); err != nil {
+		setupLog.Error(err, "unable to create controller")
+		os.Exit(1)
+	}
+	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
+	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
+
+	setupLog.Info("starting manager", "namespaces", namespaces, "leaderElect", leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "manager exited")
+		os.Exit(1)
+	}
+}
