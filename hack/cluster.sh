@@ -6,14 +6,14 @@
 #   hack/cluster.sh scale NODES  set the number of fake nodes
 #   hack/cluster.sh down         delete the cluster
 #   hack/cluster.sh kubeconfig   print the kubeconfig path
-# ZAYA_CLUSTER names the cluster (default zaya); state lives under bin/kwok/.
+# ZAYA_CLUSTER names the cluster (default zaya); state lives under bin/kwok-state/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/tools/versions.env
 source "$root/hack/tools/versions.env"
 bin="$root/bin"
 name=${ZAYA_CLUSTER:-zaya}
-export KWOK_WORKDIR="$bin/kwok"
+export KWOK_WORKDIR="$bin/kwok-state"
 export KWOK_KUBE_VERSION=$KUBE_VERSION
 export KWOK_KUBECTL_BINARY="$bin/kubectl"
 kubeconfig="$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml"
@@ -28,7 +28,7 @@ check_nodes() {
 scale() {
 	check_nodes "$1"
 	log "scaling to $1 fake MI300X nodes"
-	kwokctl scale node --replicas "$1" >/dev/null
+	kwokctl -c "$root/hack/cluster/mi300x-node.yaml" scale node --replicas "$1" >/dev/null 2>&1
 	# Ready within 60 s or fail loudly.
 	local i ready=0
 	for i in $(seq 1 120); do

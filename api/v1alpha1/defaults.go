@@ -54,8 +54,8 @@ func (j *ZayaTrainingJob) Default() {
 		if c.MountPath == "" {
 			c.MountPath = DefaultCheckpointPath
 		}
-		if c.Interval.Steps == nil && c.Interval.Duration == nil {
-			defaultDuration(&c.Interval.Duration, DefaultCheckpointInterval)
+		if c.Interval == nil {
+			c.Interval = &CheckpointInterval{Duration: &metav1.Duration{Duration: DefaultCheckpointInterval}}
 		}
 		if c.Keep == 0 {
 			c.Keep = DefaultCheckpointKeep

@@ -24,7 +24,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 	want.Parallelism.ContextParallel = 1
 	want.Network = NetworkSpec{Profile: NetworkPollaraAINIC, SocketIfname: "eth0", CollectiveTimeout: dur(time.Hour)}
 	want.Checkpoint.MountPath = "/checkpoints"
-	want.Checkpoint.Interval = CheckpointInterval{Duration: dur(30 * time.Minute)}
+	want.Checkpoint.Interval = &CheckpointInterval{Duration: dur(30 * time.Minute)}
 	want.Checkpoint.Keep = 3
 	want.Checkpoint.RetainOnDelete = ptr.To(true)
 	want.FaultTolerance = FaultToleranceSpec{
@@ -51,7 +51,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 func TestDefaultKeepsExplicitValues(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("j", "ns").GPUsPerNode(2).ContextParallel(4).
 		Profile(NetworkSocket).ClaimCheckpoint("ckpt").Obj()
-	job.Spec.Checkpoint.Interval.Steps = ptr.To[int32](100)
+	job.Spec.Checkpoint.Interval = &CheckpointInterval{Steps: ptr.To[int32](100)}
 	job.Spec.Checkpoint.RetainOnDelete = ptr.To(false)
 	job.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](0)
 	job.Spec.FaultTolerance.ExitCodes.Fatal = []int32{}

@@ -177,7 +177,7 @@ type CheckpointSpec struct {
 	// interval is how often workers save: every N steps or every duration.
 	// +kubebuilder:default={duration: "30m"}
 	// +optional
-	Interval CheckpointInterval `json:"interval,omitempty"`
+	Interval *CheckpointInterval `json:"interval,omitempty"`
 
 	// keep is how many committed checkpoints workers keep; older ones are deleted only after a
 	// newer one is committed.

@@ -64,7 +64,11 @@ func (in *CheckpointInterval) DeepCopy() *CheckpointInterval {
 func (in *CheckpointSpec) DeepCopyInto(out *CheckpointSpec) {
 	*out = *in
 	in.Volume.DeepCopyInto(&out.Volume)
-	in.Interval.DeepCopyInto(&out.Interval)
+	if in.Interval != nil {
+		in, out := &in.Interval, &out.Interval
+		*out = new(CheckpointInterval)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.RetainOnDelete != nil {
 		in, out := &in.RetainOnDelete, &out.RetainOnDelete
 		*out = new(bool)

@@ -57,6 +57,7 @@ func run(m *testing.M) int {
 	var err error
 	if cfg, err = env.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "starting envtest (run hack/tools.sh envtest first): %v\n", err)
+		_ = env.Stop() // a half-started control plane would outlive the test
 		return 1
 	}
 	defer func() {

@@ -1,0 +1,262 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unicode/utf8"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+var now = time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
+
+func testScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(trainingv1alpha1.AddToScheme(s))
+	return s
+}
+
+// harness is a reconciler on a fake client that counts the writes it makes.
+type harness struct {
+	r      *ZayaTrainingJobReconciler
+	events *events.FakeRecorder
+	writes atomic.Int32
+}
+
+func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *harness {
+	t.Helper()
+	h := &harness{events: events.NewFakeRecorder(32)}
+	count := func() { h.writes.Add(1) }
+	if funcs.SubResourceUpdate == nil {
+		funcs.SubResourceUpdate = func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			count()
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		}
+	}
+	funcs.Create = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		count()
+		return c.Create(ctx, obj, opts...)
+	}
+	funcs.Update = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		count()
+		return c.Update(ctx, obj, opts...)
+	}
+	funcs.Patch = func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		count()
+		return c.Patch(ctx, obj, p, opts...)
+	}
+	funcs.Delete = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		count()
+		return c.Delete(ctx, obj, opts...)
+	}
+	cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
+		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}).WithInterceptorFuncs(funcs).Build()
+	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now)}
+	return h
+}
+
+func (h *harness) reconcile(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) (ctrl.Result, error) {
+	t.Helper()
+	return h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)})
+}
+
+func (h *harness) get(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
+	t.Helper()
+	got := &trainingv1alpha1.ZayaTrainingJob{}
+	if err := h.r.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	return got
+}
+
+// drainEvents returns the events emitted so far.
+func (h *harness) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+var ignoreConditionTimes = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
+
+func TestReconcileAcceptsAValidJob(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(16).Generation(3).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	got := h.get(t, job)
+	wantStatus := trainingv1alpha1.ZayaTrainingJobStatus{
+		ObservedGeneration: 3,
+		Conditions: []metav1.Condition{{
+			Type: trainingv1alpha1.ConditionCreated, Status: metav1.ConditionTrue, Reason: trainingv1alpha1.ReasonAccepted,
+			Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3,
+		}},
+	}
+	if diff := cmp.Diff(wantStatus, got.Status, ignoreConditionTimes); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if !got.Status.Conditions[0].LastTransitionTime.Time.Equal(now) {
+		t.Errorf("lastTransitionTime = %v, want the injected clock's %v", got.Status.Conditions[0].LastTransitionTime, now)
+	}
+	wantEvents := []string{"Normal Accepted accepted: world size 128, context parallel 1, network PollaraAINIC"}
+	if diff := cmp.Diff(wantEvents, h.drainEvents()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if w := h.writes.Load(); w != 1 {
+		t.Errorf("first pass made %d writes, want exactly 1 status write", w)
+	}
+}
+
+func TestSteadyStateMakesNoWrites(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatalf("first reconcile: %v", err)
+	}
+	h.drainEvents()
+	h.writes.Store(0)
+	for range 3 {
+		if _, err := h.reconcile(t, job); err != nil {
+			t.Fatalf("reconcile: %v", err)
+		}
+	}
+	if w := h.writes.Load(); w != 0 {
+		t.Errorf("steady state made %d writes, want 0", w)
+	}
+	if ev := h.drainEvents(); len(ev) != 0 {
+		t.Errorf("steady state emitted events: %v", ev)
+	}
+}
+
+func TestNewGenerationIsObserved(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Suspend(true).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatal(err)
+	}
+	stored := h.get(t, job)
+	stored.Spec.Nodes = 4
+	stored.Generation = 2 // the fake client does not bump generations
+	if err := h.r.Update(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatal(err)
+	}
+	got := h.get(t, job)
+	if got.Status.ObservedGeneration != 2 || got.Status.Conditions[0].ObservedGeneration != 2 {
+		t.Errorf("observedGeneration = %d, condition's = %d, want 2 and 2",
+			got.Status.ObservedGeneration, got.Status.Conditions[0].ObservedGeneration)
+	}
+}
+
+func TestReconcileRefusesATemplateThatFightsTheOperator(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).WorkerLimit("amd.com/gpu", "8").Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	got := h.get(t, job)
+	if len(got.Status.Conditions) != 1 {
+		t.Fatalf("conditions = %v, want only Created", got.Status.Conditions)
+	}
+	c := got.Status.Conditions[0]
+	if c.Type != trainingv1alpha1.ConditionCreated || c.Status != metav1.ConditionFalse || c.Reason != trainingv1alpha1.ReasonInvalidSpec {
+		t.Errorf("condition = %+v, want Created=False/InvalidSpec", c)
+	}
+	if !strings.Contains(c.Message, "spec.template.spec.containers[0].resources.limits[amd.com/gpu]") {
+		t.Errorf("message %q does not name the field", c.Message)
+	}
+	ev := h.drainEvents()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning InvalidSpec ") {
+		t.Errorf("events = %v, want one InvalidSpec warning", ev)
+	}
+}
+
+func TestReconcileLeavesOtherControllersJobsAlone(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").ManagedBy("kueue.x-k8s.io/multikueue").Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(t, job); len(got.Status.Conditions) != 0 || h.writes.Load() != 0 {
+		t.Errorf("touched a job managed elsewhere: %d writes, status %+v", h.writes.Load(), got.Status)
+	}
+}
+
+func TestReconcileOfADeletedJobIsANoOp(t *testing.T) {
+	h := newHarness(t, interceptor.Funcs{})
+	res, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "gone"}})
+	if err != nil || res != (ctrl.Result{}) {
+		t.Errorf("Reconcile(gone) = %v, %v; want empty result and no error", res, err)
+	}
+}
+
+func TestStatusConflictWaitsForTheNewerVersion(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Defaulted().Obj()
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "training.zaya.dev", Resource: "zayatrainingjobs"}, "llm", errors.New("stale"))
+	h := newHarness(t, interceptor.Funcs{
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return conflict
+		},
+	}, job)
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Errorf("a conflict must not surface as an error (the watch brings the newer version): %v", err)
+	}
+	if ev := h.drainEvents(); len(ev) != 0 {
+		t.Errorf("events were emitted for a status that was not stored: %v", ev)
+	}
+}
+
+func TestStatusWriteErrorIsReturned(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return apierrors.NewServiceUnavailable("etcd is sad")
+		},
+	}, job)
+	if _, err := h.reconcile(t, job); err == nil || !apierrors.IsServiceUnavailable(errors.Unwrap(err)) {
+		t.Errorf("want the 503 returned so the workqueue backs off, got %v", err)
+	}
+}
+
+func TestTruncateKeepsRunesWhole(t *testing.T) {
+	long := strings.Repeat("é", maxMessageLength) // 2 bytes each
+	got := truncate(long)
+	if len(got) > maxMessageLength || !strings.HasSuffix(got, "...") || !utf8Valid(got) {
+		t.Errorf("truncate gave %d bytes, valid=%v", len(got), utf8Valid(got))
+	}
+	if s := "short"; truncate(s) != s {
+		t.Errorf("truncate changed a short message")
+	}
+}
+
+func utf8Valid(s string) bool { return utf8.ValidString(s) }

@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// startManager runs the operator's manager against envtest until the test ends.
+func startManager(t *testing.T) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             ctrlConfigSkipNameValidation(),
+	})
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	if err := (&controllers.ZayaTrainingJobReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("zaya-operator"),
+		Clock:    clock.RealClock{},
+	}).SetupWithManager(mgr, 2); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+func TestOperatorMarksJobsCreated(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startManager(t)
+	ctx := context.Background()
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(16).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionCreated)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonAccepted))
+		g.Expect(c.ObservedGeneration).To(Equal(got.Generation))
+	}, timeout, interval).Should(Succeed())
+
+	// A spec change is observed too (suspend is always mutable).
+	g.Expect(k8sClient.Patch(ctx, job, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		g.Expect(got.Generation).To(BeNumerically(">", 1))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+	}, timeout, interval).Should(Succeed())
+}
+
+func TestOperatorReportsTemplateConflicts(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startManager(t)
+	ctx := context.Background()
+
+	// The CRD cannot afford this rule within its CEL budget, so the operator reports it.
+	job := testjob.MakeZayaTrainingJob("llm", ns).WorkerEnv("WORLD_SIZE", "1").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionCreated)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonInvalidSpec))
+		g.Expect(c.Message).To(ContainSubstring("spec.template.spec.containers[0].env[0].name"))
+	}, timeout, interval).Should(Succeed())
+}
+
+func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		job  *trainingv1alpha1.ZayaTrainingJob
+	}{
+		{"minimal", testjob.MakeZayaTrainingJob("minimal", ns).Obj()},
+		{"new checkpoint volume", testjob.MakeZayaTrainingJob("new-volume", ns).NewCheckpoint("10Ti", "ibmc-vpc-file-3000-iops").Obj()},
+		{"existing claim, socket network", testjob.MakeZayaTrainingJob("claim", ns).ClaimCheckpoint("ckpt").Profile(trainingv1alpha1.NetworkSocket).Obj()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := c.job.DeepCopy()
+			want.Default()
+			if err := k8sClient.Create(ctx, c.job); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			if diff := cmp.Diff(want.Spec, c.job.Spec); diff != "" {
+				t.Errorf("apiserver defaults differ from Default() (-go +apiserver):\n%s", diff)
+			}
+		})
+	}
+}
+
