@@ -19,6 +19,10 @@ help: ## Show the targets.
 tools: ## Build every pinned tool and control-plane binary into bin/ (cached).
 	hack/tools.sh all
 
+.PHONY: tools-ci
+tools-ci: ## Build the tools make test uses (everything but helm).
+	hack/tools.sh controller-gen golangci-lint cluster
+
 .PHONY: manifests
 manifests: ## Generate the CRD and RBAC under config/ from the markers.
 	hack/tools.sh controller-gen

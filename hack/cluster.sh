@@ -45,6 +45,7 @@ up() {
 	"$root/hack/tools.sh" cluster
 	if ! kubectl get --raw /readyz >/dev/null 2>&1; then
 		kwokctl delete cluster >/dev/null 2>&1 || true
+		mkdir -p "$KWOK_WORKDIR"
 		log "starting control plane $KUBE_VERSION (etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
 		kwokctl -c "$root/hack/cluster/mi300x-node.yaml" create cluster \
 			--runtime binary \
@@ -54,7 +55,8 @@ up() {
 			--kube-scheduler-binary "$bin/kube-scheduler" \
 			--kwok-controller-binary "$bin/kwok" \
 			--disable-qps-limits \
-			--wait 60s >&2
+			--wait 60s >"$KWOK_WORKDIR/$name-create.log" 2>&1 ||
+			{ log "kwokctl create cluster failed:"; cat "$KWOK_WORKDIR/$name-create.log" >&2; exit 1; }
 	fi
 	scale "$nodes"
 	echo "$kubeconfig"
@@ -63,7 +65,7 @@ up() {
 case ${1:-} in
 up) up "${2:-4}" ;;
 scale) scale "${2:?NODES}" ;;
-down) [ -x "$bin/kwokctl" ] && kwokctl delete cluster >&2 || true ;;
+down) [ -x "$bin/kwokctl" ] && kwokctl delete cluster >/dev/null 2>&1 || true ;;
 kubeconfig) echo "$kubeconfig" ;;
 *) sed -n '2,10p' "$0" >&2; exit 2 ;;
 esac

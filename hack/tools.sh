@@ -48,16 +48,16 @@ build_etcd() {
 # install NAME VERSION PACKAGE LDFLAGS BINARY...: go install a module that builds without replaces.
 install() {
 	local name=$1 version=$2 pkg=$3 ld=$4; shift 4
-	fresh "$name" "$gov $version" "$@" && return
+	local key="$gov $version $ld"
+	fresh "$name" "$key" "$@" && return
 	log "installing $pkg@$version"
 	GOBIN="$bin" go install -trimpath -ldflags "-s -w $ld" "$pkg@$version"
-	stamp "$name" "$gov $version"
+	stamp "$name" "$key"
 }
 
 build_kwok() {
-	local ld="-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBE_VERSION"
-	install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "$ld" kwok
-	install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "$ld" kwokctl
+	install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "" kwok
+	install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "" kwokctl
 }
 build_controller_gen() { install controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen "" controller-gen; }
 build_helm() { install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" helm; }

@@ -11,7 +11,9 @@ import (
 )
 
 // Wrapper builds a ZayaTrainingJob.
-type Wrapper struct{ trainingv1alpha1.ZayaTrainingJob }
+type Wrapper struct {
+	trainingv1alpha1.ZayaTrainingJob
+}
 
 // MakeZayaTrainingJob is a 2-node job of one worker container with nothing defaulted.
 func MakeZayaTrainingJob(name, ns string) *Wrapper {

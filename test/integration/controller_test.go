@@ -121,4 +121,3 @@ func TestAPIServerDefaultsMatchGoDefaults(t *testing.T) {
 		})
 	}
 }
-

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# make demo: the operator's main job on a local cluster of fake MI300X nodes. Builds what it
+# needs (about 15 minutes the first time, seconds after), starts the cluster, installs the CRD,
+# runs the operator, applies the smoke sample and shows what happened.
+# DEMO_KEEP=1 leaves the cluster running afterwards (hack/cluster.sh down removes it).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-demo}
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "building pinned tools and control plane (cached under bin/)"
+"$root/hack/tools.sh" cluster
+[ -x "$bin/zaya-operator" ] || go build -o "$bin/zaya-operator" "$root"
+
+step "starting a local cluster: real kube-apiserver, scheduler, controller-manager, etcd; 4 fake MI300X nodes"
+KUBECONFIG=$("$root/hack/cluster.sh" up 4)
+export KUBECONFIG
+cleanup() {
+	stop_operator
+	if [ "${DEMO_KEEP:-}" = 1 ]; then
+		echo "cluster kept: export KUBECONFIG=$KUBECONFIG; remove it with ZAYA_CLUSTER=$ZAYA_CLUSTER hack/cluster.sh down"
+	else
+		"$root/hack/cluster.sh" down >/dev/null 2>&1 || true
+	fi
+}
+trap cleanup EXIT
+"$bin/kubectl" get nodes -L amd.com/gpu.product-name,node.kubernetes.io/instance-type,topology.kubernetes.io/zone
+echo
+"$bin/kubectl" get nodes -o custom-columns='NODE:.metadata.name,AMD.COM/GPU:.status.allocatable.amd\.com/gpu,AMD.COM/NIC:.status.allocatable.amd\.com/nic,CPU:.status.allocatable.cpu,MEMORY:.status.allocatable.memory'
+
+step "installing the ZayaTrainingJob CRD"
+install_crd
+"$bin/kubectl" get crd zayatrainingjobs.training.zaya.dev
+
+step "running the operator (log: bin/demo-operator.log)"
+start_operator "$bin/demo-operator.log"
+
+step "kubectl apply -f config/samples/smoke.yaml"
+"$bin/kubectl" apply --server-side -f "$root/config/samples/smoke.yaml"
+
+step "a bad manifest is refused at apply time"
+sed 's/name: smoke/name: smoke-bad/; s/nodes: 4/nodes: 3/; s/profile: Socket/profile: Socket\n    nicsPerNode: 2\n  parallelism:\n    contextParallel: 5/' "$root/config/samples/smoke.yaml" |
+	"$bin/kubectl" apply --server-side -f - 2>&1 | sed 's/^/  /' || true
+
+step "waiting for the operator to accept the job"
+if ! "$bin/kubectl" wait --for=condition=Created --timeout=30s ztj/smoke; then
+	echo "the operator did not accept the job; its log:" >&2
+	cat "$bin/demo-operator.log" >&2
+	exit 1
+fi
+"$bin/kubectl" get ztj
+echo
+"$bin/kubectl" get ztj smoke -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+"$bin/kubectl" get events --field-selector involvedObject.name=smoke
+
+step "done"
+echo "The operator accepted a 4-node x 8 GPU job on a local cluster of fake MI300X nodes."
