@@ -41,6 +41,16 @@ func (j *ZayaTrainingJob) Default() {
 		s.Parallelism.ContextParallel = DefaultContextParallel
 	}
 
+	if s.Placement.NodeSharing == "" {
+		s.Placement.NodeSharing = NodeSharingExclusive
+	}
+	if s.Placement.GPUNodeSelector == "" {
+		s.Placement.GPUNodeSelector = GPUNodeSelectorNone
+	}
+	if s.SuccessPolicy == "" {
+		s.SuccessPolicy = SuccessRank0
+	}
+
 	n := &s.Network
 	if n.Profile == "" {
 		n.Profile = DefaultNetworkProfile

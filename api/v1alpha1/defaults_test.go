@@ -22,6 +22,8 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 	want := testjob.MakeZayaTrainingJob("j", "ns").NewCheckpoint("1Ti", "").Obj().Spec
 	want.GPUsPerNode = 8
 	want.Parallelism.ContextParallel = 1
+	want.Placement = PlacementSpec{NodeSharing: NodeSharingExclusive, GPUNodeSelector: GPUNodeSelectorNone}
+	want.SuccessPolicy = SuccessRank0
 	want.Network = NetworkSpec{Profile: NetworkPollaraAINIC, SocketIfname: "eth0", CollectiveTimeout: dur(time.Hour)}
 	want.Checkpoint.MountPath = "/checkpoints"
 	want.Checkpoint.Interval = &CheckpointInterval{Duration: dur(30 * time.Minute)}

@@ -9,11 +9,11 @@ import (
 // ZayaTrainingJobSpec is the desired state of a distributed training job: one worker pod per
 // node, restarted as a whole gang from the last checkpoint when anything fails.
 //
-// Fields that shape the gang (nodes, gpusPerNode, parallelism, network, template) can change
+// Fields that shape the gang (nodes, gpusPerNode, parallelism, network, placement, template) can change
 // only while the job is suspended, so a running gang is never silently out of date.
 // +kubebuilder:validation:XValidation:rule="self.parallelism.contextParallel < 1 || self.nodes * self.gpusPerNode % self.parallelism.contextParallel == 0",message="parallelism.contextParallel must divide the world size (nodes * gpusPerNode)",fieldPath=".parallelism.contextParallel"
 // +kubebuilder:validation:XValidation:rule="!has(self.network.nicsPerNode) || self.network.nicsPerNode <= self.gpusPerNode",message="network.nicsPerNode must not exceed gpusPerNode (one NIC per GPU on a rails-only fabric)",fieldPath=".network.nicsPerNode"
-// +kubebuilder:validation:XValidation:rule="oldSelf.suspend || (self.nodes == oldSelf.nodes && self.gpusPerNode == oldSelf.gpusPerNode && self.parallelism == oldSelf.parallelism && self.network == oldSelf.network)",message="nodes, gpusPerNode, parallelism and network can change only while the job is suspended"
+// +kubebuilder:validation:XValidation:rule="oldSelf.suspend || (self.nodes == oldSelf.nodes && self.gpusPerNode == oldSelf.gpusPerNode && self.parallelism == oldSelf.parallelism && self.network == oldSelf.network && self.placement == oldSelf.placement)",message="nodes, gpusPerNode, parallelism, network and placement can change only while the job is suspended"
 // +kubebuilder:validation:XValidation:rule="oldSelf.suspend || self.template == oldSelf.template",message="template can change only while the job is suspended",fieldPath=".template"
 // +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || self.checkpoint.volume == oldSelf.checkpoint.volume)",message="checkpoint.volume is immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable",fieldPath=".managedBy"
@@ -59,6 +59,18 @@ type ZayaTrainingJobSpec struct {
 	// +optional
 	FaultTolerance FaultToleranceSpec `json:"faultTolerance,omitempty"`
 
+	// placement decides which nodes ranks may land on.
+	// +kubebuilder:default={}
+	// +optional
+	Placement PlacementSpec `json:"placement,omitempty"`
+
+	// successPolicy says when the job has succeeded: Rank0 (default: rank 0 exits 0, as
+	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). The other
+	// pods are then deleted.
+	// +kubebuilder:default=Rank0
+	// +optional
+	SuccessPolicy SuccessPolicy `json:"successPolicy,omitempty"`
+
 	// suspend deletes the job's pods while true and recreates them (resuming from the last
 	// checkpoint) when set back to false. Checkpoints are kept.
 	// +kubebuilder:default=false
@@ -94,6 +106,56 @@ type ParallelismSpec struct {
 	// +kubebuilder:default=1
 	// +optional
 	ContextParallel int32 `json:"contextParallel,omitempty"`
+}
+
+// SuccessPolicy says which ranks must exit 0 for the job to succeed.
+// +kubebuilder:validation:Enum=Rank0;AllRanks
+type SuccessPolicy string
+
+const (
+	// SuccessRank0 completes the job when rank 0 exits 0.
+	SuccessRank0 SuccessPolicy = "Rank0"
+	// SuccessAllRanks completes the job when every rank has exited 0.
+	SuccessAllRanks SuccessPolicy = "AllRanks"
+)
+
+// NodeSharing says whether ranks of one job may share a node.
+// +kubebuilder:validation:Enum=Exclusive;Shared
+type NodeSharing string
+
+const (
+	// NodeSharingExclusive keeps one rank per node (required pod anti-affinity when
+	// gpusPerNode < 8; 8 GPUs fill a node anyway).
+	NodeSharingExclusive NodeSharing = "Exclusive"
+	// NodeSharingShared lets the scheduler pack several ranks on one node.
+	NodeSharingShared NodeSharing = "Shared"
+)
+
+// GPUNodeSelector picks an automatic node selector for AMD GPU nodes.
+// +kubebuilder:validation:Enum=None;NodeFeatureDiscovery
+type GPUNodeSelector string
+
+const (
+	// GPUNodeSelectorNone adds no selector: the amd.com/gpu request alone places ranks.
+	GPUNodeSelectorNone GPUNodeSelector = "None"
+	// GPUNodeSelectorNFD adds feature.node.kubernetes.io/amd-gpu=true (set by Node Feature
+	// Discovery on AMD GPU nodes).
+	GPUNodeSelectorNFD GPUNodeSelector = "NodeFeatureDiscovery"
+)
+
+// PlacementSpec shapes where ranks run. The template's nodeSelector, affinity, tolerations,
+// priorityClassName and schedulerName are always honoured; these only add to them.
+type PlacementSpec struct {
+	// nodeSharing is Exclusive (default: one rank per node) or Shared.
+	// +kubebuilder:default=Exclusive
+	// +optional
+	NodeSharing NodeSharing `json:"nodeSharing,omitempty"`
+
+	// gpuNodeSelector is None (default) or NodeFeatureDiscovery, which adds the node selector
+	// feature.node.kubernetes.io/amd-gpu=true.
+	// +kubebuilder:default=None
+	// +optional
+	GPUNodeSelector GPUNodeSelector `json:"gpuNodeSelector,omitempty"`
 }
 
 // NetworkProfile is a set of RCCL and socket settings for one kind of fabric.
@@ -451,7 +513,8 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
 
-	// startTime is when the job first had all its pods running.
+	// startTime is when the operator first created the job's pods (reset when a suspended
+	// job resumes); activeDeadlineSeconds counts from it.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 

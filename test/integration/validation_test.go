@@ -129,6 +129,8 @@ func TestInvalidManifestsAreRejectedOnCreate(t *testing.T) {
 		{"unknown exit code action", `spec: {faultTolerance: {exitCodes: {other: Ignore}}}`, []string{"spec.faultTolerance.exitCodes.other", "Unsupported value"}},
 		{"quarantine taint NoExecute", `spec: {faultTolerance: {quarantine: {nodeTaint: NoExecute}}}`, []string{"spec.faultTolerance.quarantine.nodeTaint", "Unsupported value"}},
 		{"quarantine list too long", `spec: {faultTolerance: {quarantine: {maxNodes: 1000}}}`, []string{"spec.faultTolerance.quarantine.maxNodes", "less than or equal to 256"}},
+		{"unknown node sharing", `spec: {placement: {nodeSharing: Sometimes}}`, []string{"spec.placement.nodeSharing", "Unsupported value"}},
+		{"unknown success policy", `spec: {successPolicy: AnyRank}`, []string{"spec.successPolicy", "Unsupported value"}},
 		{"ttl negative", `spec: {ttlSecondsAfterFinished: -1}`, []string{"spec.ttlSecondsAfterFinished", "greater than or equal to 0"}},
 		{"active deadline zero", `spec: {activeDeadlineSeconds: 0}`, []string{"spec.activeDeadlineSeconds", "greater than or equal to 1"}},
 		{"managedBy not a domain path", `spec: {managedBy: "kueue"}`, []string{"spec.managedBy", "should match"}},
@@ -162,6 +164,7 @@ func TestImmutableFieldsAreRejectedOnUpdate(t *testing.T) {
 		want    []string
 	}{
 		{"nodes of a running job", `{}`, `spec: {nodes: 8}`, []string{"spec", "only while the job is suspended"}},
+		{"placement of a running job", `{}`, `spec: {placement: {nodeSharing: Shared}}`, []string{"spec", "only while the job is suspended"}},
 		{"network of a running job", `{}`, `spec: {network: {profile: RoCE}}`, []string{"spec", "only while the job is suspended"}},
 		{"template of a running job", `{}`, `spec: {template: {spec: {containers: [{name: worker, image: other:tag}]}}}`, []string{"spec.template", "only while the job is suspended"}},
 		{"checkpoint volume", `{}`, `spec: {checkpoint: {volume: {size: 20Ti}}}`, []string{"spec.checkpoint", "checkpoint.volume is immutable"}},
