@@ -48,7 +48,7 @@ func main() {
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 
-	cacheOpts := cache.Options{}
+	cacheOpts := controllers.CacheOptions()
 	if namespaces != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for ns := range strings.SplitSeq(namespaces, ",") {

@@ -254,7 +254,7 @@ func TestNewWorkerPodVariants(t *testing.T) {
 
 func TestNetworkEnvPerProfile(t *testing.T) {
 	pollara := map[string]string{
-		"NCCL_IB_HCA": "ionic_0,ionic_1,ionic_2,ionic_3,ionic_4,ionic_5,ionic_6,ionic_7",
+		"NCCL_IB_HCA":    "ionic_0,ionic_1,ionic_2,ionic_3,ionic_4,ionic_5,ionic_6,ionic_7",
 		"NCCL_CROSS_NIC": "0", "NCCL_IB_GID_INDEX": "1", "NCCL_IB_ROCE_VERSION_NUM": "2",
 		"NCCL_IB_TC": "104", "NCCL_IB_FIFO_TC": "192", "NCCL_IB_TIMEOUT": "22", "NCCL_IB_RETRY_CNT": "12",
 		"NCCL_IB_QPS_PER_CONNECTION": "1", "NCCL_IB_USE_INLINE": "1", "NCCL_GDR_FLUSH_DISABLE": "1",

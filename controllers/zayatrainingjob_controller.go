@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,15 +27,23 @@ import (
 // maxMessageLength bounds condition messages (the API allows 32768; status stays small).
 const maxMessageLength = 1024
 
+// defaultCreateParallelism bounds concurrent pod creations of one job.
+const defaultCreateParallelism = 128
+
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
 type ZayaTrainingJobReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// CreateParallelism bounds concurrent pod creations per job (default 128).
+	CreateParallelism int
 }
 
-// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
@@ -49,23 +58,30 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	logger := log.FromContext(ctx).WithValues("job", klog.KObj(job))
 	ctx = log.IntoContext(ctx, logger)
 
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerKey: job.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing pods: %w", err)
+	}
+
 	oldStatus := job.Status.DeepCopy()
-	pending := r.reconcile(ctx, job)
+	p := &pass{r: r, job: job, now: r.Clock.Now()}
+	result, err := p.run(ctx, pods.Items)
 
 	if !apiequality.Semantic.DeepEqual(oldStatus, &job.Status) {
-		if err := r.Status().Update(ctx, job); err != nil {
-			if apierrors.IsConflict(err) {
+		if uerr := r.Status().Update(ctx, job); uerr != nil {
+			if apierrors.IsConflict(uerr) {
 				// A newer version is on its way through the watch; it triggers the next pass.
 				logger.V(1).Info("status update conflicted, waiting for the newer version")
-				return ctrl.Result{}, nil
+				return ctrl.Result{}, err
 			}
-			return ctrl.Result{}, fmt.Errorf("updating status: %w", err)
+			return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
 		}
+		p.observe(oldStatus)
 	}
-	for _, e := range pending {
+	for _, e := range p.events {
 		r.Recorder.Eventf(job, nil, e.eventType, e.reason, e.action, "%s", e.note)
 	}
-	return ctrl.Result{}, nil
+	return result, err
 }
 
 // event is an event to emit once the status it describes is stored.
@@ -73,42 +89,275 @@ type event struct {
 	eventType, reason, action, note string
 }
 
-// reconcile runs the steps of one pass on job, changing job.Status in memory only.
-func (r *ZayaTrainingJobReconciler) reconcile(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob) []event {
-	var events []event
-	job.Status.ObservedGeneration = job.Generation
-
-	if errs := trainingv1alpha1.ValidateSpec(&job.Spec); len(errs) > 0 {
-		msg := truncate(errs.ToAggregate().Error())
-		if r.setCondition(job, trainingv1alpha1.ConditionCreated, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidSpec, msg) {
-			events = append(events, event{corev1.EventTypeWarning, trainingv1alpha1.ReasonInvalidSpec, "Validate", msg})
-			log.FromContext(ctx).Info("job spec is invalid", "errors", msg)
-		}
-		return events
-	}
-
-	if r.setCondition(job, trainingv1alpha1.ConditionCreated, metav1.ConditionTrue, trainingv1alpha1.ReasonAccepted,
-		fmt.Sprintf("accepted a gang of %d nodes x %d GPUs", job.Spec.Nodes, job.Spec.GPUsPerNode)) {
-		events = append(events, event{corev1.EventTypeNormal, trainingv1alpha1.ReasonAccepted, "Create",
-			fmt.Sprintf("accepted: world size %d, context parallel %d, network %s",
-				job.Spec.WorldSize(), job.Spec.Parallelism.ContextParallel, job.Spec.Network.Profile)})
-	}
-	return events
+// pass is one reconcile of one job: the steps change job.Status in memory and queue events.
+type pass struct {
+	r      *ZayaTrainingJobReconciler
+	job    *trainingv1alpha1.ZayaTrainingJob
+	now    time.Time
+	events []event
 }
 
-// setCondition sets a condition on job's status and reports whether it changed.
-func (r *ZayaTrainingJobReconciler) setCondition(job *trainingv1alpha1.ZayaTrainingJob, condType string, status metav1.ConditionStatus, reason, message string) bool {
-	return meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{
+func (p *pass) normal(reason, action, format string, args ...any) {
+	p.events = append(p.events, event{corev1.EventTypeNormal, reason, action, truncate(fmt.Sprintf(format, args...))})
+}
+
+func (p *pass) warning(reason, action, format string, args ...any) {
+	p.events = append(p.events, event{corev1.EventTypeWarning, reason, action, truncate(fmt.Sprintf(format, args...))})
+}
+
+// setCondition sets a condition and reports whether it changed.
+func (p *pass) setCondition(condType string, status metav1.ConditionStatus, reason, message string) bool {
+	return meta.SetStatusCondition(&p.job.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
 		Reason:             reason,
 		Message:            truncate(message),
-		ObservedGeneration: job.Generation,
-		LastTransitionTime: metav1.NewTime(r.Clock.Now()),
+		ObservedGeneration: p.job.Generation,
+		LastTransitionTime: metav1.NewTime(p.now),
 	})
 }
 
-// truncate bounds a message to maxMessageLength bytes.
+// clearCondition sets a condition to False if it is present, and reports whether it changed.
+func (p *pass) clearCondition(condType, reason, message string) bool {
+	if meta.FindStatusCondition(p.job.Status.Conditions, condType) == nil {
+		return false
+	}
+	return p.setCondition(condType, metav1.ConditionFalse, reason, message)
+}
+
+// run is the list of steps of one pass.
+func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
+	job := p.job
+	job.Status.ObservedGeneration = job.Generation
+
+	if finished(job) {
+		return p.finish(ctx, pods)
+	}
+	if !p.accept(ctx) {
+		return ctrl.Result{}, nil
+	}
+	if job.Spec.Suspend {
+		return ctrl.Result{}, p.suspend(ctx, pods)
+	}
+	p.resume()
+	if err := p.ensureService(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := p.ensureCheckpointClaim(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	if job.Status.StartTime == nil {
+		job.Status.StartTime = &metav1.Time{Time: p.now}
+	}
+	if p.deadlineExceeded() {
+		return p.finish(ctx, pods)
+	}
+
+	gang := classify(job, pods)
+	if err := p.deletePods(ctx, gang.stale); err != nil {
+		return ctrl.Result{}, err
+	}
+	if p.succeeded(gang) || p.failed(gang) {
+		return p.finish(ctx, pods)
+	}
+	if err := p.createMissing(ctx, gang); err != nil {
+		return ctrl.Result{}, err
+	}
+	p.updateProgress(gang)
+	return p.requeueForDeadline(), nil
+}
+
+// finished reports whether the job reached Succeeded or Failed.
+func finished(job *trainingv1alpha1.ZayaTrainingJob) bool {
+	return meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
+}
+
+// accept validates what the CRD cannot and sets Created.
+func (p *pass) accept(ctx context.Context) bool {
+	job := p.job
+	if errs := trainingv1alpha1.ValidateSpec(&job.Spec); len(errs) > 0 {
+		msg := errs.ToAggregate().Error()
+		if p.setCondition(trainingv1alpha1.ConditionCreated, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidSpec, msg) {
+			p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "%s", msg)
+			log.FromContext(ctx).Info("job spec is invalid", "errors", msg)
+		}
+		return false
+	}
+	if p.setCondition(trainingv1alpha1.ConditionCreated, metav1.ConditionTrue, trainingv1alpha1.ReasonAccepted,
+		fmt.Sprintf("accepted a gang of %d nodes x %d GPUs", job.Spec.Nodes, job.Spec.GPUsPerNode)) {
+		p.normal(trainingv1alpha1.ReasonAccepted, "Create", "accepted: world size %d, context parallel %d, network %s",
+			job.Spec.WorldSize(), job.Spec.Parallelism.ContextParallel, job.Spec.Network.Profile)
+		p.normal(trainingv1alpha1.ReasonNetworkConfigured, "Create", "%s", formatEnv(networkEnv(&job.Spec)))
+	}
+	return true
+}
+
+// suspend deletes every pod and keeps everything else (checkpoints, service, budget).
+func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
+	job := p.job
+	if err := p.deletePods(ctx, activePods(pods)); err != nil {
+		return err
+	}
+	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
+		p.normal(trainingv1alpha1.ReasonSuspended, "Suspend", "suspended: deleted the worker pods, kept checkpoints")
+	}
+	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	job.Status.ReadyNodes = 0
+	job.Status.StartTime = nil
+	return nil
+}
+
+// resume marks a suspended job as resumed; its pods are recreated by this pass.
+func (p *pass) resume() {
+	if p.clearCondition(trainingv1alpha1.ConditionSuspended, trainingv1alpha1.ReasonResumed, "spec.suspend is false") {
+		p.normal(trainingv1alpha1.ReasonResumed, "Resume", "resumed: recreating the worker pods")
+	}
+}
+
+func (p *pass) ensureService(ctx context.Context) error {
+	svc := newService(p.job)
+	if err := p.r.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := p.r.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating service: %w", err)
+	}
+	return nil
+}
+
+func (p *pass) ensureCheckpointClaim(ctx context.Context) error {
+	pvc := newCheckpointClaim(p.job)
+	if pvc == nil {
+		return nil
+	}
+	if err := p.r.Get(ctx, client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := p.r.Create(ctx, pvc); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("creating checkpoint claim: %w", err)
+	}
+	p.normal(trainingv1alpha1.ReasonCheckpointClaimCreated, "Create", "created checkpoint claim %s (%s)", pvc.Name,
+		pvc.Spec.Resources.Requests.Storage().String())
+	return nil
+}
+
+// deadlineExceeded fails the job once activeDeadlineSeconds have passed since startTime.
+func (p *pass) deadlineExceeded() bool {
+	d := p.job.Spec.ActiveDeadlineSeconds
+	if d == nil || p.now.Before(p.job.Status.StartTime.Add(time.Duration(*d)*time.Second)) {
+		return false
+	}
+	p.fail(trainingv1alpha1.ReasonDeadlineExceeded, fmt.Sprintf("ran longer than activeDeadlineSeconds (%ds)", *d))
+	return true
+}
+
+func (p *pass) requeueForDeadline() ctrl.Result {
+	d := p.job.Spec.ActiveDeadlineSeconds
+	if d == nil {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: p.job.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(p.now)}
+}
+
+// succeeded applies the success policy.
+func (p *pass) succeeded(g gang) bool {
+	job := p.job
+	done := false
+	switch job.Spec.SuccessPolicy {
+	case trainingv1alpha1.SuccessAllRanks:
+		done = g.succeeded == job.Spec.Nodes
+	default:
+		done = g.ranks[0] != nil && g.ranks[0].Status.Phase == corev1.PodSucceeded
+	}
+	if !done {
+		return false
+	}
+	p.setCondition(trainingv1alpha1.ConditionSucceeded, metav1.ConditionTrue, trainingv1alpha1.ReasonCompleted,
+		fmt.Sprintf("%s: training finished", job.Spec.SuccessPolicy))
+	p.complete()
+	p.normal(trainingv1alpha1.ReasonCompleted, "Complete", "succeeded (%s)", job.Spec.SuccessPolicy)
+	return true
+}
+
+// failed ends the job when a rank failed. Gang restarts from the last checkpoint replace this
+// in the recovery work; until then a failed rank fails the job rather than leave its peers
+// hanging in a collective.
+func (p *pass) failed(g gang) bool {
+	if g.firstFailed == nil {
+		return false
+	}
+	pod := g.firstFailed
+	f := failureOf(pod, p.now, p.job.Status.Restarts)
+	p.job.Status.LastFailure = &f
+	p.fail(trainingv1alpha1.ReasonWorkerFailed, f.Message)
+	return true
+}
+
+// fail marks the job Failed.
+func (p *pass) fail(reason, message string) {
+	p.setCondition(trainingv1alpha1.ConditionFailed, metav1.ConditionTrue, reason, message)
+	p.complete()
+	p.warning(reason, "Fail", "failed: %s", message)
+}
+
+// complete records the end of the job.
+func (p *pass) complete() {
+	p.job.Status.CompletionTime = &metav1.Time{Time: p.now}
+	p.job.Status.ReadyNodes = 0
+	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonFinished, "the job finished")
+	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonFinished, "the job finished")
+}
+
+// finish cleans up a finished job's running pods (finished pods stay for their logs) and
+// deletes the job once ttlSecondsAfterFinished has passed.
+func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
+	if err := p.deletePods(ctx, activePods(pods)); err != nil {
+		return ctrl.Result{}, err
+	}
+	ttl := p.job.Spec.TTLSecondsAfterFinished
+	if ttl == nil || p.job.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	expiry := p.job.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
+	if p.now.Before(expiry) {
+		return ctrl.Result{RequeueAfter: expiry.Sub(p.now)}, nil
+	}
+	log.FromContext(ctx).Info("deleting finished job after its TTL", "ttlSecondsAfterFinished", *ttl)
+	err := p.r.Delete(ctx, p.job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+// updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods.
+func (p *pass) updateProgress(g gang) {
+	job := p.job
+	n := job.Spec.Nodes
+	job.Status.ReadyNodes = g.ready
+	if g.ready == n {
+		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionTrue, trainingv1alpha1.ReasonAllRanksRunning,
+			fmt.Sprintf("all %d ranks are running", n)) {
+			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())
+		}
+	} else {
+		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonStarting,
+			fmt.Sprintf("%d/%d ranks running", g.ready, n))
+	}
+
+	if g.unschedulable > 0 {
+		msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage)
+		if p.setCondition(trainingv1alpha1.ConditionWaitingForCapacity, metav1.ConditionTrue, trainingv1alpha1.ReasonUnschedulable, msg) {
+			p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
+		}
+	} else {
+		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.scheduled, n))
+	}
+}
+
+// truncate bounds a message to maxMessageLength bytes on a rune boundary.
 func truncate(s string) string {
 	if len(s) <= maxMessageLength {
 		return s
@@ -120,10 +369,16 @@ func truncate(s string) string {
 	return s[:cut] + "..."
 }
 
-// SetupWithManager registers the reconciler with mgr.
+// SetupWithManager registers the reconciler, its pod index and metrics with mgr.
 func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
+		return err
+	}
+	registerMetrics(mgr.GetClient())
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&trainingv1alpha1.ZayaTrainingJob{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("zayatrainingjob").
 		Complete(r)

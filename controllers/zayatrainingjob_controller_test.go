@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -71,9 +74,82 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 		return c.Delete(ctx, obj, opts...)
 	}
 	cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
-		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}).WithInterceptorFuncs(funcs).Build()
+		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}).WithInterceptorFuncs(funcs).
+		WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).Build()
 	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now)}
 	return h
+}
+
+func (h *harness) mustReconcile(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) ctrl.Result {
+	t.Helper()
+	res, err := h.reconcile(t, job)
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	return res
+}
+
+// pods returns the live pods by name.
+func (h *harness) pods(t *testing.T) map[string]*corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := h.r.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+// setPod changes a pod's node and status as a scheduler and kubelet would.
+func (h *harness) setPod(t *testing.T, name string, mutate func(*corev1.Pod)) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{}
+	if err := h.r.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	mutate(pod)
+	status := pod.Status
+	if err := h.r.Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = status
+	if err := h.r.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func running(node string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+}
+
+func exited(node string, code int32, at time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Status.Phase = corev1.PodSucceeded
+		reason := "Completed"
+		if code != 0 {
+			p.Status.Phase = corev1.PodFailed
+			reason = "Error"
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, FinishedAt: metav1.NewTime(at)},
+		}}}
+	}
+}
+
+func unschedulable(msg string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: msg}}
+	}
 }
 
 func (h *harness) reconcile(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) (ctrl.Result, error) {
@@ -105,7 +181,7 @@ func (h *harness) drainEvents() []string {
 
 var ignoreConditionTimes = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
 
-func TestReconcileAcceptsAValidJob(t *testing.T) {
+func TestFirstPassCreatesTheGang(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(16).Generation(3).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 
@@ -115,10 +191,11 @@ func TestReconcileAcceptsAValidJob(t *testing.T) {
 	got := h.get(t, job)
 	wantStatus := trainingv1alpha1.ZayaTrainingJobStatus{
 		ObservedGeneration: 3,
-		Conditions: []metav1.Condition{{
-			Type: trainingv1alpha1.ConditionCreated, Status: metav1.ConditionTrue, Reason: trainingv1alpha1.ReasonAccepted,
-			Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3,
-		}},
+		StartTime:          &metav1.Time{Time: now},
+		Conditions: []metav1.Condition{
+			{Type: "Created", Status: "True", Reason: "Accepted", Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3},
+			{Type: "Running", Status: "False", Reason: "Starting", Message: "0/16 ranks running", ObservedGeneration: 3},
+		},
 	}
 	if diff := cmp.Diff(wantStatus, got.Status, ignoreConditionTimes); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -126,27 +203,45 @@ func TestReconcileAcceptsAValidJob(t *testing.T) {
 	if !got.Status.Conditions[0].LastTransitionTime.Time.Equal(now) {
 		t.Errorf("lastTransitionTime = %v, want the injected clock's %v", got.Status.Conditions[0].LastTransitionTime, now)
 	}
-	wantEvents := []string{"Normal Accepted accepted: world size 128, context parallel 1, network PollaraAINIC"}
-	if diff := cmp.Diff(wantEvents, h.drainEvents()); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	ev := h.drainEvents()
+	if len(ev) != 3 || ev[0] != "Normal Accepted accepted: world size 128, context parallel 1, network PollaraAINIC" ||
+		!strings.HasPrefix(ev[1], "Normal NetworkConfigured network environment: GLOO_SOCKET_IFNAME=eth0 ") ||
+		ev[2] != "Normal PodsCreated created 16 worker pods for attempt 0" {
+		t.Errorf("events = %q", ev)
 	}
-	if w := h.writes.Load(); w != 1 {
-		t.Errorf("first pass made %d writes, want exactly 1 status write", w)
+	pods := h.pods(t)
+	if len(pods) != 16 {
+		t.Fatalf("%d pods, want 16", len(pods))
+	}
+	for r := range 16 {
+		if _, ok := pods[fmt.Sprintf("llm-0-%d", r)]; !ok {
+			t.Errorf("no pod for rank %d", r)
+		}
+	}
+	if err := h.r.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "llm"}, &corev1.Service{}); err != nil {
+		t.Errorf("headless service: %v", err)
+	}
+	if w := h.writes.Load(); w != 18 {
+		t.Errorf("first pass made %d writes, want 18 (service, 16 pods, one status)", w)
 	}
 }
 
 func TestSteadyStateMakesNoWrites(t *testing.T) {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Defaulted().Obj()
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
-	if _, err := h.reconcile(t, job); err != nil {
-		t.Fatalf("first reconcile: %v", err)
+	h.mustReconcile(t, job)
+	for name := range h.pods(t) {
+		h.setPod(t, name, running("node-"+name))
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, "Running") || got.Status.ReadyNodes != 4 {
+		t.Fatalf("not Running with 4 ready nodes: %+v", got.Status)
 	}
 	h.drainEvents()
 	h.writes.Store(0)
 	for range 3 {
-		if _, err := h.reconcile(t, job); err != nil {
-			t.Fatalf("reconcile: %v", err)
-		}
+		h.mustReconcile(t, job)
 	}
 	if w := h.writes.Load(); w != 0 {
 		t.Errorf("steady state made %d writes, want 0", w)
@@ -156,21 +251,34 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	}
 }
 
+func TestOnlyMissingPodsAreRecreated(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	if err := h.r.Delete(context.Background(), h.pods(t)["llm-0-2"]); err != nil {
+		t.Fatal(err)
+	}
+	h.writes.Store(0)
+	h.mustReconcile(t, job)
+	if w := h.writes.Load(); w != 1 {
+		t.Errorf("%d writes, want 1 (the missing pod)", w)
+	}
+	if _, ok := h.pods(t)["llm-0-2"]; !ok {
+		t.Error("rank 2 was not recreated")
+	}
+}
+
 func TestNewGenerationIsObserved(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Generation(1).Suspend(true).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
-	if _, err := h.reconcile(t, job); err != nil {
-		t.Fatal(err)
-	}
+	h.mustReconcile(t, job)
 	stored := h.get(t, job)
 	stored.Spec.Nodes = 4
 	stored.Generation = 2 // the fake client does not bump generations
 	if err := h.r.Update(context.Background(), stored); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.reconcile(t, job); err != nil {
-		t.Fatal(err)
-	}
+	h.mustReconcile(t, job)
 	got := h.get(t, job)
 	if got.Status.ObservedGeneration != 2 || got.Status.Conditions[0].ObservedGeneration != 2 {
 		t.Errorf("observedGeneration = %d, condition's = %d, want 2 and 2",
@@ -260,3 +368,5 @@ func TestTruncateKeepsRunesWhole(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return utf8.ValidString(s) }
+
+func clockAt(t time.Time) *clocktesting.FakePassiveClock { return clocktesting.NewFakePassiveClock(t) }

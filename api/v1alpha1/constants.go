@@ -39,6 +39,41 @@ const (
 	ReasonAccepted = "Accepted"
 	// ReasonInvalidSpec: the spec breaks a rule the CRD schema cannot express.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonInvalidPodTemplate: the apiserver refused the worker pod built from the template.
+	ReasonInvalidPodTemplate = "InvalidPodTemplate"
+	// ReasonNetworkConfigured: the event listing the effective RCCL environment.
+	ReasonNetworkConfigured = "NetworkConfigured"
+	// ReasonCheckpointClaimCreated: the operator created the checkpoint claim.
+	ReasonCheckpointClaimCreated = "CheckpointClaimCreated"
+	// ReasonPodsCreated: the operator created worker pods.
+	ReasonPodsCreated = "PodsCreated"
+	// ReasonStarting: some ranks are not running yet.
+	ReasonStarting = "Starting"
+	// ReasonAllRanksRunning: every rank of the current attempt runs.
+	ReasonAllRanksRunning = "AllRanksRunning"
+	// ReasonUnschedulable: the scheduler cannot place some ranks.
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonPlaced: every rank has been placed (or no placement is pending).
+	ReasonPlaced = "Placed"
+	// ReasonSuspended: spec.suspend is true.
+	ReasonSuspended = "Suspended"
+	// ReasonResumed: spec.suspend went back to false.
+	ReasonResumed = "Resumed"
+	// ReasonCompleted: the success policy was met.
+	ReasonCompleted = "Completed"
+	// ReasonWorkerFailed: a rank failed.
+	ReasonWorkerFailed = "WorkerFailed"
+	// ReasonDeadlineExceeded: activeDeadlineSeconds passed.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonFinished: the job succeeded or failed, so it no longer runs.
+	ReasonFinished = "Finished"
+)
+
+// Failure reasons of status.lastFailure (a failed pod's own status.reason, such as Evicted,
+// is used as it is).
+const (
+	// FailureReasonExitCode: a worker container exited non-zero.
+	FailureReasonExitCode = "ExitCode"
 )
 
 // Worker exit codes of the worker contract (docs/worker-contract.md).

@@ -1,0 +1,279 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// podOwnerKey indexes pods by the name of the ZayaTrainingJob that controls them.
+const podOwnerKey = ".metadata.controller.zayatrainingjob"
+
+func indexPodOwner(o client.Object) []string {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "ZayaTrainingJob" || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
+		return nil
+	}
+	return []string{ref.Name}
+}
+
+// CacheOptions makes the manager cache only the pods, services and claims this operator
+// labels, so its memory grows with its own jobs, not with the cluster.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(trainingv1alpha1.JobNameLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant requirement cannot fail
+	}
+	ours := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   ours,
+		&corev1.Service{}:               ours,
+		&corev1.PersistentVolumeClaim{}: ours,
+	}}
+}
+
+// gang is the state of a job's pods for its current attempt.
+type gang struct {
+	ranks       []*corev1.Pod // live pods of the current attempt, by rank; nil where missing
+	terminating []bool        // ranks whose current-attempt pod is still going away
+	stale       []*corev1.Pod // live pods of other attempts or out-of-range ranks
+
+	ready, scheduled, succeeded, unschedulable int32
+	unschedulableMessage                       string
+	firstFailed                                *corev1.Pod
+}
+
+// classify sorts the job's pods into the gang of its current attempt.
+func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
+	n := job.Spec.Nodes
+	g := gang{ranks: make([]*corev1.Pod, n), terminating: make([]bool, n)}
+	attempt := strconv.FormatInt(int64(job.Status.Restarts), 10)
+	for i := range pods {
+		pod := &pods[i]
+		rank, err := strconv.ParseInt(pod.Labels[trainingv1alpha1.RankLabel], 10, 32)
+		current := err == nil && rank >= 0 && int32(rank) < n && pod.Labels[trainingv1alpha1.AttemptLabel] == attempt
+		switch {
+		case !current:
+			if pod.DeletionTimestamp.IsZero() {
+				g.stale = append(g.stale, pod)
+			}
+			continue
+		case !pod.DeletionTimestamp.IsZero():
+			g.terminating[rank] = true
+			continue
+		}
+		g.ranks[rank] = pod
+		if pod.Spec.NodeName != "" {
+			g.scheduled++
+		}
+		switch pod.Status.Phase {
+		case corev1.PodSucceeded:
+			g.succeeded++
+		case corev1.PodFailed:
+			if g.firstFailed == nil || finishedAt(pod).Before(finishedAt(g.firstFailed)) {
+				g.firstFailed = pod
+			}
+		case corev1.PodRunning:
+			if podReady(pod) {
+				g.ready++
+			}
+		case corev1.PodPending:
+			if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				if g.unschedulable == 0 {
+					g.unschedulableMessage = fmt.Sprintf("rank %d: %s", rank, c.Message)
+				}
+				g.unschedulable++
+			}
+		}
+	}
+	return g
+}
+
+// missing are the ranks that need a pod.
+func (g gang) missing() []int32 {
+	var out []int32
+	for r, p := range g.ranks {
+		if p == nil && !g.terminating[r] {
+			out = append(out, int32(r))
+		}
+	}
+	return out
+}
+
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	c := podCondition(pod, corev1.PodReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// workerStatus is the status of a pod's worker container, if it has one yet.
+func workerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	name := pod.Spec.Containers[workerContainer(&pod.Spec)].Name
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == name {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// finishedAt is when a failed pod's worker stopped, for finding the rank that failed first
+// (its peers fail later, in collective timeouts).
+func finishedAt(pod *corev1.Pod) time.Time {
+	if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+		return s.State.Terminated.FinishedAt.Time
+	}
+	return time.Time{}
+}
+
+// failureOf describes a failed pod.
+func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.JobFailure {
+	rank, _ := strconv.ParseInt(pod.Labels[trainingv1alpha1.RankLabel], 10, 32)
+	f := trainingv1alpha1.JobFailure{
+		Time: metav1.Time{Time: now}, Attempt: attempt, Node: pod.Spec.NodeName,
+		Rank: ptr.To(int32(rank)), Reason: trainingv1alpha1.FailureReasonExitCode,
+	}
+	what := "failed"
+	if pod.Status.Reason != "" {
+		f.Reason = pod.Status.Reason
+		what = pod.Status.Reason
+	}
+	if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+		t := s.State.Terminated
+		f.ExitCode = ptr.To(t.ExitCode)
+		what = fmt.Sprintf("exited %d (%s)", t.ExitCode, t.Reason)
+		if msg := strings.TrimSpace(t.Message); msg != "" {
+			what += ": " + msg
+		}
+	} else if pod.Status.Message != "" {
+		what += ": " + pod.Status.Message
+	}
+	node := pod.Spec.NodeName
+	if node == "" {
+		node = "no node"
+	}
+	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) %s", rank, pod.Name, node, what))
+	return f
+}
+
+// activePods are the pods that still run or wait to run.
+func activePods(pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// createMissing creates the pods of every missing rank concurrently. A pod the apiserver
+// refuses as invalid fails the job: retrying cannot fix the template.
+func (p *pass) createMissing(ctx context.Context, g gang) error {
+	ranks := g.missing()
+	if len(ranks) == 0 {
+		return nil
+	}
+	network := networkEnv(&p.job.Spec)
+	var created atomic.Int32
+	var mu sync.Mutex
+	var invalid error
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(p.r.createParallelism())
+	for _, rank := range ranks {
+		eg.Go(func() error {
+			pod := newWorkerPod(p.job, network, rank)
+			err := p.r.Create(ctx, pod)
+			switch {
+			case err == nil:
+				created.Add(1)
+				podsCreated.Inc()
+				g.ranks[rank] = pod
+			case apierrors.IsAlreadyExists(err):
+			case apierrors.IsInvalid(err):
+				mu.Lock()
+				invalid = err
+				mu.Unlock()
+			default:
+				return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+			}
+			return nil
+		})
+	}
+	err := eg.Wait()
+	if n := created.Load(); n > 0 {
+		p.normal(trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Restarts)
+		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Restarts)
+	}
+	if invalid != nil {
+		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())
+	}
+	return err
+}
+
+func (r *ZayaTrainingJobReconciler) createParallelism() int {
+	if r.CreateParallelism > 0 {
+		return r.CreateParallelism
+	}
+	return defaultCreateParallelism
+}
+
+// deletePods deletes pods concurrently; ones already gone are fine.
+func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(p.r.createParallelism())
+	for _, pod := range pods {
+		eg.Go(func() error {
+			err := p.r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
+}
+
+// formatEnv renders variables as NAME=value pairs for events.
+func formatEnv(env []corev1.EnvVar) string {
+	parts := make([]string, 0, len(env))
+	for _, e := range env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = "<from a reference>"
+		}
+		parts = append(parts, e.Name+"="+v)
+	}
+	slices.Sort(parts)
+	return "network environment: " + strings.Join(parts, " ")
+}

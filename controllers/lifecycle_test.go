@@ -1,0 +1,260 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func condition(job *trainingv1alpha1.ZayaTrainingJob, t string) *metav1.Condition {
+	return meta.FindStatusCondition(job.Status.Conditions, t)
+}
+
+func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", exited("n0", 0, now))
+	h.setPod(t, "llm-0-1", running("n1"))
+	h.setPod(t, "llm-0-2", running("n2"))
+	h.mustReconcile(t, job)
+
+	got := h.get(t, job)
+	if c := condition(got, "Succeeded"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Completed" {
+		t.Fatalf("Succeeded = %+v", c)
+	}
+	if c := condition(got, "Running"); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Running = %+v, want False", c)
+	}
+	if got.Status.CompletionTime == nil || got.Status.ReadyNodes != 0 {
+		t.Errorf("completionTime %v, readyNodes %d", got.Status.CompletionTime, got.Status.ReadyNodes)
+	}
+	pods := h.pods(t)
+	if _, ok := pods["llm-0-0"]; !ok || len(pods) != 1 {
+		t.Errorf("pods left = %v, want only the finished rank 0 (kept for its logs)", keys(pods))
+	}
+	// Finished jobs stay finished: no pods come back.
+	h.mustReconcile(t, job)
+	if n := len(h.pods(t)); n != 1 {
+		t.Errorf("%d pods after another pass of a finished job", n)
+	}
+}
+
+func TestAllRanksPolicyWaitsForEveryRank(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	job.Spec.SuccessPolicy = trainingv1alpha1.SuccessAllRanks
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", exited("n0", 0, now))
+	h.setPod(t, "llm-0-1", running("n1"))
+	h.mustReconcile(t, job)
+	if finished(h.get(t, job)) {
+		t.Fatal("finished while rank 1 still runs")
+	}
+	h.setPod(t, "llm-0-1", exited("n1", 0, now))
+	h.mustReconcile(t, job)
+	if c := condition(h.get(t, job), "Succeeded"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Succeeded = %+v", c)
+	}
+}
+
+func TestAFailedRankFailsTheJobNamingTheFirstFailure(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	// Rank 2 failed first; rank 0 later, in a collective timeout.
+	h.setPod(t, "llm-0-0", exited("n0", 1, now.Add(time.Minute)))
+	h.setPod(t, "llm-0-1", running("n1"))
+	h.setPod(t, "llm-0-2", exited("n2", 139, now))
+	h.mustReconcile(t, job)
+
+	got := h.get(t, job)
+	c := condition(got, "Failed")
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "WorkerFailed" {
+		t.Fatalf("Failed = %+v", c)
+	}
+	want := &trainingv1alpha1.JobFailure{
+		Time: metav1.NewTime(now), Reason: "ExitCode", Attempt: 0, Node: "n2", Rank: ptr.To[int32](2), ExitCode: ptr.To[int32](139),
+		Message: "rank 2 (pod llm-0-2 on n2) exited 139 (Error)",
+	}
+	if diff := cmp.Diff(want, got.Status.LastFailure); diff != "" {
+		t.Errorf("lastFailure (-want +got):\n%s", diff)
+	}
+	if _, ok := h.pods(t)["llm-0-1"]; ok {
+		t.Error("the running rank was not deleted: it would hang in a collective")
+	}
+	if ev := h.drainEvents(); !strings.HasPrefix(ev[len(ev)-1], "Warning WorkerFailed failed: rank 2") {
+		t.Errorf("events = %q", ev)
+	}
+}
+
+func TestSuspendAndResume(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).NewCheckpoint("1Ti", "").Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	ctx := context.Background()
+
+	stored := h.get(t, job)
+	stored.Spec.Suspend = true
+	if err := h.r.Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "Suspended"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Suspended = %+v", c)
+	}
+	if n := len(h.pods(t)); n != 0 {
+		t.Errorf("%d pods while suspended", n)
+	}
+	if got.Status.StartTime != nil {
+		t.Error("startTime kept while suspended: the deadline would count suspended time")
+	}
+	if err := h.r.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llm-checkpoints"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("checkpoint claim gone while suspended: %v", err)
+	}
+
+	got.Spec.Suspend = false
+	if err := h.r.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	got = h.get(t, job)
+	if c := condition(got, "Suspended"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Resumed" {
+		t.Errorf("Suspended = %+v, want False/Resumed", c)
+	}
+	if n := len(h.pods(t)); n != 2 {
+		t.Errorf("%d pods after resume, want 2", n)
+	}
+}
+
+func TestActiveDeadline(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	job.Spec.ActiveDeadlineSeconds = ptr.To[int64](600)
+	job.Status.StartTime = &metav1.Time{Time: now.Add(-9 * time.Minute)}
+	h := newHarness(t, interceptor.Funcs{}, job)
+	res := h.mustReconcile(t, job)
+	if res.RequeueAfter != time.Minute {
+		t.Errorf("RequeueAfter = %v, want the minute left", res.RequeueAfter)
+	}
+
+	h.r.Clock = clockAt(now.Add(time.Minute))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "Failed"); c == nil || c.Reason != "DeadlineExceeded" {
+		t.Errorf("Failed = %+v, want DeadlineExceeded", c)
+	}
+	if n := len(h.pods(t)); n != 0 {
+		t.Errorf("%d pods left after the deadline", n)
+	}
+}
+
+func TestTTLAfterFinished(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	job.Spec.TTLSecondsAfterFinished = ptr.To[int32](100)
+	job.Status.Conditions = []metav1.Condition{{Type: "Succeeded", Status: "True", Reason: "Completed", LastTransitionTime: metav1.NewTime(now)}}
+	job.Status.CompletionTime = &metav1.Time{Time: now.Add(-40 * time.Second)}
+	h := newHarness(t, interceptor.Funcs{}, job)
+	if res := h.mustReconcile(t, job); res.RequeueAfter != 60*time.Second {
+		t.Errorf("RequeueAfter = %v, want 60s", res.RequeueAfter)
+	}
+	h.r.Clock = clockAt(now.Add(time.Minute))
+	h.mustReconcile(t, job)
+	err := h.r.Get(context.Background(), client.ObjectKeyFromObject(job), &trainingv1alpha1.ZayaTrainingJob{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("job still there after its TTL: %v", err)
+	}
+}
+
+func TestUnschedulableRanksSetWaitingForCapacity(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", running("n0"))
+	h.setPod(t, "llm-0-1", unschedulable("0/1 nodes are available: 1 Insufficient amd.com/gpu."))
+	h.setPod(t, "llm-0-2", unschedulable("0/1 nodes are available: 1 Insufficient amd.com/gpu."))
+	h.mustReconcile(t, job)
+	c := condition(h.get(t, job), "WaitingForCapacity")
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Unschedulable" {
+		t.Fatalf("WaitingForCapacity = %+v", c)
+	}
+	if want := "1/3 ranks placed, 2 unschedulable: rank 1: 0/1 nodes are available: 1 Insufficient amd.com/gpu."; c.Message != want {
+		t.Errorf("message = %q, want %q", c.Message, want)
+	}
+
+	h.setPod(t, "llm-0-1", running("n1"))
+	h.setPod(t, "llm-0-2", running("n2"))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "WaitingForCapacity"); c.Status != metav1.ConditionFalse || c.Reason != "Placed" {
+		t.Errorf("WaitingForCapacity = %+v, want False/Placed", c)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, "Running") {
+		t.Error("not Running once placed")
+	}
+}
+
+func TestCheckpointClaimIsCreatedOnceAndExistingClaimsAreNot(t *testing.T) {
+	ctx := context.Background()
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).NewCheckpoint("10Ti", "ibmc-vpc-file-3000-iops").Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := h.r.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llm-checkpoints"}, pvc); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if *pvc.Spec.StorageClassName != "ibmc-vpc-file-3000-iops" {
+		t.Errorf("class = %q", *pvc.Spec.StorageClassName)
+	}
+
+	other := testjob.MakeZayaTrainingJob("other", "ns").Nodes(1).Generation(1).ClaimCheckpoint("shared").Defaulted().Obj()
+	h2 := newHarness(t, interceptor.Funcs{}, other)
+	h2.mustReconcile(t, other)
+	list := &corev1.PersistentVolumeClaimList{}
+	if err := h2.r.List(ctx, list); err != nil || len(list.Items) != 0 {
+		t.Errorf("claims created for an existing claim: %v %v", list.Items, err)
+	}
+}
+
+func TestAPodTheAPIServerRefusesFailsTheJob(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "llm-0-0",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("name"), "Bad_Name", "a lowercase RFC 1123 label")})
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.r.Client = interceptor.NewClient(h.r.Client.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return invalid
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	h.mustReconcile(t, job)
+	c := condition(h.get(t, job), "Failed")
+	if c == nil || c.Reason != "InvalidPodTemplate" || !strings.Contains(c.Message, "spec.containers[0].name") {
+		t.Errorf("Failed = %+v", c)
+	}
+}
+
+func keys(m map[string]*corev1.Pod) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
