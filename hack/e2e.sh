@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test-e2e: runs test/e2e against a fresh local cluster of fake MI300X nodes, then removes
-# it. Extra arguments go to `go test`. The suite itself only needs KUBECONFIG, so the same tests
+# it: 18 fake MI300X nodes (16 for the gang tests, 2 spare). Extra arguments go to `go test`. The suite itself only needs KUBECONFIG, so the same tests
 # run against any cluster whose nodes advertise amd.com/gpu (hack/kind-e2e.sh, later).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -8,6 +8,6 @@ export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-e2e}
 "$root/hack/tools.sh" cluster
 [ -x "$bin/zaya-operator" ] || go build -o "$bin/zaya-operator" "$root"
 trap '"$root/hack/cluster.sh" down' EXIT
-KUBECONFIG=$("$root/hack/cluster.sh" up 4)
+KUBECONFIG=$("$root/hack/cluster.sh" up 18)
 export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator"
 go test -tags e2e -count=1 "$@" ./test/e2e/...

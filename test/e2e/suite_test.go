@@ -172,6 +172,7 @@ func newNamespace(t *testing.T) string {
 	if out, err := kubectl("create", "namespace", name); err != nil {
 		t.Fatalf("creating namespace: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _, _ = kubectl("delete", "namespace", name, "--wait=false") })
+	// Waiting keeps tests apart: a namespace's pods hold fake GPUs until they are gone.
+	t.Cleanup(func() { _, _ = kubectl("delete", "namespace", name, "--timeout=90s") })
 	return name
 }

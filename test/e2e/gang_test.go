@@ -1,0 +1,76 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// gangTimeout covers kwok's pod start delay (up to ~6 s) on top of scheduling.
+const gangTimeout = time.Minute
+
+func TestSixteenNodeGangRunsOnePodPerNode(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+
+	job := testjob.MakeZayaTrainingJob("gang16", ns).Nodes(16).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
+
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		g.Expect(got.Status.ReadyNodes).To(Equal(int32(16)))
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, gangTimeout, interval).Should(Succeed())
+
+	pods := &corev1.PodList{}
+	g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: "gang16"})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(16))
+	nodes := map[string]string{}
+	for _, p := range pods.Items {
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(nodes).NotTo(HaveKey(p.Spec.NodeName), "ranks %s and %s share node %s", nodes[p.Spec.NodeName], p.Name, p.Spec.NodeName)
+		nodes[p.Spec.NodeName] = p.Name
+	}
+
+	out, err := kubectl("get", "ztj", "gang16", "-n", ns)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(MatchRegexp(`gang16\s+16\s+8\s+16\s+`))
+}
+
+func TestTooBigAGangReportsWhyItCannotBePlaced(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+
+	nodes := &corev1.NodeList{}
+	g.Expect(k8sClient.List(ctx, nodes)).To(Succeed())
+	want := int32(len(nodes.Items) + 4)
+	job := testjob.MakeZayaTrainingJob("too-big", ns).Nodes(want).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
+
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionWaitingForCapacity)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Message).To(ContainSubstring("Insufficient amd.com/gpu"))
+		g.Expect(c.Message).To(MatchRegexp(`\d+/%d ranks placed, \d+ unschedulable`, want))
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeFalse())
+	}, gangTimeout, interval).Should(Succeed())
+}
