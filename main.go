@@ -33,8 +33,8 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
-	flag.Float64Var(&qps, "kube-api-qps", 100, "steady client requests per second to the API server")
-	flag.IntVar(&burst, "kube-api-burst", 200, "client request burst to the API server")
+	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
+	flag.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()

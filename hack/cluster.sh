@@ -47,7 +47,7 @@ up() {
 		kwokctl delete cluster >/dev/null 2>&1 || true
 		mkdir -p "$KWOK_WORKDIR"
 		log "starting control plane $KUBE_VERSION (etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
-		kwokctl -c "$root/hack/cluster/mi300x-node.yaml" create cluster \
+		kwokctl -c "$root/hack/cluster/mi300x-node.yaml" -c "$root/hack/cluster/stages.yaml" create cluster \
 			--runtime binary \
 			--etcd-binary "$bin/etcd" \
 			--kube-apiserver-binary "$bin/kube-apiserver" \
