@@ -58,6 +58,7 @@ type gang struct {
 
 	ready, scheduled, succeeded, unschedulable int32
 	unschedulableMessage                       string
+	unschedulableSince                         time.Time // earliest verdict still standing
 	firstFailed                                *corev1.Pod
 }
 
@@ -99,6 +100,9 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 			if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 				if g.unschedulable == 0 {
 					g.unschedulableMessage = fmt.Sprintf("rank %d: %s", rank, c.Message)
+				}
+				if g.unschedulable == 0 || c.LastTransitionTime.Time.Before(g.unschedulableSince) {
+					g.unschedulableSince = c.LastTransitionTime.Time
 				}
 				g.unschedulable++
 			}

@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +27,10 @@ import (
 
 // maxMessageLength bounds condition messages (the API allows 32768; status stays small).
 const maxMessageLength = 1024
+
+// capacityGrace is how long the scheduler must have found no room for a rank before the job
+// reports WaitingForCapacity: a claim still binding or a node still registering is not news.
+const capacityGrace = 10 * time.Second
 
 // defaultCreateParallelism bounds concurrent pod creations of one job.
 const defaultCreateParallelism = 128
@@ -66,6 +71,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now()}
 	result, err := p.run(ctx, pods.Items)
+	sortConditions(job.Status.Conditions)
 
 	if !apiequality.Semantic.DeepEqual(oldStatus, &job.Status) {
 		if uerr := r.Status().Update(ctx, job); uerr != nil {
@@ -163,8 +169,15 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err := p.createMissing(ctx, gang); err != nil {
 		return ctrl.Result{}, err
 	}
-	p.updateProgress(gang)
-	return p.requeueForDeadline(), nil
+	return soonest(p.updateProgress(gang), p.requeueForDeadline()), nil
+}
+
+// soonest is the result that requeues first.
+func soonest(a, b ctrl.Result) ctrl.Result {
+	if a.RequeueAfter == 0 || (b.RequeueAfter != 0 && b.RequeueAfter < a.RequeueAfter) {
+		return b
+	}
+	return a
 }
 
 // finished reports whether the job reached Succeeded or Failed.
@@ -332,8 +345,9 @@ func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, erro
 	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
 
-// updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods.
-func (p *pass) updateProgress(g gang) {
+// updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods, and
+// asks to be called again when a pending capacity verdict becomes reportable.
+func (p *pass) updateProgress(g gang) ctrl.Result {
 	job := p.job
 	n := job.Spec.Nodes
 	job.Status.ReadyNodes = g.ready
@@ -347,14 +361,44 @@ func (p *pass) updateProgress(g gang) {
 			fmt.Sprintf("%d/%d ranks running", g.ready, n))
 	}
 
-	if g.unschedulable > 0 {
-		msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage)
-		if p.setCondition(trainingv1alpha1.ConditionWaitingForCapacity, metav1.ConditionTrue, trainingv1alpha1.ReasonUnschedulable, msg) {
-			p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
-		}
-	} else {
+	if g.unschedulable == 0 {
 		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.scheduled, n))
+		return ctrl.Result{}
 	}
+	if wait := g.unschedulableSince.Add(capacityGrace).Sub(p.now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}
+	}
+	msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage)
+	if p.setCondition(trainingv1alpha1.ConditionWaitingForCapacity, metav1.ConditionTrue, trainingv1alpha1.ReasonUnschedulable, msg) {
+		p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
+	}
+	return ctrl.Result{}
+}
+
+// conditionOrder ranks condition types, most significant first: kubectl's STATUS column
+// shows the first True one.
+var conditionOrder = map[string]int{
+	trainingv1alpha1.ConditionFailed:             0,
+	trainingv1alpha1.ConditionSucceeded:          1,
+	trainingv1alpha1.ConditionSuspended:          2,
+	trainingv1alpha1.ConditionRestarting:         3,
+	trainingv1alpha1.ConditionWaitingForCapacity: 4,
+	trainingv1alpha1.ConditionRunning:            5,
+	trainingv1alpha1.ConditionCreated:            6,
+}
+
+func sortConditions(conds []metav1.Condition) {
+	slices.SortStableFunc(conds, func(a, b metav1.Condition) int {
+		ra, oka := conditionOrder[a.Type]
+		rb, okb := conditionOrder[b.Type]
+		if !oka {
+			ra = len(conditionOrder)
+		}
+		if !okb {
+			rb = len(conditionOrder)
+		}
+		return ra - rb
+	})
 }
 
 // truncate bounds a message to maxMessageLength bytes on a rune boundary.

@@ -148,7 +148,8 @@ func exited(node string, code int32, at time.Time) func(*corev1.Pod) {
 func unschedulable(msg string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: msg}}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: msg,
+			LastTransitionTime: metav1.NewTime(now.Add(-time.Second))}}
 	}
 }
 
@@ -193,15 +194,15 @@ func TestFirstPassCreatesTheGang(t *testing.T) {
 		ObservedGeneration: 3,
 		StartTime:          &metav1.Time{Time: now},
 		Conditions: []metav1.Condition{
-			{Type: "Created", Status: "True", Reason: "Accepted", Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3},
 			{Type: "Running", Status: "False", Reason: "Starting", Message: "0/16 ranks running", ObservedGeneration: 3},
+			{Type: "Created", Status: "True", Reason: "Accepted", Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3},
 		},
 	}
 	if diff := cmp.Diff(wantStatus, got.Status, ignoreConditionTimes); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
-	if !got.Status.Conditions[0].LastTransitionTime.Time.Equal(now) {
-		t.Errorf("lastTransitionTime = %v, want the injected clock's %v", got.Status.Conditions[0].LastTransitionTime, now)
+	if !got.Status.Conditions[1].LastTransitionTime.Time.Equal(now) {
+		t.Errorf("lastTransitionTime = %v, want the injected clock's %v", got.Status.Conditions[1].LastTransitionTime, now)
 	}
 	ev := h.drainEvents()
 	if len(ev) != 3 || ev[0] != "Normal Accepted accepted: world size 128, context parallel 1, network PollaraAINIC" ||
@@ -248,6 +249,18 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	}
 	if ev := h.drainEvents(); len(ev) != 0 {
 		t.Errorf("steady state emitted events: %v", ev)
+	}
+}
+
+func TestConditionsAreOrderedForTheStatusColumn(t *testing.T) {
+	conds := []metav1.Condition{{Type: "Created"}, {Type: "Custom"}, {Type: "Running"}, {Type: "Failed"}, {Type: "Suspended"}}
+	sortConditions(conds)
+	var got []string
+	for _, c := range conds {
+		got = append(got, c.Type)
+	}
+	if diff := cmp.Diff([]string{"Failed", "Suspended", "Running", "Created", "Custom"}, got); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local Kubernetes cluster for tests and the demo: real etcd, kube-apiserver, scheduler and
 # controller-manager built by hack/tools.sh, plus kwok fake nodes that look like IBM Cloud
-# MI300X workers (amd.com/gpu: 8, amd.com/nic: 8, AMD and IBM labels). No Docker needed.
+# MI300X workers (amd.com/gpu: 8, amd.com/nic: 8, AMD and IBM labels) and a few shared
+# PersistentVolumes for checkpoint claims. No Docker needed.
 #   hack/cluster.sh up [NODES]   start (or reuse) the cluster with NODES fake nodes (default 4, 1..2048)
 #   hack/cluster.sh scale NODES  set the number of fake nodes
 #   hack/cluster.sh down         delete the cluster
@@ -59,6 +60,7 @@ up() {
 			{ log "kwokctl create cluster failed:"; cat "$KWOK_WORKDIR/$name-create.log" >&2; exit 1; }
 	fi
 	scale "$nodes"
+	kubectl apply -f "$root/hack/cluster/checkpoint-volumes.yaml" >/dev/null
 	echo "$kubeconfig"
 }
 

@@ -42,16 +42,33 @@ step "a bad manifest is refused at apply time"
 sed 's/name: smoke/name: smoke-bad/; s/nodes: 4/nodes: 3/; s/profile: Socket/profile: Socket\n    nicsPerNode: 2\n  parallelism:\n    contextParallel: 5/' "$root/config/samples/smoke.yaml" |
 	"$bin/kubectl" apply --server-side -f - 2>&1 | sed 's/^/  /' || true
 
-step "waiting for the operator to accept the job"
-if ! "$bin/kubectl" wait --for=condition=Created --timeout=30s ztj/smoke; then
-	echo "the operator did not accept the job; its log:" >&2
-	cat "$bin/demo-operator.log" >&2
+step "waiting for the gang: 4 worker pods, one per MI300X node, all Running"
+if ! "$bin/kubectl" wait --for=condition=Running --timeout=60s ztj/smoke; then
+	echo "the job did not reach Running; the operator's log:" >&2
+	tail -50 "$bin/demo-operator.log" >&2
+	"$bin/kubectl" get pods -o wide >&2
 	exit 1
 fi
 "$bin/kubectl" get ztj
 echo
-"$bin/kubectl" get ztj smoke -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+"$bin/kubectl" get pods -o wide -L training.zaya.dev/rank,training.zaya.dev/attempt
+echo
+"$bin/kubectl" get svc,pvc
+echo
+echo "conditions:"
+"$bin/kubectl" get ztj smoke -o jsonpath='{range .status.conditions[*]}  {.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+echo
+echo "rank 1's contract environment (docs/worker-contract.md):"
+env=$("$bin/kubectl" get pod smoke-0-1 -o jsonpath='{range .spec.containers[0].env[*]}  {.name}={.value}{"\n"}{end}')
+printf '%s\n' "$env" | sed -n '1,22p'
+echo "  ... ($(printf '%s\n' "$env" | wc -l) variables)"
+echo
 "$bin/kubectl" get events --field-selector involvedObject.name=smoke
 
+step "suspend: the pods go, the checkpoint claim stays"
+"$bin/kubectl" patch ztj smoke --type=merge -p '{"spec":{"suspend":true}}' >/dev/null
+"$bin/kubectl" wait --for=condition=Suspended --timeout=30s ztj/smoke
+"$bin/kubectl" get pods,pvc
+
 step "done"
-echo "The operator accepted a 4-node x 8 GPU job on a local cluster of fake MI300X nodes."
+echo "A 4-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes."

@@ -466,7 +466,8 @@ type QuarantineSpec struct {
 
 // ZayaTrainingJobStatus is the observed state of a ZayaTrainingJob.
 type ZayaTrainingJobStatus struct {
-	// conditions: Created, Running, Restarting, WaitingForCapacity, Suspended, Succeeded, Failed.
+	// conditions: Created, Running, Restarting, WaitingForCapacity, Suspended, Succeeded, Failed,
+	// kept most significant first so the STATUS column (the first True one) reads well.
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
@@ -480,7 +481,7 @@ type ZayaTrainingJobStatus struct {
 	// restarts is how many times the whole gang has been restarted, for any reason; it is
 	// also the current attempt number stamped on the pods.
 	// +optional
-	Restarts int32 `json:"restarts,omitempty"`
+	Restarts int32 `json:"restarts"`
 
 	// restartTimes are the restarts that count against maxRestarts within restartWindow.
 	// +kubebuilder:validation:MaxItems=1024
@@ -490,7 +491,7 @@ type ZayaTrainingJobStatus struct {
 
 	// readyNodes is how many worker pods of the current attempt are Running and ready.
 	// +optional
-	ReadyNodes int32 `json:"readyNodes,omitempty"`
+	ReadyNodes int32 `json:"readyNodes"`
 
 	// lastFailure is the most recent failure that caused a restart or ended the job.
 	// +optional

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -119,7 +120,7 @@ func TestUnplaceableGangReportsCapacity(t *testing.T) {
 	for _, name := range []string{"big-0-1", "big-0-2"} {
 		setPodStatus(g, pods[name], corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-			Message: "0/1 nodes are available: 1 Insufficient amd.com/gpu.",
+			Message: "0/1 nodes are available: 1 Insufficient amd.com/gpu.", LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute)),
 		}}})
 	}
 	g.Eventually(func(g Gomega) {
