@@ -59,13 +59,14 @@ type gang struct {
 	ready, scheduled, succeeded, unschedulable int32
 	unschedulableMessage                       string
 	unschedulableSince                         time.Time // earliest verdict still standing
+	checkpointStep                             int64     // newest step in a termination message, -1 if none
 	firstFailed                                *corev1.Pod
 }
 
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), terminating: make([]bool, n)}
+	g := gang{ranks: make([]*corev1.Pod, n), terminating: make([]bool, n), checkpointStep: -1}
 	attempt := strconv.FormatInt(int64(job.Status.Restarts), 10)
 	for i := range pods {
 		pod := &pods[i]
@@ -82,6 +83,9 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 			continue
 		}
 		g.ranks[rank] = pod
+		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
+			g.checkpointStep = step
+		}
 		if pod.Spec.NodeName != "" {
 			g.scheduled++
 		}
@@ -145,6 +149,25 @@ func workerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 		}
 	}
 	return nil
+}
+
+// reportedCheckpoint reads the last committed checkpoint step a stopped worker wrote to its
+// termination message ("checkpoint-step=N" on a line of its own).
+func reportedCheckpoint(pod *corev1.Pod) (int64, bool) {
+	s := workerStatus(pod)
+	if s == nil || s.State.Terminated == nil {
+		return 0, false
+	}
+	for line := range strings.Lines(s.State.Terminated.Message) {
+		v, found := strings.CutPrefix(strings.TrimSpace(line), trainingv1alpha1.TerminationMessageCheckpointPrefix)
+		if !found {
+			continue
+		}
+		if step, err := strconv.ParseInt(v, 10, 64); err == nil && step >= 0 {
+			return step, true
+		}
+	}
+	return 0, false
 }
 
 // finishedAt is when a failed pod's worker stopped, for finding the rank that failed first

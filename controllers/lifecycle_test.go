@@ -55,6 +55,47 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	}
 }
 
+func TestTerminationMessagesReportTheLastCheckpoint(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	withMessage := func(code int32, msg string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			exited("n", code, now)(p)
+			p.Status.ContainerStatuses[0].State.Terminated.Message = msg
+		}
+	}
+	h.setPod(t, "llm-0-0", withMessage(0, "saved\ncheckpoint-step=1200\n"))
+	h.setPod(t, "llm-0-1", withMessage(0, "checkpoint-step=900"))
+	h.mustReconcile(t, job)
+	got := h.get(t, job).Status.LastCheckpoint
+	if got == nil || got.Step != 1200 || !got.Time.Time.Equal(now) {
+		t.Errorf("lastCheckpoint = %+v, want step 1200 at %v", got, now)
+	}
+}
+
+func TestReportedCheckpointIgnoresGarbage(t *testing.T) {
+	for msg, want := range map[string]int64{
+		"checkpoint-step=42":         42,
+		"  checkpoint-step=7  \nbye": 7,
+		"checkpoint-step=-3":         -1,
+		"checkpoint-step=lots":       -1,
+		"step=5":                     -1,
+		"":                           -1,
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}}
+		exited("n", 1, now)(pod)
+		pod.Status.ContainerStatuses[0].State.Terminated.Message = msg
+		got, ok := reportedCheckpoint(pod)
+		if !ok {
+			got = -1
+		}
+		if got != want {
+			t.Errorf("reportedCheckpoint(%q) = %d, want %d", msg, got, want)
+		}
+	}
+}
+
 func TestAllRanksPolicyWaitsForEveryRank(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
 	job.Spec.SuccessPolicy = trainingv1alpha1.SuccessAllRanks

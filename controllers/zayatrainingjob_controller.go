@@ -160,6 +160,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 
 	gang := classify(job, pods)
+	p.recordCheckpoint(gang)
 	if err := p.deletePods(ctx, gang.stale); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -275,6 +276,15 @@ func (p *pass) requeueForDeadline() ctrl.Result {
 		return ctrl.Result{}
 	}
 	return ctrl.Result{RequeueAfter: p.job.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(p.now)}
+}
+
+// recordCheckpoint keeps the newest checkpoint step the workers reported.
+func (p *pass) recordCheckpoint(g gang) {
+	last := p.job.Status.LastCheckpoint
+	if g.checkpointStep < 0 || (last != nil && last.Step >= g.checkpointStep) {
+		return
+	}
+	p.job.Status.LastCheckpoint = &trainingv1alpha1.CheckpointStatus{Step: g.checkpointStep, Time: &metav1.Time{Time: p.now}}
 }
 
 // succeeded applies the success policy.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -72,5 +73,45 @@ func TestTooBigAGangReportsWhyItCannotBePlaced(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("Insufficient amd.com/gpu"))
 		g.Expect(c.Message).To(MatchRegexp(`\d+/%d ranks placed, \d+ unschedulable`, want))
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeFalse())
+	}, gangTimeout, interval).Should(Succeed())
+}
+
+func TestDeletingAJobKeepsItsCheckpoints(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+
+	keep := testjob.MakeZayaTrainingJob("keep", ns).Nodes(2).NewCheckpoint("1Ti", "").Obj()
+	drop := testjob.MakeZayaTrainingJob("drop", ns).Nodes(2).NewCheckpoint("1Ti", "").Obj()
+	drop.Spec.Checkpoint.RetainOnDelete = ptr.To(false)
+	for _, j := range []*trainingv1alpha1.ZayaTrainingJob{keep, drop} {
+		g.Expect(k8sClient.Create(ctx, j)).To(Succeed())
+	}
+	for _, j := range []*trainingv1alpha1.ZayaTrainingJob{keep, drop} {
+		g.Eventually(func(g Gomega) {
+			got := &trainingv1alpha1.ZayaTrainingJob{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(j), got)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+		}, gangTimeout, interval).Should(Succeed())
+		g.Expect(k8sClient.Delete(ctx, j)).To(Succeed())
+	}
+
+	// The garbage collector takes the pods and the Service; the retained claim stays.
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns))).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+		svcs := &corev1.ServiceList{}
+		g.Expect(k8sClient.List(ctx, svcs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(svcs.Items).To(BeEmpty())
+		pvcs := &corev1.PersistentVolumeClaimList{}
+		g.Expect(k8sClient.List(ctx, pvcs, client.InNamespace(ns))).To(Succeed())
+		var names []string
+		for _, p := range pvcs.Items {
+			if p.DeletionTimestamp.IsZero() {
+				names = append(names, p.Name)
+			}
+		}
+		g.Expect(names).To(ConsistOf("keep-checkpoints"))
 	}, gangTimeout, interval).Should(Succeed())
 }

@@ -1,0 +1,38 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func TestJobsCollectorCountsTrueConditions(t *testing.T) {
+	running := testjob.MakeZayaTrainingJob("a", "ns").Defaulted().Obj()
+	running.Status.Conditions = []metav1.Condition{{Type: "Running", Status: "True"}, {Type: "Created", Status: "True"}}
+	failed := testjob.MakeZayaTrainingJob("b", "ns").Defaulted().Obj()
+	failed.Status.Conditions = []metav1.Condition{{Type: "Failed", Status: "True"}, {Type: "Running", Status: "False"}, {Type: "Created", Status: "True"}}
+	c := &jobsCollector{
+		reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(running, failed).Build(),
+		desc:   prometheus.NewDesc("zaya_jobs", "ZayaTrainingJobs whose condition is True, by condition.", []string{"condition"}, nil),
+	}
+	want := `
+# HELP zaya_jobs ZayaTrainingJobs whose condition is True, by condition.
+# TYPE zaya_jobs gauge
+zaya_jobs{condition="Created"} 2
+zaya_jobs{condition="Failed"} 1
+zaya_jobs{condition="Restarting"} 0
+zaya_jobs{condition="Running"} 1
+zaya_jobs{condition="Succeeded"} 0
+zaya_jobs{condition="Suspended"} 0
+zaya_jobs{condition="WaitingForCapacity"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
