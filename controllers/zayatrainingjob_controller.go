@@ -63,8 +63,11 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	logger := log.FromContext(ctx).WithValues("job", klog.KObj(job))
 	ctx = log.IntoContext(ctx, logger)
 
+	// The pass only reads pods, so it may share the cache's copies: at 1024 ranks a deep copy
+	// per pass would dominate its cost.
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerKey: job.Name}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerKey: job.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
 
