@@ -52,9 +52,10 @@ func CacheOptions() cache.Options {
 
 // gang is the state of a job's pods for its current attempt.
 type gang struct {
-	ranks       []*corev1.Pod // live pods of the current attempt, by rank; nil where missing
-	terminating []bool        // ranks whose current-attempt pod is still going away
-	stale       []*corev1.Pod // live pods of other attempts or out-of-range ranks
+	ranks     []*corev1.Pod // live pods of the current attempt, by rank; nil where missing
+	disrupted []*corev1.Pod // current-attempt pods deleted under the running gang
+	stale     []*corev1.Pod // live pods of other attempts or out-of-range ranks
+	draining  []*corev1.Pod // pods of other attempts still terminating
 
 	ready, scheduled, succeeded, unschedulable int32
 	unschedulableMessage                       string
@@ -66,20 +67,26 @@ type gang struct {
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), terminating: make([]bool, n), checkpointStep: -1}
+	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1}
 	attempt := strconv.FormatInt(int64(job.Status.Restarts), 10)
+	previous := strconv.FormatInt(int64(job.Status.Restarts-1), 10)
 	for i := range pods {
 		pod := &pods[i]
 		rank, err := strconv.ParseInt(pod.Labels[trainingv1alpha1.RankLabel], 10, 32)
 		current := err == nil && rank >= 0 && int32(rank) < n && pod.Labels[trainingv1alpha1.AttemptLabel] == attempt
+		terminal := pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
 		switch {
-		case !current:
-			if pod.DeletionTimestamp.IsZero() {
-				g.stale = append(g.stale, pod)
-			}
+		case !current && terminal && pod.DeletionTimestamp.IsZero() && pod.Labels[trainingv1alpha1.AttemptLabel] == previous:
+			// The previous attempt's finished pods stay for `kubectl logs`; they hold no devices.
 			continue
-		case !pod.DeletionTimestamp.IsZero():
-			g.terminating[rank] = true
+		case !current && pod.DeletionTimestamp.IsZero():
+			g.stale = append(g.stale, pod)
+			continue
+		case !current:
+			g.draining = append(g.draining, pod)
+			continue
+		case !pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded:
+			g.disrupted = append(g.disrupted, pod)
 			continue
 		}
 		g.ranks[rank] = pod
@@ -119,11 +126,31 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 func (g gang) missing() []int32 {
 	var out []int32
 	for r, p := range g.ranks {
-		if p == nil && !g.terminating[r] {
+		if p == nil {
 			out = append(out, int32(r))
 		}
 	}
 	return out
+}
+
+// firstFailure is the pod of the current attempt that failed first: the root cause, as its
+// peers fail later in collective timeouts. Nil when nothing failed.
+func (g gang) firstFailure() *corev1.Pod {
+	first := g.firstFailed
+	for _, p := range g.disrupted {
+		if first == nil || p.DeletionTimestamp.Time.Before(failedAt(first)) {
+			first = p
+		}
+	}
+	return first
+}
+
+// failedAt is when a pod failed or was deleted.
+func failedAt(pod *corev1.Pod) time.Time {
+	if !pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodFailed {
+		return pod.DeletionTimestamp.Time
+	}
+	return finishedAt(pod)
 }
 
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -111,36 +110,6 @@ func TestAllRanksPolicyWaitsForEveryRank(t *testing.T) {
 	h.mustReconcile(t, job)
 	if c := condition(h.get(t, job), "Succeeded"); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Succeeded = %+v", c)
-	}
-}
-
-func TestAFailedRankFailsTheJobNamingTheFirstFailure(t *testing.T) {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
-	h := newHarness(t, interceptor.Funcs{}, job)
-	h.mustReconcile(t, job)
-	// Rank 2 failed first; rank 0 later, in a collective timeout.
-	h.setPod(t, "llm-0-0", exited("n0", 1, now.Add(time.Minute)))
-	h.setPod(t, "llm-0-1", running("n1"))
-	h.setPod(t, "llm-0-2", exited("n2", 139, now))
-	h.mustReconcile(t, job)
-
-	got := h.get(t, job)
-	c := condition(got, "Failed")
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "WorkerFailed" {
-		t.Fatalf("Failed = %+v", c)
-	}
-	want := &trainingv1alpha1.JobFailure{
-		Time: metav1.NewTime(now), Reason: "ExitCode", Attempt: 0, Node: "n2", Rank: ptr.To[int32](2), ExitCode: ptr.To[int32](139),
-		Message: "rank 2 (pod llm-0-2 on n2) exited 139 (Error)",
-	}
-	if diff := cmp.Diff(want, got.Status.LastFailure); diff != "" {
-		t.Errorf("lastFailure (-want +got):\n%s", diff)
-	}
-	if _, ok := h.pods(t)["llm-0-1"]; ok {
-		t.Error("the running rank was not deleted: it would hang in a collective")
-	}
-	if ev := h.drainEvents(); !strings.HasPrefix(ev[len(ev)-1], "Warning WorkerFailed failed: rank 2") {
-		t.Errorf("events = %q", ev)
 	}
 }
 

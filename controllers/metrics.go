@@ -24,6 +24,15 @@ var (
 		Help:    "Seconds from a job's creation to all of its ranks running for the first time.",
 		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14), // 0.5 s .. ~68 min
 	})
+	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_gang_restarts_total",
+		Help: "Whole-gang restarts, by failure reason.",
+	}, []string{"reason"})
+	recoverySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "zaya_gang_recovery_seconds",
+		Help:    "Seconds from a failure being seen to every rank of the new attempt running.",
+		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
+	})
 	registerOnce sync.Once
 )
 
@@ -67,7 +76,7 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 // registerMetrics adds the operator's metrics to controller-runtime's registry (once per process).
 func registerMetrics(reader client.Reader) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(podsCreated, timeToRunning, &jobsCollector{
+		metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, &jobsCollector{
 			reader: reader,
 			desc:   prometheus.NewDesc("zaya_jobs", "ZayaTrainingJobs whose condition is True, by condition.", []string{"condition"}, nil),
 		})

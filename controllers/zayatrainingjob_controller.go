@@ -164,11 +164,28 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 
 	gang := classify(job, pods)
 	p.recordCheckpoint(gang)
+	if p.succeeded(gang) {
+		return p.finish(ctx, pods)
+	}
+	if pod := gang.firstFailure(); pod != nil {
+		p.recover(ctx, judge(&job.Spec, pod, p.now, job.Status.Restarts))
+		if finished(job) {
+			return p.finish(ctx, pods)
+		}
+		return ctrl.Result{}, nil // the status write brings the next pass
+	}
+
+	// A new attempt starts only once the old one is gone: its pods hold the GPUs and answer
+	// to the same hostnames.
 	if err := p.deletePods(ctx, gang.stale); err != nil {
 		return ctrl.Result{}, err
 	}
-	if p.succeeded(gang) || p.failed(gang) {
-		return p.finish(ctx, pods)
+	if len(gang.stale) > 0 || len(gang.draining) > 0 {
+		next, err := p.clearStuck(ctx, gang.draining)
+		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline()), err
+	}
+	if wait := p.backoffLeft(); wait > 0 {
+		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline()), nil
 	}
 	if err := p.createMissing(ctx, gang); err != nil {
 		return ctrl.Result{}, err
@@ -218,7 +235,12 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	}
 	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
 		p.normal(trainingv1alpha1.ReasonSuspended, "Suspend", "suspended: deleted the worker pods, kept checkpoints")
+		if job.Status.StartTime != nil {
+			// Resuming starts a new attempt, so the pods being deleted now never pass for it.
+			job.Status.Restarts++
+		}
 	}
+	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	job.Status.ReadyNodes = 0
@@ -310,20 +332,6 @@ func (p *pass) succeeded(g gang) bool {
 	return true
 }
 
-// failed ends the job when a rank failed. Gang restarts from the last checkpoint replace this
-// in the recovery work; until then a failed rank fails the job rather than leave its peers
-// hanging in a collective.
-func (p *pass) failed(g gang) bool {
-	if g.firstFailed == nil {
-		return false
-	}
-	pod := g.firstFailed
-	f := failureOf(pod, p.now, p.job.Status.Restarts)
-	p.job.Status.LastFailure = &f
-	p.fail(trainingv1alpha1.ReasonWorkerFailed, f.Message)
-	return true
-}
-
 // fail marks the job Failed.
 func (p *pass) fail(reason, message string) {
 	p.setCondition(trainingv1alpha1.ConditionFailed, metav1.ConditionTrue, reason, message)
@@ -365,6 +373,7 @@ func (p *pass) updateProgress(g gang) ctrl.Result {
 	n := job.Spec.Nodes
 	job.Status.ReadyNodes = g.ready
 	if g.ready == n {
+		p.finishRecovery()
 		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionTrue, trainingv1alpha1.ReasonAllRanksRunning,
 			fmt.Sprintf("all %d ranks are running", n)) {
 			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())

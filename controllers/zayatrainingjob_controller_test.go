@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -383,3 +384,9 @@ func TestTruncateKeepsRunesWhole(t *testing.T) {
 func utf8Valid(s string) bool { return utf8.ValidString(s) }
 
 func clockAt(t time.Time) *clocktesting.FakePassiveClock { return clocktesting.NewFakePassiveClock(t) }
+
+func reqFor(job *trainingv1alpha1.ZayaTrainingJob) ctrl.Request {
+	return ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
+}
+
+func slicesSort(s []string) { slices.Sort(s) }

@@ -61,8 +61,16 @@ const (
 	ReasonResumed = "Resumed"
 	// ReasonCompleted: the success policy was met.
 	ReasonCompleted = "Completed"
-	// ReasonWorkerFailed: a rank failed.
-	ReasonWorkerFailed = "WorkerFailed"
+	// ReasonFatalFailure: a rank failed in a way a restart cannot fix (a fatal exit code).
+	ReasonFatalFailure = "FatalFailure"
+	// ReasonRestartBudgetExceeded: maxRestarts restarts happened within restartWindow.
+	ReasonRestartBudgetExceeded = "RestartBudgetExceeded"
+	// ReasonRestarting: the gang is being restarted from the last checkpoint.
+	ReasonRestarting = "Restarting"
+	// ReasonRecovered: the restarted gang runs again.
+	ReasonRecovered = "Recovered"
+	// ReasonForceDeleted: a pod stuck terminating was force-deleted.
+	ReasonForceDeleted = "ForceDeleted"
 	// ReasonDeadlineExceeded: activeDeadlineSeconds passed.
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	// ReasonFinished: the job succeeded or failed, so it no longer runs.
@@ -72,8 +80,22 @@ const (
 // Failure reasons of status.lastFailure (a failed pod's own status.reason, such as Evicted,
 // is used as it is).
 const (
-	// FailureReasonExitCode: a worker container exited non-zero.
+	// FailureReasonExitCode: a worker container exited with a retryable non-zero code.
 	FailureReasonExitCode = "ExitCode"
+	// FailureReasonFatalExitCode: a worker exited with a code classified as fatal.
+	FailureReasonFatalExitCode = "FatalExitCode"
+	// FailureReasonEvicted: the cluster evicted a rank (node pressure, drain, eviction API).
+	FailureReasonEvicted = "Evicted"
+	// FailureReasonPreempted: the scheduler preempted a rank.
+	FailureReasonPreempted = "Preempted"
+	// FailureReasonPodDeleted: a rank's pod was deleted while the gang ran.
+	FailureReasonPodDeleted = "PodDeleted"
+	// FailureReasonNodeLost: a rank's node stopped answering or shut down.
+	FailureReasonNodeLost = "NodeLost"
+	// FailureReasonDeviceUnhealthy: a GPU or NIC of a rank's node went unhealthy.
+	FailureReasonDeviceUnhealthy = "DeviceUnhealthy"
+	// FailureReasonHang: a worker stopped touching its heartbeat file.
+	FailureReasonHang = "Hang"
 )
 
 // Worker exit codes of the worker contract (docs/worker-contract.md).
