@@ -229,6 +229,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	if s.Placement.NodeSharing == trainingv1alpha1.NodeSharingExclusive && s.GPUsPerNode < 8 {
 		addRankAntiAffinity(ps, job.Name)
 	}
+	avoidQuarantined(ps, job.Status.QuarantinedNodes)
 	return pod
 }
 

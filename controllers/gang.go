@@ -47,7 +47,20 @@ func CacheOptions() cache.Options {
 		&corev1.Pod{}:                   ours,
 		&corev1.Service{}:               ours,
 		&corev1.PersistentVolumeClaim{}: ours,
+		// Nodes are watched for health only: drop what is big and unused.
+		&corev1.Node{}: {Transform: slimNode},
 	}}
+}
+
+// slimNode keeps what nodeProblem and tainting need.
+func slimNode(o any) (any, error) {
+	if n, ok := o.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Status.Images = nil
+		n.Status.VolumesAttached = nil
+		n.Status.VolumesInUse = nil
+	}
+	return o, nil
 }
 
 // gang is the state of a job's pods for its current attempt.

@@ -18,8 +18,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -49,6 +51,7 @@ type ZayaTrainingJobReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
@@ -93,8 +96,8 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return result, err
 }
 
-// event is an event to emit once the status it describes is stored.
-type event struct {
+// pendingEvent is an event to emit once the status it describes is stored.
+type pendingEvent struct {
 	eventType, reason, action, note string
 }
 
@@ -103,15 +106,15 @@ type pass struct {
 	r      *ZayaTrainingJobReconciler
 	job    *trainingv1alpha1.ZayaTrainingJob
 	now    time.Time
-	events []event
+	events []pendingEvent
 }
 
 func (p *pass) normal(reason, action, format string, args ...any) {
-	p.events = append(p.events, event{corev1.EventTypeNormal, reason, action, truncate(fmt.Sprintf(format, args...))})
+	p.events = append(p.events, pendingEvent{corev1.EventTypeNormal, reason, action, truncate(fmt.Sprintf(format, args...))})
 }
 
 func (p *pass) warning(reason, action, format string, args ...any) {
-	p.events = append(p.events, event{corev1.EventTypeWarning, reason, action, truncate(fmt.Sprintf(format, args...))})
+	p.events = append(p.events, pendingEvent{corev1.EventTypeWarning, reason, action, truncate(fmt.Sprintf(format, args...))})
 }
 
 // setCondition sets a condition and reports whether it changed.
@@ -162,13 +165,23 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.finish(ctx, pods)
 	}
 
+	releaseIn := p.expireQuarantine()
 	gang := classify(job, pods)
 	p.recordCheckpoint(gang)
 	if p.succeeded(gang) {
 		return p.finish(ctx, pods)
 	}
-	if pod := gang.firstFailure(); pod != nil {
-		p.recover(ctx, judge(&job.Spec, pod, p.now, job.Status.Restarts))
+	v, err := p.firstFailure(ctx, gang)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if v != nil {
+		if quarantines(v.failure.Reason) {
+			if err := p.quarantine(ctx, &v.failure); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		p.recover(ctx, *v)
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}
@@ -190,7 +203,21 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err := p.createMissing(ctx, gang); err != nil {
 		return ctrl.Result{}, err
 	}
-	return soonest(p.updateProgress(gang), p.requeueForDeadline()), nil
+	return soonest(soonest(p.updateProgress(gang), p.requeueForDeadline()), ctrl.Result{RequeueAfter: releaseIn}), nil
+}
+
+// firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
+// rank on a node that lost its health (the device plugin never evicts those pods).
+func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
+	if pod := g.firstFailure(); pod != nil {
+		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
+		return &v, nil
+	}
+	f, err := p.unhealthyRank(ctx, g)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	return &verdict{failure: *f, counted: true}, nil
 }
 
 // soonest is the result that requeues first.
@@ -440,11 +467,15 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeKey, indexPodNode); err != nil {
+		return err
+	}
 	registerMetrics(mgr.GetClient())
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&trainingv1alpha1.ZayaTrainingJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("zayatrainingjob").
 		Complete(r)

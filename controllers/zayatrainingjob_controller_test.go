@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,7 +76,7 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 		return c.Delete(ctx, obj, opts...)
 	}
 	cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
-		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}).WithInterceptorFuncs(funcs).
+		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}, &corev1.Node{}).WithInterceptorFuncs(funcs).
 		WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).Build()
 	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now)}
 	return h
@@ -113,6 +114,9 @@ func (h *harness) setPod(t *testing.T, name string, mutate func(*corev1.Pod)) {
 		t.Fatal(err)
 	}
 	mutate(pod)
+	if pod.Spec.NodeName != "" {
+		h.ensureNode(t, pod.Spec.NodeName)
+	}
 	status := pod.Status
 	if err := h.r.Update(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -121,6 +125,48 @@ func (h *harness) setPod(t *testing.T, name string, mutate func(*corev1.Pod)) {
 	if err := h.r.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// healthyNode is a Ready MI300X node with all 8 GPUs and NICs allocatable.
+func healthyNode(name string) *corev1.Node {
+	res := corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{
+			Capacity: res, Allocatable: res.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+// ensureNode creates a healthy node the first time a pod lands on it.
+func (h *harness) ensureNode(t *testing.T, name string) {
+	t.Helper()
+	err := h.r.Create(context.Background(), healthyNode(name))
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	h.writes.Add(-1) // test setup, not the operator's write
+}
+
+// setNode changes a node as its kubelet, the device plugin or an exporter would.
+func (h *harness) setNode(t *testing.T, name string, mutate func(*corev1.Node)) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{}
+	if err := h.r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	mutate(n)
+	status := n.Status
+	if err := h.r.Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status = status
+	if err := h.r.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	h.writes.Add(-2)
 }
 
 func running(node string) func(*corev1.Pod) {

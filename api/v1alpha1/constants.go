@@ -71,6 +71,10 @@ const (
 	ReasonRecovered = "Recovered"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.
 	ReasonForceDeleted = "ForceDeleted"
+	// ReasonNodeQuarantined: a node was added to the job's quarantine (and maybe tainted).
+	ReasonNodeQuarantined = "NodeQuarantined"
+	// ReasonNodeReleased: a quarantined node's time ran out.
+	ReasonNodeReleased = "NodeReleased"
 	// ReasonDeadlineExceeded: activeDeadlineSeconds passed.
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	// ReasonFinished: the job succeeded or failed, so it no longer runs.

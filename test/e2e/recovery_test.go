@@ -1,0 +1,186 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// runningJob creates a job of n nodes and waits until all its ranks run.
+func runningJob(t *testing.T, ns, name string, n int32, mutate func(*trainingv1alpha1.ZayaTrainingJob)) *trainingv1alpha1.ZayaTrainingJob {
+	t.Helper()
+	g := NewWithT(t)
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(n).Obj()
+	if mutate != nil {
+		mutate(job)
+	}
+	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
+	waitRunning(g, job, 0)
+	return job
+}
+
+// waitRunning waits for the job to run attempt `attempt` with every rank ready.
+func waitRunning(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) *trainingv1alpha1.ZayaTrainingJob {
+	got := &trainingv1alpha1.ZayaTrainingJob{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())
+		g.Expect(got.Status.Restarts).To(Equal(attempt))
+		g.Expect(got.Status.ReadyNodes).To(Equal(job.Spec.Nodes))
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, gangTimeout, interval).Should(Succeed())
+	return got
+}
+
+// rankPods are the live pods of one attempt by rank.
+func rankPods(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) map[string]corev1.Pod {
+	list := &corev1.PodList{}
+	g.Expect(k8sClient.List(context.Background(), list, client.InNamespace(job.Namespace), client.MatchingLabels{
+		trainingv1alpha1.JobNameLabel: job.Name, trainingv1alpha1.AttemptLabel: fmt.Sprint(attempt),
+	})).To(Succeed())
+	out := map[string]corev1.Pod{}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp.IsZero() {
+			out[p.Labels[trainingv1alpha1.RankLabel]] = p
+		}
+	}
+	return out
+}
+
+// exitWorker makes a rank's worker exit with code, as its kubelet would report it.
+func exitWorker(g Gomega, pod corev1.Pod, code int32) {
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "worker", Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: "Error", FinishedAt: metav1.Now(), Message: "checkpoint-step=300",
+		}},
+	}}
+	g.Expect(k8sClient.Status().Patch(context.Background(), &pod, patch)).To(Succeed())
+}
+
+// patchNode changes a node and restores it when the test ends (the cluster is shared).
+func patchNode(t *testing.T, g Gomega, name string, mutate func(*corev1.Node), restore func(*corev1.Node)) {
+	t.Helper()
+	ctx := context.Background()
+	// Metadata and status are separate writes, each from its own copy: a patch's response
+	// overwrites the object it was given.
+	change := func(f func(*corev1.Node)) error {
+		n := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		meta, status := n.DeepCopy(), n.DeepCopy()
+		f(meta)
+		f(status)
+		if err := k8sClient.Patch(ctx, meta, client.MergeFrom(n)); err != nil {
+			return err
+		}
+		return k8sClient.Status().Patch(ctx, status, client.MergeFrom(n))
+	}
+	g.Expect(change(mutate)).To(Succeed())
+	t.Cleanup(func() { _ = change(restore) })
+}
+
+// expectAvoids checks that no rank of the attempt runs on node.
+func expectAvoids(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32, node string) {
+	pods := rankPods(g, job, attempt)
+	g.Expect(pods).To(HaveLen(int(job.Spec.Nodes)))
+	for _, p := range pods {
+		g.Expect(p.Spec.NodeName).NotTo(Equal(node), "rank %s was placed on quarantined node %s", p.Labels[trainingv1alpha1.RankLabel], node)
+	}
+}
+
+func TestRetryableExitRestartsTheGang(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	job := runningJob(t, ns, "retry", 4, nil)
+	exitWorker(g, rankPods(g, job, 0)["2"], 1)
+
+	got := waitRunning(g, job, 1)
+	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonExitCode))
+	g.Expect(*got.Status.LastFailure.Rank).To(Equal(int32(2)))
+	g.Expect(got.Status.RestartTimes).To(HaveLen(1))
+	g.Expect(got.Status.LastCheckpoint).NotTo(BeNil())
+	g.Expect(got.Status.LastCheckpoint.Step).To(Equal(int64(300)))
+	g.Expect(got.Status.LastRecoverySeconds).NotTo(BeNil())
+	g.Expect(meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionRestarting).Reason).To(Equal(trainingv1alpha1.ReasonRecovered))
+}
+
+func TestFatalExitFailsTheJob(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	job := runningJob(t, ns, "fatal", 4, nil)
+	exitWorker(g, rankPods(g, job, 0)["1"], trainingv1alpha1.ExitCodeConfigError)
+
+	g.Eventually(func(g Gomega) {
+		got := &trainingv1alpha1.ZayaTrainingJob{}
+		g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionFailed)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonFatalFailure))
+		g.Expect(got.Status.Restarts).To(BeZero())
+		// The other ranks are not left hanging in a collective.
+		for _, p := range rankPods(g, job, 0) {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodFailed))
+		}
+	}, gangTimeout, interval).Should(Succeed())
+}
+
+func TestUnhealthyGPUQuarantinesTheNode(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	job := runningJob(t, ns, "gpu", 4, nil)
+	bad := rankPods(g, job, 0)["1"].Spec.NodeName
+
+	patchNode(t, g, bad,
+		func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") },
+		func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("8") })
+
+	got := waitRunning(g, job, 1)
+	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonDeviceUnhealthy))
+	g.Expect(got.Status.QuarantinedNodes).To(ContainElement(HaveField("Name", bad)))
+	expectAvoids(g, job, 1, bad)
+}
+
+func TestLostNodeIsAvoided(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	job := runningJob(t, ns, "lost", 4, func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
+	})
+	dead := rankPods(g, job, 0)["3"].Spec.NodeName
+
+	// The kubelet goes silent: kwok stops minding the node and its Ready turns Unknown.
+	patchNode(t, g, dead,
+		func(n *corev1.Node) {
+			n.Labels["zaya.dev/fault"] = "down"
+			for i := range n.Status.Conditions {
+				if n.Status.Conditions[i].Type == corev1.NodeReady {
+					n.Status.Conditions[i].Status = corev1.ConditionUnknown
+					n.Status.Conditions[i].Reason = "NodeStatusUnknown"
+				}
+			}
+		},
+		func(n *corev1.Node) { delete(n.Labels, "zaya.dev/fault") })
+
+	got := waitRunning(g, job, 1)
+	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeLost))
+	g.Expect(got.Status.LastFailure.Node).To(Equal(dead))
+	g.Expect(got.Status.QuarantinedNodes).To(ContainElement(HaveField("Name", dead)))
+	expectAvoids(g, job, 1, dead)
+}
