@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -219,6 +220,9 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	if needsRDMA(s.Network.Profile) {
 		addCapability(w, "IPC_LOCK")
 	}
+	if w.LivenessProbe == nil && s.FaultTolerance.HangTimeout != nil {
+		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration)
+	}
 
 	if s.Placement.GPUNodeSelector == trainingv1alpha1.GPUNodeSelectorNFD {
 		if ps.NodeSelector == nil {
@@ -231,6 +235,30 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	}
 	avoidQuarantined(ps, job.Status.QuarantinedNodes)
 	return pod
+}
+
+// heartbeatProbe fails when the worker has not touched ZAYA_HEARTBEAT_FILE for timeout (or
+// never did, timeout after start). Before failing it appends a "zaya: hang" line to the
+// termination log so the operator can tell a hang from a crash. Templates that bring their own
+// liveness probe (or images without a shell) keep theirs.
+func heartbeatProbe(timeout time.Duration) *corev1.Probe {
+	secs := int32(timeout.Seconds())
+	period := min(max(secs/6, 10), 60)
+	return &corev1.Probe{
+		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs, corev1.TerminationMessagePathDefault)}}},
+		InitialDelaySeconds: secs,
+		PeriodSeconds:       period,
+		TimeoutSeconds:      10,
+		FailureThreshold:    1,
+	}
+}
+
+// heartbeatScript checks the heartbeat file's age and, when it is too old, appends the hang
+// line to terminationLog and fails.
+func heartbeatScript(secs int32, terminationLog string) string {
+	return fmt.Sprintf(`f="$%s"; [ -f "$f" ] && [ $(( $(date +%%s) - $(stat -c %%Y "$f") )) -lt %d ] || `+
+		`{ echo "%s no heartbeat for %ds" >> %s; exit 1; }`,
+		trainingv1alpha1.EnvHeartbeatFile, secs, trainingv1alpha1.TerminationMessageHangPrefix, secs, terminationLog)
 }
 
 // setDevice requests and limits n of an extended resource (they must be equal).

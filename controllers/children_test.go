@@ -1,7 +1,11 @@
 package controllers
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -88,6 +92,12 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "zaya-shm", MountPath: "/dev/shm"},
 					{Name: "zaya-checkpoints", MountPath: "/checkpoints"},
+				},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
+						`f="$ZAYA_HEARTBEAT_FILE"; [ -f "$f" ] && [ $(( $(date +%s) - $(stat -c %Y "$f") )) -lt 1800 ] || ` +
+							`{ echo "zaya: hang: no heartbeat for 1800s" >> /dev/termination-log; exit 1; }`}}},
+					InitialDelaySeconds: 1800, PeriodSeconds: 60, TimeoutSeconds: 10, FailureThreshold: 1,
 				},
 			}},
 		},
@@ -216,6 +226,25 @@ func TestNewWorkerPodVariants(t *testing.T) {
 		}(), func(t *testing.T, p *corev1.Pod) {
 			if p.Spec.SchedulerName != "volcano" || p.Spec.PriorityClassName != "training-high" || len(p.Spec.Tolerations) != 1 {
 				t.Errorf("lost scheduling fields: %q %q %v", p.Spec.SchedulerName, p.Spec.PriorityClassName, p.Spec.Tolerations)
+			}
+		}},
+		{"the template's own liveness probe is kept", func() *trainingv1alpha1.ZayaTrainingJob {
+			j := testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj()
+			j.Spec.Template.Spec.Containers[0].LivenessProbe = &corev1.Probe{PeriodSeconds: 7}
+			return j
+		}(), func(t *testing.T, p *corev1.Pod) {
+			if p.Spec.Containers[0].LivenessProbe.PeriodSeconds != 7 {
+				t.Errorf("liveness probe replaced: %+v", p.Spec.Containers[0].LivenessProbe)
+			}
+		}},
+		{"a short hang timeout probes often", func() *trainingv1alpha1.ZayaTrainingJob {
+			j := testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj()
+			j.Spec.FaultTolerance.HangTimeout = &metav1.Duration{Duration: 45e9}
+			return j
+		}(), func(t *testing.T, p *corev1.Pod) {
+			pr := p.Spec.Containers[0].LivenessProbe
+			if pr.InitialDelaySeconds != 45 || pr.PeriodSeconds != 10 {
+				t.Errorf("probe = delay %d period %d, want 45 and 10", pr.InitialDelaySeconds, pr.PeriodSeconds)
 			}
 		}},
 		{"no checkpoint: no volume, no checkpoint env", testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj(),
@@ -368,5 +397,42 @@ func TestNewCheckpointClaim(t *testing.T) {
 	owned.Spec.Checkpoint.RetainOnDelete = ptr.To(false)
 	if c := newCheckpointClaim(owned); len(c.OwnerReferences) != 1 || c.Spec.StorageClassName != nil {
 		t.Errorf("unretained claim: owners %v, class %v", c.OwnerReferences, c.Spec.StorageClassName)
+	}
+}
+
+// TestHeartbeatScriptRunsInAShell runs the probe's script with sh, as the kubelet would.
+func TestHeartbeatScriptRunsInAShell(t *testing.T) {
+	dir := t.TempDir()
+	beat, termLog := filepath.Join(dir, "heartbeat"), filepath.Join(dir, "termination-log")
+	run := func() error {
+		cmd := exec.Command("sh", "-c", heartbeatScript(60, termLog))
+		cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+beat)
+		return cmd.Run()
+	}
+	if err := run(); err == nil {
+		t.Error("no heartbeat yet (past the initial delay) must fail")
+	}
+	if err := os.WriteFile(beat, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err != nil {
+		t.Errorf("a fresh heartbeat failed the probe: %v", err)
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(beat, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err == nil {
+		t.Error("a heartbeat 2 minutes old passed a 60 s probe")
+	}
+	msg, err := os.ReadFile(termLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}}
+	exited("n", 137, now)(pod)
+	pod.Status.ContainerStatuses[0].State.Terminated.Message = "checkpoint-step=7\n" + string(msg)
+	if !hung(pod) {
+		t.Errorf("termination message %q is not recognised as a hang", msg)
 	}
 }

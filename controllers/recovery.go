@@ -64,6 +64,10 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 		f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
 	}
+	if hung(pod) {
+		f.Reason = trainingv1alpha1.FailureReasonHang
+		return verdict{failure: f, counted: true}
+	}
 	if f.ExitCode == nil {
 		return verdict{failure: f, counted: true}
 	}
@@ -79,6 +83,20 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 		return verdict{failure: f, fatal: true}
 	}
 	return verdict{failure: f, counted: true}
+}
+
+// hung reports whether the heartbeat probe killed the worker.
+func hung(pod *corev1.Pod) bool {
+	s := workerStatus(pod)
+	if s == nil || s.State.Terminated == nil {
+		return false
+	}
+	for line := range strings.Lines(s.State.Terminated.Message) {
+		if strings.HasPrefix(strings.TrimSpace(line), trainingv1alpha1.TerminationMessageHangPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // recover acts on the first failure of the current attempt: it fails the job, or starts a

@@ -354,6 +354,10 @@ func TestJudge(t *testing.T) {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager"}}
 		}), "NodeLost", false, false},
 		{"failed without a container status", base(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), "ExitCode", false, true},
+		{"killed by the heartbeat probe", base(func(p *corev1.Pod) {
+			exited("n3", 137, now)(p)
+			p.Status.ContainerStatuses[0].State.Terminated.Message = "checkpoint-step=10\nzaya: hang: no heartbeat for 1800s\n"
+		}), "Hang", false, true},
 		{"deleted while running", base(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }), "PodDeleted", false, false},
 	}
 	for _, c := range cases {

@@ -10,6 +10,9 @@ const (
 	// TerminationMessageCheckpointPrefix starts the termination-message line that reports
 	// the last committed checkpoint step: "checkpoint-step=1200".
 	TerminationMessageCheckpointPrefix = "checkpoint-step="
+	// TerminationMessageHangPrefix starts the line the heartbeat liveness probe appends to the
+	// termination log before the kubelet kills a hung worker.
+	TerminationMessageHangPrefix = "zaya: hang:"
 )
 
 // Environment variables of the worker contract.
