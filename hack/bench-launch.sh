@@ -3,6 +3,8 @@
 # the local cluster (real apiserver and scheduler, kwok nodes with no start delay), and the
 # operator's share of it. Prints a markdown table for BENCHMARKS.md.
 #   NODES_LIST="128 1024" RUNS=3 hack/bench-launch.sh
+# With RECOVER=1 it measures a gang restart instead: one rank of a running job exits 1, and
+# the clock runs until every rank of the new attempt runs (hack/bench-recovery.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-bench}
@@ -24,10 +26,15 @@ for n in $nodes_list; do
 		--health-probe-bind-address=0 >"$bin/bench-operator.log" 2>&1 &
 	operator_pid=$!
 	sleep 2 # the metrics endpoint comes up with the manager; a scrape before it fails loudly
-	rows+=("$("$bin/bench-launch" -nodes "$n" -runs "$runs" -metrics "http://127.0.0.1:$port/metrics")")
+	rows+=("$("$bin/bench-launch" -nodes "$n" -runs "$runs" -metrics "http://127.0.0.1:$port/metrics" -recover="${RECOVER:-0}")")
 	stop_operator
 done
 
-echo "| nodes | runs | create → all pods created | pods created/s | create → all bound | create → all Running | create → job Running | operator share | operator API requests/job |"
-echo "|---|---|---|---|---|---|---|---|---|"
+if [ "${RECOVER:-0}" = 1 ]; then
+	echo "| nodes | runs | failure → restart decided | → old attempt gone | → new pods created | → new pods bound | → new pods Running | → job Running | operator share | operator API requests |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
+else
+	echo "| nodes | runs | create → all pods created | pods created/s | create → all bound | create → all Running | create → job Running | operator share | operator API requests/job |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+fi
 printf '%s\n' "${rows[@]}"

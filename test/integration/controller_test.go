@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,6 +21,13 @@ import (
 
 // startManager runs the operator's manager against envtest until the test ends.
 func startManager(t *testing.T) {
+	t.Helper()
+	startStoppableManager(t)
+}
+
+// startStoppableManager runs the operator's manager until the returned stop is called or the
+// test ends.
+func startStoppableManager(t *testing.T) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -41,12 +49,17 @@ func startManager(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func TestOperatorMarksJobsCreated(t *testing.T) {

@@ -34,9 +34,10 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// sample is one launch.
+// sample is one launch or recovery.
 type sample struct {
 	firstPod, lastPod, lastBound, lastRunning, jobRunning time.Duration
+	decided, oldGone                                      time.Duration // recovery only
 	requests                                              float64
 }
 
@@ -46,6 +47,7 @@ func main() {
 	runs := flag.Int("runs", 3, "launches to measure")
 	metricsURL := flag.String("metrics", "", "the operator's /metrics URL, for its API request count")
 	ns := flag.String("namespace", "bench", "namespace for the jobs")
+	recoverToo := flag.Bool("recover", false, "measure a gang restart after one rank fails, not the launch")
 	flag.Parse()
 	log.SetLogger(logr.Discard()) // the informers' watch restarts are expected, not news
 
@@ -69,9 +71,9 @@ func main() {
 	for i := range *runs {
 		// Names are never reused: kwok deletes and patches pods by name, so a stale action
 		// for an earlier pod would hit a new pod of the same name.
-		s := launch(ctx, c, informers, *ns, fmt.Sprintf("b%d-%d-%d", *nodes, time.Now().Unix()%100000, i), int32(*nodes), *metricsURL)
-		fmt.Fprintf(os.Stderr, "run %d: pods created %.2fs, bound %.2fs, running %.2fs, job Running %.2fs, %v requests\n",
-			i, s.lastPod.Seconds(), s.lastBound.Seconds(), s.lastRunning.Seconds(), s.jobRunning.Seconds(), s.requests)
+		s := launch(ctx, c, informers, *ns, fmt.Sprintf("b%d-%d-%d", *nodes, time.Now().Unix()%100000, i), int32(*nodes), *metricsURL, *recoverToo)
+		fmt.Fprintf(os.Stderr, "run %d: restart decided %.2fs, old attempt gone %.2fs, pods created %.2fs, bound %.2fs, running %.2fs, job Running %.2fs, %v requests\n",
+			i, s.decided.Seconds(), s.oldGone.Seconds(), s.lastPod.Seconds(), s.lastBound.Seconds(), s.lastRunning.Seconds(), s.jobRunning.Seconds(), s.requests)
 		samples = append(samples, s)
 	}
 	med := func(f func(sample) float64) float64 {
@@ -87,6 +89,16 @@ func main() {
 	running := med(func(s sample) float64 { return s.lastRunning.Seconds() })
 	jobRunning := med(func(s sample) float64 { return s.jobRunning.Seconds() })
 	report := med(func(s sample) float64 { return (s.jobRunning - s.lastRunning).Seconds() })
+	if *recoverToo {
+		// | nodes | runs | failure → restart decided | → old attempt gone | → new pods created | → new bound | → all Running | → job Running | operator share | API requests |
+		decided := med(func(s sample) float64 { return s.decided.Seconds() })
+		createAfterGone := med(func(s sample) float64 { return (s.lastPod - s.oldGone).Seconds() })
+		fmt.Printf("| %d | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
+			*nodes, len(samples), decided, med(func(s sample) float64 { return s.oldGone.Seconds() }), create,
+			med(func(s sample) float64 { return s.lastBound.Seconds() }), running, jobRunning,
+			decided+createAfterGone+report, med(func(s sample) float64 { return s.requests }))
+		return
+	}
 	// | nodes | runs | create→all pods created | pods/s | create→all bound | create→all Running | create→job Running | operator share | API requests/job |
 	fmt.Printf("| %d | %d | %.2f s | %.0f | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
 		*nodes, len(samples), create, float64(*nodes)/max(spread, 1e-3),
@@ -100,14 +112,35 @@ type observation struct {
 	start                time.Time
 	name                 string
 	nodes                int
+	attempt              int32 // the attempt whose pods are followed
 	seen, bound, running map[string]bool
+	oldDeleted           int
 	s                    sample
 	done                 chan struct{}
 }
 
+func newObservation(name string, nodes int, attempt int32) *observation {
+	return &observation{name: name, nodes: nodes, attempt: attempt, seen: map[string]bool{}, bound: map[string]bool{},
+		running: map[string]bool{}, done: make(chan struct{})}
+}
+
+// deleted counts pods of earlier attempts going away (the failed rank's pod stays for its logs).
+func (o *observation) deleted(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Labels[trainingv1alpha1.JobNameLabel] != o.name || pod.Labels[trainingv1alpha1.AttemptLabel] == fmt.Sprint(o.attempt) {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.oldDeleted++
+	if o.oldDeleted == o.nodes-1 {
+		o.s.oldGone = time.Since(o.start)
+	}
+}
+
 func (o *observation) pod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Labels[trainingv1alpha1.JobNameLabel] != o.name {
+	if !ok || pod.Labels[trainingv1alpha1.JobNameLabel] != o.name || pod.Labels[trainingv1alpha1.AttemptLabel] != fmt.Sprint(o.attempt) {
 		return
 	}
 	o.mu.Lock()
@@ -144,7 +177,10 @@ func (o *observation) job(obj any) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.s.jobRunning == 0 && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning) {
+	if o.s.decided == 0 && j.Status.Restarts == o.attempt {
+		o.s.decided = time.Since(o.start)
+	}
+	if o.s.jobRunning == 0 && j.Status.Restarts == o.attempt && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning) {
 		o.s.jobRunning = time.Since(o.start)
 	}
 	o.check()
@@ -158,11 +194,9 @@ func (o *observation) check() {
 	}
 }
 
-// launch creates one job, follows its pods and the job through informers (which re-watch
-// on their own) until it is Running, then deletes it.
-func launch(ctx context.Context, c client.Client, informers cache.Cache, ns, name string, nodes int32, metricsURL string) sample {
-	done := make(chan struct{})
-	o := &observation{name: name, nodes: int(nodes), seen: map[string]bool{}, bound: map[string]bool{}, running: map[string]bool{}, done: done}
+// follow registers o's handlers, runs act (which starts the clock), and waits until the
+// followed attempt runs with the job reporting Running.
+func follow(ctx context.Context, informers cache.Cache, o *observation, act func()) sample {
 	podInf, err := informers.GetInformer(ctx, &corev1.Pod{})
 	check(err)
 	jobInf, err := informers.GetInformer(ctx, &trainingv1alpha1.ZayaTrainingJob{})
@@ -170,17 +204,17 @@ func launch(ctx context.Context, c client.Client, informers cache.Cache, ns, nam
 	handler := func(f func(any)) toolscache.ResourceEventHandlerFuncs {
 		return toolscache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, n any) { f(n) }}
 	}
-	before := requests(metricsURL)
+	podHandler := handler(o.pod)
+	podHandler.DeleteFunc = o.deleted
 	o.start = time.Now()
-	podReg, err := podInf.AddEventHandler(handler(o.pod))
+	podReg, err := podInf.AddEventHandler(podHandler)
 	check(err)
 	jobReg, err := jobInf.AddEventHandler(handler(o.job))
 	check(err)
-	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(nodes).Obj()
 	o.mu.Lock()
 	o.start = time.Now()
 	o.mu.Unlock()
-	check(c.Create(ctx, job))
+	act()
 
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
@@ -188,21 +222,33 @@ func launch(ctx context.Context, c client.Client, informers cache.Cache, ns, nam
 wait:
 	for {
 		select {
-		case <-done:
+		case <-o.done:
 			break wait
 		case <-progress.C:
 			o.mu.Lock()
-			fmt.Fprintf(os.Stderr, "  %s: %d created, %d bound, %d running, job Running after %v\n", name, len(o.seen), len(o.bound), len(o.running), o.s.jobRunning)
+			fmt.Fprintf(os.Stderr, "  %s attempt %d: %d created, %d bound, %d running\n", o.name, o.attempt, len(o.seen), len(o.bound), len(o.running))
 			o.mu.Unlock()
 		case <-deadline:
-			check(fmt.Errorf("job %s not Running after 10 minutes", name))
+			check(fmt.Errorf("job %s attempt %d not Running after 10 minutes", o.name, o.attempt))
 		}
 	}
 	check(podInf.RemoveEventHandler(podReg))
 	check(jobInf.RemoveEventHandler(jobReg))
 	o.mu.Lock()
-	s := o.s
-	o.mu.Unlock()
+	defer o.mu.Unlock()
+	return o.s
+}
+
+// launch creates one job and follows it until it runs; with recoverToo it then fails one
+// rank and follows the gang restart instead. The job is deleted at the end.
+func launch(ctx context.Context, c client.Client, informers cache.Cache, ns, name string, nodes int32, metricsURL string, recoverToo bool) sample {
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(nodes).Obj()
+	before := requests(metricsURL)
+	s := follow(ctx, informers, newObservation(name, int(nodes), 0), func() { check(c.Create(ctx, job)) })
+	if recoverToo {
+		before = requests(metricsURL)
+		s = follow(ctx, informers, newObservation(name, int(nodes), 1), func() { failRank(ctx, c, ns, name, nodes/2) })
+	}
 	s.requests = requests(metricsURL) - before
 
 	check(c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground)))
@@ -215,6 +261,17 @@ wait:
 		time.Sleep(200 * time.Millisecond)
 	}
 	return s
+}
+
+// failRank makes one rank's worker exit 1, as its kubelet would report a crash.
+func failRank(ctx context.Context, c client.Client, ns, job string, rank int32) {
+	pod := &corev1.Pod{}
+	check(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-0-%d", job, rank)}, pod))
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: metav1.Now()}}}}
+	check(c.Status().Patch(ctx, pod, patch))
 }
 
 // requests sums the operator's client-go request counter.

@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func failedWith(code int32) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: "Error", FinishedAt: metav1.Now(), Message: "checkpoint-step=40",
+		}},
+	}}}
+}
+
+// TestOperatorRestartMidRecovery stops the operator right after it decided a gang restart and
+// starts a new one: the restart happens exactly once and completes.
+func TestOperatorRestartMidRecovery(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	stop := startStoppableManager(t)
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(4).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	var pods map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = jobPods(g, ns, "llm")
+		g.Expect(pods).To(HaveLen(4))
+	}, timeout, interval).Should(Succeed())
+	for _, p := range pods {
+		setPodStatus(g, p, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+
+	setPodStatus(g, pods["llm-0-2"], failedWith(1))
+	g.Eventually(func(g Gomega) {
+		g.Expect(getJob(g, job).Status.Restarts).To(Equal(int32(1)))
+	}, timeout, interval).Should(Succeed())
+	stop() // the operator dies mid-recovery
+
+	startManager(t) // its successor knows only what the API holds
+	g.Eventually(func(g Gomega) {
+		pods = jobPods(g, ns, "llm")
+		for r := range 4 {
+			g.Expect(pods).To(HaveKey(fmt.Sprintf("llm-1-%d", r)))
+		}
+	}, timeout, interval).Should(Succeed())
+	for r := range 4 {
+		setPodStatus(g, pods[fmt.Sprintf("llm-1-%d", r)], runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		got := getJob(g, job)
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionRestarting)
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonRecovered))
+		g.Expect(got.Status.Restarts).To(Equal(int32(1)), "the restart was counted twice")
+		g.Expect(got.Status.RestartTimes).To(HaveLen(1))
+		g.Expect(got.Status.LastCheckpoint.Step).To(Equal(int64(40)))
+	}, timeout, interval).Should(Succeed())
+	// One gang only: the failed rank's pod of attempt 0 (kept for logs) and attempt 1.
+	g.Expect(jobPods(g, ns, "llm")).To(HaveLen(5))
+}
+
+func TestRestartBudgetIsEnforced(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	startManager(t)
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	zero := int32(0)
+	job.Spec.FaultTolerance.MaxRestarts = &zero
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	var pods map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = jobPods(g, ns, "llm")
+		g.Expect(pods).To(HaveLen(2))
+	}, timeout, interval).Should(Succeed())
+	setPodStatus(g, pods["llm-0-0"], runningReady)
+	setPodStatus(g, pods["llm-0-1"], failedWith(1))
+	g.Eventually(func(g Gomega) {
+		got := getJob(g, job)
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionFailed)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonRestartBudgetExceeded))
+		g.Expect(got.Status.Restarts).To(BeZero())
+	}, timeout, interval).Should(Succeed())
+}
