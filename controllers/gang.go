@@ -312,8 +312,14 @@ func (r *ZayaTrainingJobReconciler) createParallelism() int {
 	return defaultCreateParallelism
 }
 
+// restartGracePeriod caps how long the pods of a failed gang may take to stop.
+const restartGracePeriod = 10 * time.Second
+
 // deletePods deletes pods concurrently; ones already gone are fine.
-func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod) error {
+// With brief, each pod gets at most restartGracePeriod to stop: a broken gang's workers are
+// stuck in collectives and cannot checkpoint anyway; otherwise (suspend) the pod's own grace
+// period lets healthy workers save on SIGTERM.
+func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, brief bool) error {
 	if len(pods) == 0 {
 		return nil
 	}
@@ -321,7 +327,15 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod) error {
 	eg.SetLimit(p.r.createParallelism())
 	for _, pod := range pods {
 		eg.Go(func() error {
-			err := p.r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+			opts := []client.DeleteOption{client.Preconditions{UID: &pod.UID}}
+			if brief {
+				grace := int64(restartGracePeriod.Seconds())
+				if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g < grace {
+					grace = *g
+				}
+				opts = append(opts, client.GracePeriodSeconds(grace))
+			}
+			err := p.r.Delete(ctx, pod, opts...)
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting pod %s: %w", pod.Name, err)
 			}

@@ -381,3 +381,43 @@ func containsPrefix(list []string, prefix string) bool {
 	}
 	return false
 }
+
+func TestFailedGangsStopBrieflySuspendedOnesGracefully(t *testing.T) {
+	graces := map[string]*int64{}
+	capture := func(h *harness) {
+		h.r.Client = interceptor.NewClient(h.r.Client.(client.WithWatch), interceptor.Funcs{
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				o := &client.DeleteOptions{}
+				o.ApplyOptions(opts)
+				graces[obj.GetName()] = o.GracePeriodSeconds
+				return c.Delete(ctx, obj, opts...)
+			},
+		})
+	}
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	capture(h)
+	h.setPod(t, "llm-0-0", exited("n0", 1, now))
+	h.mustReconcile(t, job) // decide
+	h.mustReconcile(t, job) // drain
+	for _, name := range []string{"llm-0-1", "llm-0-2"} {
+		if g := graces[name]; g == nil || *g != 10 {
+			t.Errorf("%s deleted with grace %v, want 10s after a failure", name, g)
+		}
+	}
+
+	h.mustReconcile(t, job) // new attempt
+	h.runAll(t)
+	stored := h.get(t, job)
+	stored.Spec.Suspend = true
+	if err := h.r.Update(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	if g, ok := graces["llm-1-0"]; !ok || g != nil {
+		t.Errorf("suspend deleted llm-1-0 with grace %v (present %v), want the pod's own", g, ok)
+	}
+}

@@ -190,7 +190,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 
 	// A new attempt starts only once the old one is gone: its pods hold the GPUs and answer
 	// to the same hostnames.
-	if err := p.deletePods(ctx, gang.stale); err != nil {
+	_, restarting := p.restarting()
+	if err := p.deletePods(ctx, gang.stale, restarting); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(gang.stale) > 0 || len(gang.draining) > 0 {
@@ -257,7 +258,7 @@ func (p *pass) accept(ctx context.Context) bool {
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
-	if err := p.deletePods(ctx, activePods(pods)); err != nil {
+	if err := p.deletePods(ctx, activePods(pods), false); err != nil {
 		return err
 	}
 	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
@@ -377,7 +378,7 @@ func (p *pass) complete() {
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and
 // deletes the job once ttlSecondsAfterFinished has passed.
 func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
-	if err := p.deletePods(ctx, activePods(pods)); err != nil {
+	if err := p.deletePods(ctx, activePods(pods), true); err != nil {
 		return ctrl.Result{}, err
 	}
 	ttl := p.job.Spec.TTLSecondsAfterFinished
