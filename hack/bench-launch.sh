@@ -26,15 +26,15 @@ for n in $nodes_list; do
 		--health-probe-bind-address=0 >"$bin/bench-operator.log" 2>&1 &
 	operator_pid=$!
 	sleep 2 # the metrics endpoint comes up with the manager; a scrape before it fails loudly
-	rows+=("$("$bin/bench-launch" -nodes "$n" -runs "$runs" -metrics "http://127.0.0.1:$port/metrics" -recover="${RECOVER:-0}")")
+	rows+=("$("$bin/bench-launch" -nodes "$n" -runs "$runs" -metrics "http://127.0.0.1:$port/metrics" -operator-pid "$operator_pid" -recover="${RECOVER:-0}")")
 	stop_operator
 done
 
 if [ "${RECOVER:-0}" = 1 ]; then
-	echo "| nodes | runs | failure → restart decided | → old attempt gone | → new pods created | → new pods bound | → new pods Running | → job Running | operator share | operator API requests |"
-	echo "|---|---|---|---|---|---|---|---|---|---|"
+	echo "| nodes | runs | failure → restart decided | → old attempt gone | → new pods created | → new pods bound | → new pods Running | → job Running | operator share | operator CPU | operator API requests |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 else
-	echo "| nodes | runs | create → all pods created | pods created/s | create → all bound | create → all Running | create → job Running | operator share | operator API requests/job |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| nodes | runs | create → all pods created | pods created/s | create → all bound | create → all Running | create → job Running | operator share | operator CPU | operator API requests/job |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
 fi
 printf '%s\n' "${rows[@]}"

@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -39,6 +40,8 @@ type sample struct {
 	firstPod, lastPod, lastBound, lastRunning, jobRunning time.Duration
 	decided, oldGone                                      time.Duration // recovery only
 	requests                                              float64
+	cpu                                                   float64 // operator CPU seconds
+
 }
 
 func main() {
@@ -48,6 +51,7 @@ func main() {
 	metricsURL := flag.String("metrics", "", "the operator's /metrics URL, for its API request count")
 	ns := flag.String("namespace", "bench", "namespace for the jobs")
 	recoverToo := flag.Bool("recover", false, "measure a gang restart after one rank fails, not the launch")
+	flag.IntVar(&operatorPID, "operator-pid", 0, "the operator's process id, for its CPU time (Linux /proc)")
 	flag.Parse()
 	log.SetLogger(logr.Discard()) // the informers' watch restarts are expected, not news
 
@@ -67,11 +71,12 @@ func main() {
 		check(err)
 	}
 
+	suffix := strconv.FormatInt(rand.Int64N(1<<30), 36)
 	var samples []sample
 	for i := range *runs {
 		// Names are never reused: kwok deletes and patches pods by name, so a stale action
 		// for an earlier pod would hit a new pod of the same name.
-		s := launch(ctx, c, informers, *ns, fmt.Sprintf("b%d-%d-%d", *nodes, time.Now().Unix()%100000, i), int32(*nodes), *metricsURL, *recoverToo)
+		s := launch(ctx, c, informers, *ns, fmt.Sprintf("b%d-%s-%d", *nodes, suffix, i), int32(*nodes), *metricsURL, *recoverToo)
 		fmt.Fprintf(os.Stderr, "run %d: restart decided %.2fs, old attempt gone %.2fs, pods created %.2fs, bound %.2fs, running %.2fs, job Running %.2fs, %v requests\n",
 			i, s.decided.Seconds(), s.oldGone.Seconds(), s.lastPod.Seconds(), s.lastBound.Seconds(), s.lastRunning.Seconds(), s.jobRunning.Seconds(), s.requests)
 		samples = append(samples, s)
@@ -93,17 +98,17 @@ func main() {
 		// | nodes | runs | failure → restart decided | → old attempt gone | → new pods created | → new bound | → all Running | → job Running | operator share | API requests |
 		decided := med(func(s sample) float64 { return s.decided.Seconds() })
 		createAfterGone := med(func(s sample) float64 { return (s.lastPod - s.oldGone).Seconds() })
-		fmt.Printf("| %d | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
+		fmt.Printf("| %d | %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
 			*nodes, len(samples), decided, med(func(s sample) float64 { return s.oldGone.Seconds() }), create,
 			med(func(s sample) float64 { return s.lastBound.Seconds() }), running, jobRunning,
-			decided+createAfterGone+report, med(func(s sample) float64 { return s.requests }))
+			decided+createAfterGone+report, med(func(s sample) float64 { return s.cpu }), med(func(s sample) float64 { return s.requests }))
 		return
 	}
 	// | nodes | runs | create→all pods created | pods/s | create→all bound | create→all Running | create→job Running | operator share | API requests/job |
-	fmt.Printf("| %d | %d | %.2f s | %.0f | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
+	fmt.Printf("| %d | %d | %.2f s | %.0f | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.0f |\n",
 		*nodes, len(samples), create, float64(*nodes)/max(spread, 1e-3),
 		med(func(s sample) float64 { return s.lastBound.Seconds() }), running, jobRunning,
-		create+report, med(func(s sample) float64 { return s.requests }))
+		create+report, med(func(s sample) float64 { return s.cpu }), med(func(s sample) float64 { return s.requests }))
 }
 
 // observation is what the informers saw of one launch.
@@ -243,13 +248,13 @@ wait:
 // rank and follows the gang restart instead. The job is deleted at the end.
 func launch(ctx context.Context, c client.Client, informers cache.Cache, ns, name string, nodes int32, metricsURL string, recoverToo bool) sample {
 	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(nodes).Obj()
-	before := requests(metricsURL)
+	before, cpu := requests(metricsURL), operatorCPU()
 	s := follow(ctx, informers, newObservation(name, int(nodes), 0), func() { check(c.Create(ctx, job)) })
 	if recoverToo {
-		before = requests(metricsURL)
+		before, cpu = requests(metricsURL), operatorCPU()
 		s = follow(ctx, informers, newObservation(name, int(nodes), 1), func() { failRank(ctx, c, ns, name, nodes/2) })
 	}
-	s.requests = requests(metricsURL) - before
+	s.requests, s.cpu = requests(metricsURL)-before, operatorCPU()-cpu
 
 	check(c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground)))
 	for {
@@ -272,6 +277,24 @@ func failRank(ctx context.Context, c client.Client, ns, job string, rank int32) 
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: metav1.Now()}}}}
 	check(c.Status().Patch(ctx, pod, patch))
+}
+
+var operatorPID int
+
+// operatorCPU is the operator's user+system CPU seconds so far (0 without -operator-pid).
+func operatorCPU() float64 {
+	if operatorPID == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", operatorPID))
+	check(err)
+	// Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, err := strconv.ParseFloat(f[11], 64)
+	check(err)
+	stime, err := strconv.ParseFloat(f[12], 64)
+	check(err)
+	return (utime + stime) / 100 // USER_HZ
 }
 
 // requests sums the operator's client-go request counter.
