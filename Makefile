@@ -61,7 +61,7 @@ lint: ## go vet and golangci-lint.
 
 .PHONY: test-unit
 test-unit: ## Unit tests.
-	go test $(GO_TEST_FLAGS) $(UNIT_PKGS)
+	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: test-integration
 test-integration: ## Integration tests on a real kube-apiserver and etcd (envtest).

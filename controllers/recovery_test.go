@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -277,15 +278,10 @@ func TestStuckTerminatingPodsAreForceDeleted(t *testing.T) {
 	}
 	h.setPod(t, "llm-0-1", exited("n1", 1, now))
 	h.mustReconcile(t, job) // restart decided
-	h.r.Client = interceptor.NewClient(h.r.Client.(client.WithWatch), interceptor.Funcs{
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			o := &client.DeleteOptions{}
-			o.ApplyOptions(opts)
-			if o.GracePeriodSeconds != nil && *o.GracePeriodSeconds == 0 {
-				forced.Add(1)
-			}
-			return c.Delete(ctx, obj, opts...)
-		},
+	h.onDelete(func(_ client.Object, o *client.DeleteOptions) {
+		if o.GracePeriodSeconds != nil && *o.GracePeriodSeconds == 0 {
+			forced.Add(1)
+		}
 	})
 	h.mustReconcile(t, job)                                // the old attempt is deleted; rank 0 stays terminating
 	deleted := h.pods(t)["llm-0-0"].DeletionTimestamp.Time // the fake client stamps real time
@@ -373,6 +369,18 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// onDelete calls seen with every delete the reconciler makes from now on, and its options.
+func (h *harness) onDelete(seen func(client.Object, *client.DeleteOptions)) {
+	h.r.Client = interceptor.NewClient(h.r.Client.(client.WithWatch), interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			o := &client.DeleteOptions{}
+			o.ApplyOptions(opts)
+			seen(obj, o)
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+}
+
 func containsPrefix(list []string, prefix string) bool {
 	for _, s := range list {
 		if strings.HasPrefix(s, prefix) {
@@ -383,23 +391,18 @@ func containsPrefix(list []string, prefix string) bool {
 }
 
 func TestFailedGangsStopBrieflySuspendedOnesGracefully(t *testing.T) {
+	var mu sync.Mutex // deletes run concurrently
 	graces := map[string]*int64{}
-	capture := func(h *harness) {
-		h.r.Client = interceptor.NewClient(h.r.Client.(client.WithWatch), interceptor.Funcs{
-			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-				o := &client.DeleteOptions{}
-				o.ApplyOptions(opts)
-				graces[obj.GetName()] = o.GracePeriodSeconds
-				return c.Delete(ctx, obj, opts...)
-			},
-		})
-	}
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
 	h.runAll(t)
-	capture(h)
+	h.onDelete(func(obj client.Object, o *client.DeleteOptions) {
+		mu.Lock()
+		defer mu.Unlock()
+		graces[obj.GetName()] = o.GracePeriodSeconds
+	})
 	h.setPod(t, "llm-0-0", exited("n0", 1, now))
 	h.mustReconcile(t, job) // decide
 	h.mustReconcile(t, job) // drain
