@@ -1,0 +1,327 @@
+// Package transport moves bytes between the ranks of a training job. TCP is the transport of
+// tests and fake-GPU clusters: rendezvous at MASTER_ADDR:MASTER_PORT (rank 0 listens there),
+// every rank registers the address it listens on, then each rank connects to the next one in
+// the ring. The same interface is what an RCCL transport implements on GPUs.
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+)
+
+// maxFrame bounds one message (a key/value block of a long sequence fits easily).
+const maxFrame = 1 << 31
+
+// Config says who this rank is and where rendezvous happens.
+type Config struct {
+	Rank, World int
+	// Master is rank 0's rendezvous address, host:port (MASTER_ADDR:MASTER_PORT).
+	Master string
+	// Listen is where this rank accepts its ring neighbour (":0" picks a port); the address
+	// peers dial is the one this rank reaches the master from, with this port.
+	Listen string
+	// Timeout bounds rendezvous (default 2 minutes).
+	Timeout time.Duration
+}
+
+// TCP is one rank's connections: to the master (rank 0 keeps one per rank) for collectives
+// and to its ring neighbours for exchanges.
+type TCP struct {
+	cfg        Config
+	master     *conn   // ranks > 0: to rank 0
+	members    []*conn // rank 0: from every rank, by rank
+	next, prev *conn
+	closers    []io.Closer
+}
+
+type conn struct {
+	c  net.Conn
+	r  *bufio.Reader
+	mu sync.Mutex // one writer at a time
+}
+
+func newConn(c net.Conn) *conn { return &conn{c: c, r: bufio.NewReaderSize(c, 1<<20)} }
+
+func (c *conn) send(b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var hdr [8]byte
+	binary.BigEndian.PutUint64(hdr[:], uint64(len(b)))
+	if _, err := c.c.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := c.c.Write(b)
+	return err
+}
+
+func (c *conn) recv() ([]byte, error) {
+	var hdr [8]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint64(hdr[:])
+	if n > maxFrame {
+		return nil, fmt.Errorf("transport: frame of %d bytes is over the %d limit", n, maxFrame)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(c.r, b)
+	return b, err
+}
+
+type hello struct {
+	Rank int    `json:"rank"`
+	Addr string `json:"addr"`
+}
+
+// Dial joins the job: it blocks until every rank has registered and the ring is connected.
+func Dial(ctx context.Context, cfg Config) (*TCP, error) {
+	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
+		return nil, fmt.Errorf("transport: rank %d of world %d", cfg.Rank, cfg.World)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	t := &TCP{cfg: cfg}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = t.Close()
+		}
+	}()
+
+	ring, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listening for the ring: %w", err)
+	}
+	t.closers = append(t.closers, ring)
+	stop := context.AfterFunc(ctx, func() { _ = ring.Close() })
+	defer stop()
+
+	addrs, err := t.rendezvous(ctx, ring.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		return nil, err
+	}
+	// Connect the ring: dial the next rank while accepting the previous one.
+	type acceptResult struct {
+		c   net.Conn
+		err error
+	}
+	accepted := make(chan acceptResult, 1)
+	go func() {
+		c, err := ring.Accept()
+		accepted <- acceptResult{c, err}
+	}()
+	var d net.Dialer
+	nc, err := dialRetry(ctx, &d, addrs[(cfg.Rank+1)%cfg.World])
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d dialing rank %d: %w", cfg.Rank, (cfg.Rank+1)%cfg.World, err)
+	}
+	t.next = newConn(nc)
+	t.closers = append(t.closers, nc)
+	a := <-accepted
+	if a.err != nil {
+		return nil, fmt.Errorf("transport: rank %d accepting rank %d: %w", cfg.Rank, (cfg.Rank+cfg.World-1)%cfg.World, a.err)
+	}
+	t.prev = newConn(a.c)
+	t.closers = append(t.closers, a.c)
+	ok = true
+	return t, nil
+}
+
+// rendezvous registers this rank's ring address with rank 0 and returns everyone's.
+func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
+	cfg := t.cfg
+	if cfg.Rank == 0 {
+		l, err := net.Listen("tcp", cfg.Master)
+		if err != nil {
+			return nil, fmt.Errorf("transport: rank 0 listening on %s: %w", cfg.Master, err)
+		}
+		defer func() { _ = l.Close() }()
+		stop := context.AfterFunc(ctx, func() { _ = l.Close() })
+		defer stop()
+		host, _, err := net.SplitHostPort(cfg.Master)
+		if err != nil {
+			return nil, err
+		}
+		addrs := make([]string, cfg.World)
+		addrs[0] = net.JoinHostPort(host, fmt.Sprint(ringPort))
+		t.members = make([]*conn, cfg.World)
+		for range cfg.World - 1 {
+			nc, err := l.Accept()
+			if err != nil {
+				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+			}
+			t.closers = append(t.closers, nc)
+			c := newConn(nc)
+			b, err := c.recv()
+			if err != nil {
+				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+			}
+			var h hello
+			if err := json.Unmarshal(b, &h); err != nil || h.Rank <= 0 || h.Rank >= cfg.World || t.members[h.Rank] != nil {
+				return nil, fmt.Errorf("transport: rendezvous: bad or duplicate registration %q", b)
+			}
+			t.members[h.Rank], addrs[h.Rank] = c, h.Addr
+		}
+		table, _ := json.Marshal(addrs)
+		for _, c := range t.members[1:] {
+			if err := c.send(table); err != nil {
+				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+			}
+		}
+		return addrs, nil
+	}
+
+	var d net.Dialer
+	nc, err := dialRetry(ctx, &d, cfg.Master)
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d reaching the master %s: %w", cfg.Rank, cfg.Master, err)
+	}
+	t.closers = append(t.closers, nc)
+	t.master = newConn(nc)
+	// Peers reach us at the address we reach the master from.
+	host, _, _ := net.SplitHostPort(nc.LocalAddr().String())
+	b, _ := json.Marshal(hello{Rank: cfg.Rank, Addr: net.JoinHostPort(host, fmt.Sprint(ringPort))})
+	if err := t.master.send(b); err != nil {
+		return nil, err
+	}
+	type result struct {
+		addrs []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := t.master.recv()
+		var addrs []string
+		if err == nil {
+			err = json.Unmarshal(b, &addrs)
+		}
+		done <- result{addrs, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("transport: rendezvous: %w", r.err)
+		}
+		return r.addrs, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("transport: rank %d waiting for the other ranks: %w", cfg.Rank, ctx.Err())
+	}
+}
+
+// dialRetry dials until it connects or ctx ends: peers start in any order.
+func dialRetry(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error) {
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Rank is this rank.
+func (t *TCP) Rank() int { return t.cfg.Rank }
+
+// World is the number of ranks.
+func (t *TCP) World() int { return t.cfg.World }
+
+// Exchange sends b to the next rank and returns what the previous rank sent. Sending and
+// receiving run at once, so a full ring never deadlocks.
+func (t *TCP) Exchange(b []byte) ([]byte, error) {
+	sent := make(chan error, 1)
+	go func() { sent <- t.next.send(b) }()
+	got, rerr := t.prev.recv()
+	if err := <-sent; err != nil {
+		return nil, fmt.Errorf("transport: sending to the next rank: %w", err)
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("transport: receiving from the previous rank: %w", rerr)
+	}
+	return got, nil
+}
+
+// AllReduce sums v element-wise over all ranks, in place, through rank 0. Every rank gets
+// the same bits: rank 0 adds in rank order and sends the result back.
+func (t *TCP) AllReduce(v []float64) error {
+	enc := func(v []float64) []byte {
+		b := make([]byte, 8*len(v))
+		for i, x := range v {
+			binary.BigEndian.PutUint64(b[8*i:], math.Float64bits(x))
+		}
+		return b
+	}
+	dec := func(b []byte, v []float64) error {
+		if len(b) != 8*len(v) {
+			return fmt.Errorf("transport: all-reduce of %d values got %d bytes", len(v), len(b))
+		}
+		for i := range v {
+			v[i] = math.Float64frombits(binary.BigEndian.Uint64(b[8*i:]))
+		}
+		return nil
+	}
+	if t.cfg.World == 1 {
+		return nil
+	}
+	if t.cfg.Rank != 0 {
+		if err := t.master.send(enc(v)); err != nil {
+			return err
+		}
+		b, err := t.master.recv()
+		if err != nil {
+			return err
+		}
+		return dec(b, v)
+	}
+	parts := make([][]float64, t.cfg.World)
+	for r := 1; r < t.cfg.World; r++ {
+		b, err := t.members[r].recv()
+		if err != nil {
+			return fmt.Errorf("transport: all-reduce from rank %d: %w", r, err)
+		}
+		parts[r] = make([]float64, len(v))
+		if err := dec(b, parts[r]); err != nil {
+			return err
+		}
+	}
+	for r := 1; r < t.cfg.World; r++ {
+		for i := range v {
+			v[i] += parts[r][i]
+		}
+	}
+	out := enc(v)
+	for r := 1; r < t.cfg.World; r++ {
+		if err := t.members[r].send(out); err != nil {
+			return fmt.Errorf("transport: all-reduce to rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// Barrier returns once every rank has called it.
+func (t *TCP) Barrier() error { return t.AllReduce(nil) }
+
+// Close closes every connection.
+func (t *TCP) Close() error {
+	var errs []error
+	for _, c := range t.closers {
+		errs = append(errs, c.Close())
+	}
+	t.closers = nil
+	return errors.Join(errs...)
+}

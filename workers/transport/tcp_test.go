@@ -1,0 +1,108 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// group dials world ranks concurrently (in any order, as pods start) and runs f on each.
+func group(t *testing.T, world int, f func(t *TCP) error) {
+	t.Helper()
+	master := freeAddr(t)
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for r := world - 1; r >= 0; r-- { // the master comes up last
+		wg.Go(func() {
+			tr, err := Dial(context.Background(), Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Timeout: 20 * time.Second})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer func() { _ = tr.Close() }()
+			errs[r] = f(tr)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func TestExchangePassesAroundTheRing(t *testing.T) {
+	for _, world := range []int{1, 2, 5} {
+		t.Run(strconv.Itoa(world), func(t *testing.T) {
+			group(t, world, func(tr *TCP) error {
+				msg := []byte(strings.Repeat("x", tr.Rank()) + fmt.Sprint(tr.Rank()))
+				for step := range 3 {
+					got, err := tr.Exchange(msg)
+					if err != nil {
+						return err
+					}
+					prev := (tr.Rank() - step - 1 + 2*world) % world
+					if want := strings.Repeat("x", prev) + fmt.Sprint(prev); string(got) != want {
+						return fmt.Errorf("step %d: got %q, want %q", step, got, want)
+					}
+					msg = got
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestAllReduceGivesEveryRankTheSameSum(t *testing.T) {
+	const world = 4
+	var mu sync.Mutex
+	results := map[int][]float64{}
+	group(t, world, func(tr *TCP) error {
+		v := []float64{float64(tr.Rank()), 0.1, 1e16}
+		if err := tr.AllReduce(v); err != nil {
+			return err
+		}
+		if err := tr.Barrier(); err != nil {
+			return err
+		}
+		mu.Lock()
+		results[tr.Rank()] = v
+		mu.Unlock()
+		return nil
+	})
+	want := fmt.Sprint(results[0])
+	for r := range world {
+		if got := fmt.Sprint(results[r]); got != want {
+			t.Errorf("rank %d has %s, rank 0 has %s: an all-reduce must give identical bits", r, got, want)
+		}
+	}
+	if results[0][0] != 6 {
+		t.Errorf("sum of ranks = %v, want 6", results[0][0])
+	}
+}
+
+func TestDialFailsClearlyWhenARankNeverComes(t *testing.T) {
+	master := freeAddr(t)
+	_, err := Dial(context.Background(), Config{Rank: 1, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "rank 1 reaching the master") {
+		t.Errorf("err = %v, want a rendezvous timeout naming the rank", err)
+	}
+	if _, err := Dial(context.Background(), Config{Rank: 2, World: 2}); err == nil {
+		t.Error("rank 2 of world 2 was accepted")
+	}
+}
