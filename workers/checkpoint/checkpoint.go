@@ -1,0 +1,332 @@
+// Package checkpoint is distributed checkpointing: every rank writes its own shard in parallel,
+// then one coordinator commits a manifest — written to a temporary name, fsynced, renamed into
+// place, directory fsynced. The manifest is the commit marker: a checkpoint without one does
+// not exist. It lists every tensor's dtype, global shape and shards (file, byte offset,
+// element range, CRC32C), so a loader verifies what it reads and can reshard N ranks' state
+// onto M ranks.
+//
+// Layout: <dir>/step-<step, 12 digits>/rank-<rank>.bin, rank-<rank>.json (the rank's shard
+// list, fsynced) and manifest.json.
+package checkpoint
+
+import (
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// FormatVersion is the manifest format this package writes and reads.
+const FormatVersion = 1
+
+const manifestName = "manifest.json"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Tensor is this rank's slice of a global tensor: elements [Start, Start+len(Data)) of the
+// tensor flattened in row-major order.
+type Tensor struct {
+	Name  string
+	Shape []int64 // global shape
+	Start int64
+	Data  []float32
+}
+
+// ShardMeta locates one rank's slice of one tensor.
+type ShardMeta struct {
+	Rank       int    `json:"rank"`
+	File       string `json:"file"`
+	FileOffset int64  `json:"fileOffset"` // bytes
+	Start      int64  `json:"start"`      // elements
+	Count      int64  `json:"count"`      // elements
+	CRC32C     uint32 `json:"crc32c"`
+}
+
+// TensorMeta is one global tensor.
+type TensorMeta struct {
+	Name   string      `json:"name"`
+	DType  string      `json:"dtype"`
+	Shape  []int64     `json:"shape"`
+	Shards []ShardMeta `json:"shards"`
+}
+
+// Manifest is a committed checkpoint.
+type Manifest struct {
+	FormatVersion int               `json:"formatVersion"`
+	Step          int64             `json:"step"`
+	World         int               `json:"world"`
+	Tensors       []TensorMeta      `json:"tensors"`
+	State         map[string]string `json:"state,omitempty"` // RNG state, data position, ...
+	Committed     time.Time         `json:"committed"`
+}
+
+func stepDir(dir string, step int64) string { return filepath.Join(dir, fmt.Sprintf("step-%012d", step)) }
+
+// WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced.
+// Every rank calls it in parallel; nothing is visible to loaders until Commit.
+func WriteShard(dir string, step int64, rank int, tensors []Tensor) error {
+	sd := stepDir(dir, step)
+	if _, err := os.Stat(filepath.Join(sd, manifestName)); err == nil {
+		return fmt.Errorf("checkpoint: step %d is already committed: rewriting its shards would corrupt it", step)
+	}
+	if err := os.MkdirAll(sd, 0o755); err != nil {
+		return err
+	}
+	name := fmt.Sprintf("rank-%05d.bin", rank)
+	var metas []TensorMeta
+	var buf []byte
+	for _, t := range tensors {
+		off := int64(len(buf))
+		for _, x := range t.Data {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+		}
+		metas = append(metas, TensorMeta{Name: t.Name, DType: "float32", Shape: t.Shape, Shards: []ShardMeta{{
+			Rank: rank, File: name, FileOffset: off, Start: t.Start, Count: int64(len(t.Data)),
+			CRC32C: crc32.Checksum(buf[off:], castagnoli),
+		}}})
+	}
+	if err := writeFileSync(filepath.Join(sd, name), buf); err != nil {
+		return err
+	}
+	list, err := json.Marshal(metas)
+	if err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(sd, fmt.Sprintf("rank-%05d.json", rank)), list)
+}
+
+// Commit is the coordinator's step once every rank's WriteShard returned (after a barrier):
+// it gathers the shard lists into the manifest and publishes it atomically, then keeps only
+// the newest keep committed checkpoints (older ones go only after this one is committed).
+func Commit(dir string, step int64, world int, state map[string]string, keep int) (*Manifest, error) {
+	sd := stepDir(dir, step)
+	m := &Manifest{FormatVersion: FormatVersion, Step: step, World: world, State: state, Committed: time.Now().UTC()}
+	byName := map[string]int{}
+	for rank := range world {
+		b, err := os.ReadFile(filepath.Join(sd, fmt.Sprintf("rank-%05d.json", rank)))
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: step %d: rank %d's shard list: %w", step, rank, err)
+		}
+		var metas []TensorMeta
+		if err := json.Unmarshal(b, &metas); err != nil {
+			return nil, fmt.Errorf("checkpoint: step %d: rank %d's shard list: %w", step, rank, err)
+		}
+		for _, t := range metas {
+			i, ok := byName[t.Name]
+			if !ok {
+				i = len(m.Tensors)
+				byName[t.Name] = i
+				m.Tensors = append(m.Tensors, TensorMeta{Name: t.Name, DType: t.DType, Shape: t.Shape})
+			}
+			m.Tensors[i].Shards = append(m.Tensors[i].Shards, t.Shards...)
+		}
+	}
+	b, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(sd, manifestName+".tmp")
+	if err := writeFileSync(tmp, b); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(sd, manifestName)); err != nil {
+		return nil, err
+	}
+	if err := syncDir(sd); err != nil {
+		return nil, err
+	}
+	return m, prune(dir, step, keep)
+}
+
+// prune removes committed checkpoints beyond the newest keep, and uncommitted ones older
+// than the newest commit (saves that died half way).
+func prune(dir string, newest int64, keep int) error {
+	steps, err := listSteps(dir)
+	if err != nil {
+		return err
+	}
+	kept := 0
+	for _, s := range steps { // newest first
+		_, err := os.Stat(filepath.Join(stepDir(dir, s), manifestName))
+		committed := err == nil
+		switch {
+		case s > newest:
+		case committed && kept < keep:
+			kept++
+		default:
+			if err := os.RemoveAll(stepDir(dir, s)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listSteps are the step directories under dir, newest first.
+func listSteps(dir string) ([]int64, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var steps []int64
+	for _, e := range entries {
+		var s int64
+		if _, err := fmt.Sscanf(e.Name(), "step-%d", &s); err == nil && e.IsDir() && strings.HasPrefix(e.Name(), "step-") {
+			steps = append(steps, s)
+		}
+	}
+	slices.SortFunc(steps, func(a, b int64) int { return cmp.Compare(b, a) })
+	return steps, nil
+}
+
+// Checkpoint is a committed, verified checkpoint ready to read.
+type Checkpoint struct {
+	Dir      string
+	Manifest Manifest
+}
+
+// Latest is the newest committed checkpoint whose shards all verify; corrupt or incomplete
+// ones are skipped (and reported in skipped) for the previous good one. It returns nil when
+// there is none: a fresh start.
+func Latest(dir string) (ck *Checkpoint, skipped []error, err error) {
+	steps, err := listSteps(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range steps {
+		c, err := open(stepDir(dir, s))
+		if err != nil {
+			skipped = append(skipped, fmt.Errorf("step %d: %w", s, err))
+			continue
+		}
+		return c, skipped, nil
+	}
+	return nil, skipped, nil
+}
+
+func open(sd string) (*Checkpoint, error) {
+	b, err := os.ReadFile(filepath.Join(sd, manifestName))
+	if err != nil {
+		return nil, fmt.Errorf("not committed: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("unreadable manifest: %w", err)
+	}
+	if m.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
+	}
+	c := &Checkpoint{Dir: sd, Manifest: m}
+	for _, t := range m.Tensors {
+		if t.DType != "float32" {
+			return nil, fmt.Errorf("tensor %s: dtype %s is not supported", t.Name, t.DType)
+		}
+		var total int64
+		for _, sh := range t.Shards {
+			if _, err := c.readShard(sh); err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			total += sh.Count
+		}
+		if want := elements(t.Shape); total != want {
+			return nil, fmt.Errorf("tensor %s: shards cover %d of %d elements", t.Name, total, want)
+		}
+	}
+	return c, nil
+}
+
+func elements(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// readShard reads and verifies one shard.
+func (c *Checkpoint) readShard(sh ShardMeta) ([]float32, error) {
+	f, err := os.Open(filepath.Join(c.Dir, filepath.Base(sh.File)))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	buf := make([]byte, 4*sh.Count)
+	if _, err := f.ReadAt(buf, sh.FileOffset); err != nil {
+		return nil, fmt.Errorf("rank %d's shard: %w", sh.Rank, err)
+	}
+	if got := crc32.Checksum(buf, castagnoli); got != sh.CRC32C {
+		return nil, fmt.Errorf("rank %d's shard %s@%d: CRC32C %08x, manifest says %08x", sh.Rank, sh.File, sh.FileOffset, got, sh.CRC32C)
+	}
+	out := make([]float32, sh.Count)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+	}
+	return out, nil
+}
+
+// Read returns elements [start, start+count) of a tensor from whichever shards hold them, so
+// a checkpoint written by N ranks loads onto any number of ranks.
+func (c *Checkpoint) Read(name string, start, count int64) ([]float32, error) {
+	i := slices.IndexFunc(c.Manifest.Tensors, func(t TensorMeta) bool { return t.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("checkpoint: no tensor %q at step %d", name, c.Manifest.Step)
+	}
+	t := c.Manifest.Tensors[i]
+	if start < 0 || count < 0 || start+count > elements(t.Shape) {
+		return nil, fmt.Errorf("checkpoint: %s[%d:%d] is outside its %d elements", name, start, start+count, elements(t.Shape))
+	}
+	out := make([]float32, count)
+	covered := int64(0)
+	for _, sh := range t.Shards {
+		lo, hi := max(start, sh.Start), min(start+count, sh.Start+sh.Count)
+		if lo >= hi {
+			continue
+		}
+		data, err := c.readShard(sh)
+		if err != nil {
+			return nil, err
+		}
+		copy(out[lo-start:hi-start], data[lo-sh.Start:hi-sh.Start])
+		covered += hi - lo
+	}
+	if covered != count {
+		return nil, fmt.Errorf("checkpoint: %s[%d:%d]: shards cover %d of %d elements", name, start, start+count, covered, count)
+	}
+	return out, nil
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
+}

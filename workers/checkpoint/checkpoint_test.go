@@ -1,0 +1,168 @@
+package checkpoint
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// model is the global state: two tensors of fixed shapes, values derived from the step.
+func model(step int64) map[string][]float32 {
+	out := map[string][]float32{"w": make([]float32, 6*7), "b": make([]float32, 13)}
+	for name, v := range out {
+		for i := range v {
+			v[i] = float32(step)*1000 + float32(i) + float32(len(name))/10
+		}
+	}
+	return out
+}
+
+var shapes = map[string][]int64{"w": {6, 7}, "b": {13}}
+
+// split is rank's contiguous slice of n elements over world ranks.
+func split(n int64, rank, world int) (int64, int64) {
+	lo := n * int64(rank) / int64(world)
+	hi := n * int64(rank+1) / int64(world)
+	return lo, hi - lo
+}
+
+// save writes step from world ranks in parallel, then commits.
+func save(t *testing.T, dir string, step int64, world, keep int, commit bool) {
+	t.Helper()
+	m := model(step)
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for rank := range world {
+		wg.Go(func() {
+			var ts []Tensor
+			for _, name := range []string{"w", "b"} {
+				lo, n := split(int64(len(m[name])), rank, world)
+				ts = append(ts, Tensor{Name: name, Shape: shapes[name], Start: lo, Data: m[name][lo : lo+n]})
+			}
+			errs[rank] = WriteShard(dir, step, rank, ts)
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+	}
+	if commit {
+		if _, err := Commit(dir, step, world, map[string]string{"rng": fmt.Sprint(step)}, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSaveOnFourRanksLoadOnAnyNumber(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 4, 3, true)
+	ck, skipped, err := Latest(dir)
+	if err != nil || ck == nil || len(skipped) != 0 {
+		t.Fatalf("Latest = %v, skipped %v, err %v", ck, skipped, err)
+	}
+	if ck.Manifest.Step != 100 || ck.Manifest.World != 4 || ck.Manifest.State["rng"] != "100" {
+		t.Errorf("manifest = %+v", ck.Manifest)
+	}
+	want := model(100)
+	for _, world := range []int{1, 2, 4, 8} {
+		for name, full := range want {
+			var got []float32
+			for rank := range world {
+				lo, n := split(int64(len(full)), rank, world)
+				part, err := ck.Read(name, lo, n)
+				if err != nil {
+					t.Fatalf("world %d rank %d %s: %v", world, rank, name, err)
+				}
+				got = append(got, part...)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(full) {
+				t.Errorf("world %d: %s differs after resharding", world, name)
+			}
+		}
+	}
+	if _, err := ck.Read("w", 40, 5); err == nil {
+		t.Error("a read past the tensor's end was accepted")
+	}
+}
+
+func TestCorruptAndUncommittedCheckpointsAreSkipped(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 4, 3, true)
+	save(t, dir, 200, 4, 3, true)
+	save(t, dir, 300, 4, 3, false) // the job died before the manifest
+
+	// Flip one byte in a shard of step 200.
+	shard := filepath.Join(stepDir(dir, 200), "rank-00002.bin")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[5] ^= 0x40
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ck, skipped, err := Latest(dir)
+	if err != nil || ck == nil {
+		t.Fatalf("Latest: %v", err)
+	}
+	if ck.Manifest.Step != 100 {
+		t.Fatalf("loaded step %d, want the previous good one, 100", ck.Manifest.Step)
+	}
+	if len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "step 300: not committed") ||
+		!strings.Contains(skipped[1].Error(), "step 200") || !strings.Contains(skipped[1].Error(), "CRC32C") {
+		t.Errorf("skipped = %v", skipped)
+	}
+}
+
+func TestRetentionKeepsTheNewestCommitted(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 2, 2, true)
+	save(t, dir, 150, 2, 2, false) // died half way
+	save(t, dir, 200, 2, 2, true)
+	save(t, dir, 300, 2, 2, true)
+	steps, err := listSteps(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(steps) != "[300 200]" {
+		t.Errorf("steps on disk = %v, want [300 200] (keep 2; the dead save and step 100 removed)", steps)
+	}
+}
+
+func TestACommittedStepIsNeverRewritten(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 1, 3, true)
+	err := WriteShard(dir, 100, 0, []Tensor{{Name: "b", Shape: []int64{13}, Data: make([]float32, 13)}})
+	if err == nil || !strings.Contains(err.Error(), "already committed") {
+		t.Errorf("err = %v", err)
+	}
+	if ck, _, _ := Latest(dir); ck == nil || ck.Manifest.Step != 100 {
+		t.Error("the committed checkpoint was damaged")
+	}
+}
+
+func TestCommitNeedsEveryRank(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteShard(dir, 5, 0, []Tensor{{Name: "b", Shape: []int64{2}, Data: []float32{1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Commit(dir, 5, 2, nil, 3); err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("err = %v, want a commit refused for the missing rank 1", err)
+	}
+	if ck, _, _ := Latest(dir); ck != nil {
+		t.Error("an uncommitted checkpoint was loadable")
+	}
+}
+
+func TestEmptyDirectoryIsAFreshStart(t *testing.T) {
+	ck, skipped, err := Latest(filepath.Join(t.TempDir(), "none"))
+	if ck != nil || len(skipped) != 0 || err != nil {
+		t.Errorf("Latest = %v %v %v, want nothing", ck, skipped, err)
+	}
+}
