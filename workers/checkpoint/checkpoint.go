@@ -68,7 +68,9 @@ type Manifest struct {
 	Committed     time.Time         `json:"committed"`
 }
 
-func stepDir(dir string, step int64) string { return filepath.Join(dir, fmt.Sprintf("step-%012d", step)) }
+func stepDir(dir string, step int64) string {
+	return filepath.Join(dir, fmt.Sprintf("step-%012d", step))
+}
 
 // WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced.
 // Every rank calls it in parallel; nothing is visible to loaders until Commit.
