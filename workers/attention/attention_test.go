@@ -17,14 +17,6 @@ func randomMatrix(r *rand.Rand, rows, cols int, scale float32) Matrix {
 	return m
 }
 
-func seq(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
-
 func close64(a, b float64) bool {
 	return math.Abs(a-b) <= tol*(1+math.Abs(b))
 }
