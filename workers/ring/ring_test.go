@@ -22,7 +22,7 @@ func randomMatrix(r *rand.Rand, rows, cols int) attention.Matrix {
 
 // channelRing runs Forward on every rank of a layout as goroutines, passing blocks over
 // channels, and returns each rank's result.
-func channelRing(t *testing.T, l Layout, q, k, v attention.Matrix, causal bool, scale float64) []attention.Partial {
+func channelRing(t testing.TB, l Layout, q, k, v attention.Matrix, causal bool, scale float64) []attention.Partial {
 	t.Helper()
 	type kv struct{ k, v attention.Matrix }
 	inbox := make([]chan kv, l.Ranks)
