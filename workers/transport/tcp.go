@@ -31,6 +31,18 @@ type Config struct {
 	Listen string
 	// Timeout bounds rendezvous (default 2 minutes).
 	Timeout time.Duration
+	// RingSize splits the world into rings of consecutive ranks (context-parallel groups);
+	// Exchange passes messages around this rank's ring. 0 means one ring of every rank.
+	RingSize int
+}
+
+// ring is the first rank and the size of rank's ring.
+func (c Config) ring() (first, size int) {
+	size = c.RingSize
+	if size <= 0 {
+		size = c.World
+	}
+	return c.Rank - c.Rank%size, size
 }
 
 // TCP is one rank's connections: to the master (rank 0 keeps one per rank) for collectives
@@ -87,6 +99,12 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
 		return nil, fmt.Errorf("transport: rank %d of world %d", cfg.Rank, cfg.World)
 	}
+	if cfg.RingSize < 0 || (cfg.RingSize > 0 && cfg.World%cfg.RingSize != 0) {
+		return nil, fmt.Errorf("transport: rings of %d ranks do not divide a world of %d", cfg.RingSize, cfg.World)
+	}
+	first, size := cfg.ring()
+	next := first + (cfg.Rank-first+1)%size
+	prevRank := first + (cfg.Rank-first+size-1)%size
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute
 	}
@@ -123,15 +141,15 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 		accepted <- acceptResult{c, err}
 	}()
 	var d net.Dialer
-	nc, err := dialRetry(ctx, &d, addrs[(cfg.Rank+1)%cfg.World])
+	nc, err := dialRetry(ctx, &d, addrs[next])
 	if err != nil {
-		return nil, fmt.Errorf("transport: rank %d dialing rank %d: %w", cfg.Rank, (cfg.Rank+1)%cfg.World, err)
+		return nil, fmt.Errorf("transport: rank %d dialing rank %d: %w", cfg.Rank, next, err)
 	}
 	t.next = newConn(nc)
 	t.closers = append(t.closers, nc)
 	a := <-accepted
 	if a.err != nil {
-		return nil, fmt.Errorf("transport: rank %d accepting rank %d: %w", cfg.Rank, (cfg.Rank+cfg.World-1)%cfg.World, a.err)
+		return nil, fmt.Errorf("transport: rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err)
 	}
 	t.prev = newConn(a.c)
 	t.closers = append(t.closers, a.c)

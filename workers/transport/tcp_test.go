@@ -68,6 +68,41 @@ func TestExchangePassesAroundTheRing(t *testing.T) {
 	}
 }
 
+func TestRingsOfAGroupStayInTheGroup(t *testing.T) {
+	master := freeAddr(t)
+	const world, size = 6, 3
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for r := range world {
+		wg.Go(func() {
+			tr, err := Dial(context.Background(), Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", RingSize: size, Timeout: 20 * time.Second})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer func() { _ = tr.Close() }()
+			got, err := tr.Exchange([]byte(strconv.Itoa(r)))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			first := r - r%size
+			if want := strconv.Itoa(first + (r-first+size-1)%size); string(got) != want {
+				errs[r] = fmt.Errorf("got %s from the ring, want %s", got, want)
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if _, err := Dial(context.Background(), Config{Rank: 0, World: 4, RingSize: 3}); err == nil {
+		t.Error("rings of 3 in a world of 4 were accepted")
+	}
+}
+
 func TestAllReduceGivesEveryRankTheSameSum(t *testing.T) {
 	const world = 4
 	var mu sync.Mutex
