@@ -60,3 +60,63 @@ func decodeKV(b []byte) (attention.Matrix, attention.Matrix, error) {
 	}
 	return out[0], out[1], nil
 }
+
+// OverBlocks adapts a byte transport to BlockExchange for the backward pass: the key/value
+// block as in Over, then its gradients as rows, cols and float64 bits.
+func OverBlocks(x ByteExchanger) BlockExchange {
+	return func(b Block) (Block, error) {
+		msg := encodeKV(b.K, b.V)
+		for _, g := range []attention.Grad{b.DK, b.DV} {
+			msg = binary.BigEndian.AppendUint32(msg, uint32(g.Rows))
+			msg = binary.BigEndian.AppendUint32(msg, uint32(g.Cols))
+			for _, x := range g.Data {
+				msg = binary.BigEndian.AppendUint64(msg, math.Float64bits(x))
+			}
+		}
+		got, err := x.Exchange(msg)
+		if err != nil {
+			return Block{}, err
+		}
+		return decodeBlock(got)
+	}
+}
+
+func decodeBlock(b []byte) (Block, error) {
+	// The key/value part has the same layout as encodeKV; find where it ends.
+	kvLen := 0
+	for range 2 {
+		if len(b) < kvLen+8 {
+			return Block{}, fmt.Errorf("ring: truncated block")
+		}
+		rows, cols := int(binary.BigEndian.Uint32(b[kvLen:])), int(binary.BigEndian.Uint32(b[kvLen+4:]))
+		kvLen += 8 + 4*rows*cols
+	}
+	if len(b) < kvLen {
+		return Block{}, fmt.Errorf("ring: truncated block")
+	}
+	k, v, err := decodeKV(b[:kvLen])
+	if err != nil {
+		return Block{}, err
+	}
+	rest := b[kvLen:]
+	var grads [2]attention.Grad
+	for i := range grads {
+		if len(rest) < 8 {
+			return Block{}, fmt.Errorf("ring: truncated gradient header")
+		}
+		rows, cols := int(binary.BigEndian.Uint32(rest)), int(binary.BigEndian.Uint32(rest[4:]))
+		rest = rest[8:]
+		if len(rest) < 8*rows*cols {
+			return Block{}, fmt.Errorf("ring: gradient of %dx%d does not fit %d bytes", rows, cols, len(rest))
+		}
+		g := attention.NewGrad(rows, cols)
+		for j := range g.Data {
+			g.Data[j] = math.Float64frombits(binary.BigEndian.Uint64(rest[8*j:]))
+		}
+		grads[i], rest = g, rest[8*rows*cols:]
+	}
+	if len(rest) != 0 {
+		return Block{}, fmt.Errorf("ring: %d stray bytes after a block", len(rest))
+	}
+	return Block{K: k, V: v, DK: grads[0], DV: grads[1]}, nil
+}

@@ -1,0 +1,54 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Main is the zaya-worker command: flags for the model, the worker contract's environment for
+// everything else. It returns the process exit code: 0 done, 78 bad configuration, 1 failed
+// (a peer was lost, say: the operator restarts the gang).
+func Main(args []string, getenv func(string) string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("zaya-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := Config{Log: stderr, TerminationLog: "/dev/termination-log"}
+	fs.IntVar(&cfg.Steps, "steps", 100, "training steps")
+	fs.IntVar(&cfg.Seq, "seq", 32, "sequence length (a multiple of 2 x ZAYA_CONTEXT_PARALLEL)")
+	fs.IntVar(&cfg.Dim, "dim", 8, "model width")
+	fs.Float64Var(&cfg.LR, "lr", 0.2, "learning rate")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the model and the data")
+	fs.StringVar(&cfg.Listen, "listen", ":0", "address ring neighbours connect to")
+	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
+	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
+	if err := fs.Parse(args); err != nil {
+		return ExitConfig
+	}
+	cfg, err := FromEnv(cfg, getenv)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
+		return ExitConfig
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	res, err := Run(ctx, cfg)
+	var cerr *ConfigError
+	switch {
+	case errors.As(err, &cerr):
+		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
+		return ExitConfig
+	case errors.Is(err, context.Canceled):
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: stopped at step %d, checkpoint %d\n", res.Step, res.CheckpointStep)
+		return 143 // as if SIGTERM had ended us, after a clean save
+	case err != nil:
+		_, _ = fmt.Fprintln(stderr, "zaya-worker:", err)
+		return 1
+	}
+	_, _ = fmt.Fprintf(stderr, "zaya-worker: done at step %d, loss %.6g\n", res.Step, res.Loss)
+	return 0
+}

@@ -1,0 +1,206 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain doubles as the zaya-worker command when ZAYA_TRAIN_CHILD is set, so tests run real
+// worker processes that talk TCP, as pods would.
+func TestMain(m *testing.M) {
+	if os.Getenv("ZAYA_TRAIN_CHILD") != "" {
+		os.Exit(Main(strings.Fields(os.Getenv("ZAYA_ARGS")), os.Getenv, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// job is a gang of worker processes sharing a checkpoint directory.
+type job struct {
+	nodes, gpus, cp int
+	args            string
+	dir, port       string
+}
+
+func (j job) env(node int, out string) []string {
+	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -params-out="+out+
+		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
+		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
+		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port,
+		"ZAYA_CHECKPOINT_DIR="+filepath.Join(j.dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL=4", "ZAYA_CHECKPOINT_KEEP=2",
+		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
+}
+
+// start launches every node's process; their stderr goes to logs[node].
+func (j job) start(t *testing.T, out string, logs []*bytes.Buffer) []*exec.Cmd {
+	t.Helper()
+	cmds := make([]*exec.Cmd, j.nodes)
+	for node := range j.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = j.env(node, out)
+		cmd.Stderr = logs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[node] = cmd
+	}
+	return cmds
+}
+
+// logs are one buffer per node of j.
+func (j job) logs() []*bytes.Buffer {
+	out := make([]*bytes.Buffer, j.nodes)
+	for i := range out {
+		out[i] = &bytes.Buffer{}
+	}
+	return out
+}
+
+func waitAll(t *testing.T, cmds []*exec.Cmd, logs []*bytes.Buffer) {
+	t.Helper()
+	for node, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("node %d: %v\n%s", node, err, logs[node])
+		}
+	}
+}
+
+func TestLossFalls(t *testing.T) {
+	j := job{nodes: 2, gpus: 2, cp: 2, args: "-steps=40 -seq=16 -dim=6 -lr=0.5", dir: t.TempDir(), port: freePort(t)}
+	logs := j.logs()
+	waitAll(t, j.start(t, filepath.Join(j.dir, "params"), logs), logs)
+	var losses []float64
+	sc := bufio.NewScanner(bytes.NewReader(logs[0].Bytes()))
+	for sc.Scan() {
+		var step int
+		var loss float64
+		if n, _ := fmt.Sscanf(sc.Text(), "step %d loss %g", &step, &loss); n == 2 {
+			losses = append(losses, loss)
+		}
+	}
+	if len(losses) != 4 {
+		t.Fatalf("want 4 progress lines, log:\n%s", logs[0])
+	}
+	if !(losses[3] < 0.5*losses[0]) {
+		t.Errorf("loss did not fall: %v", losses)
+	}
+	if _, err := os.Stat(filepath.Join(j.dir, "heartbeat-1")); err != nil {
+		t.Errorf("no heartbeat: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(j.dir, "termination-0")); !strings.Contains(string(b), "checkpoint-step=40") {
+		t.Errorf("termination log = %q, want checkpoint-step=40", b)
+	}
+}
+
+// TestKilledRunResumesBitIdentical kills one node's worker after a checkpoint is committed,
+// restarts the whole gang (as the operator does) and checks that the final parameters equal,
+// bit for bit, those of a run that never stopped.
+func TestKilledRunResumesBitIdentical(t *testing.T) {
+	const args = "-steps=24 -seq=16 -dim=6"
+	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
+	refOut := filepath.Join(ref.dir, "params")
+	logs := ref.logs()
+	waitAll(t, ref.start(t, refOut, logs), logs)
+	want, err := os.ReadFile(refOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
+	out := filepath.Join(j.dir, "params")
+	logs = j.logs()
+	cmds := j.start(t, out, logs)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", "step-000000000008", "manifest.json")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint at step 8; logs:\n%s\n%s", logs[0], logs[1])
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for node, cmd := range cmds {
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if err == nil || !errors.As(err, &exit) {
+			t.Fatalf("node %d after the kill: %v (want a failure: its peer is gone)", node, err)
+		}
+	}
+
+	j.port = freePort(t) // a new gang: new pods
+	logs = j.logs()
+	waitAll(t, j.start(t, out, logs), logs)
+	if !strings.Contains(logs[0].String(), "resumed from step") {
+		t.Errorf("the restarted gang did not resume from a checkpoint:\n%s", logs[0])
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("parameters after the kill and resume differ from the uninterrupted run")
+	}
+}
+
+func TestConfigurationErrorsExit78(t *testing.T) {
+	base := map[string]string{
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
+	}
+	cases := []struct {
+		name  string
+		env   map[string]string
+		args  string
+		wants string
+	}{
+		{"missing rank", map[string]string{"NODE_RANK": ""}, "", "NODE_RANK is not set"},
+		{"world mismatch", map[string]string{"WORLD_SIZE": "3"}, "", "WORLD_SIZE=3 is not NNODES x GPUS_PER_NODE = 2"},
+		{"no master", map[string]string{"MASTER_PORT": ""}, "", "MASTER_ADDR and MASTER_PORT"},
+		{"cp does not divide", map[string]string{"ZAYA_CONTEXT_PARALLEL": "3"}, "", "must divide the world size"},
+		{"sequence not zigzag", nil, "-seq=6", "multiple of 2 x context parallel"},
+		{"duration interval", map[string]string{"ZAYA_CHECKPOINT_DIR": "/tmp/x", "ZAYA_CHECKPOINT_INTERVAL": "30m0s"}, "", "every N steps"},
+		{"bad flag", nil, "-nope", "flag provided but not defined"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := func(k string) string {
+				if v, ok := c.env[k]; ok {
+					return v
+				}
+				return base[k]
+			}
+			var stderr bytes.Buffer
+			if code := Main(strings.Fields(c.args), env, &stderr); code != ExitConfig {
+				t.Errorf("exit %d, want %d; stderr: %s", code, ExitConfig, &stderr)
+			}
+			if !strings.Contains(stderr.String(), c.wants) {
+				t.Errorf("stderr %q does not say %q", &stderr, c.wants)
+			}
+		})
+	}
+}
