@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Main is the zaya-worker command: flags for the model, the worker contract's environment for
@@ -26,6 +28,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Listen, "listen", ":0", "address ring neighbours connect to")
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
+	metricsAddr := fs.String("metrics-addr", ":9400", "address of the Prometheus /metrics endpoint; empty disables it")
 	if err := fs.Parse(args); err != nil {
 		return ExitConfig
 	}
@@ -33,6 +36,16 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
 		return ExitConfig
+	}
+	if *metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		cfg.Metrics = NewMetrics(reg)
+		addr, err := serveMetrics(*metricsAddr, reg)
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "zaya-worker: metrics:", err)
+			return 1
+		}
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: metrics on http://%s/metrics\n", addr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

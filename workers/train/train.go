@@ -46,6 +46,7 @@ type Config struct {
 	Seed                                          uint64
 	ParamsOut                                     string // rank 0 writes the final parameters here
 	Log                                           io.Writer
+	Metrics                                       *Metrics // nil: none
 }
 
 // FromEnv reads the worker contract's variables (docs/worker-contract.md) into cfg.
@@ -241,7 +242,7 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	pos := l.Positions(cpRank)
 	scale := 1 / math.Sqrt(float64(cfg.Dim))
 	norm := float64(cfg.Seq * cfg.Dim * dpGroups)
-	start := time.Now()
+	start, resumed := time.Now(), res.Step
 	for res.Step < int64(cfg.Steps) {
 		x := batch(cfg.Seed, res.Step, dp, cfg.Seq, cfg.Dim)
 		xl := x.SelectRows(pos)
@@ -292,16 +293,27 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if cfg.HeartbeatFile != "" {
 			touch(cfg.HeartbeatFile)
 		}
+		local0 := rank%cfg.GPUsPerNode == 0
+		if local0 && cfg.Metrics != nil {
+			cfg.Metrics.Step.Set(float64(res.Step))
+			cfg.Metrics.Loss.Set(res.Loss)
+			cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds())
+		}
 		if rank == 0 && (res.Step%10 == 0 || res.Step == int64(cfg.Steps)) {
-			tokens := float64(int64(cfg.Seq*dpGroups)*res.Step) / time.Since(start).Seconds()
+			tokens := float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds()
 			_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
 		}
 		stop := vec[1+n] > 0
 		if cfg.CheckpointDir != "" && (stop || (cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0)) {
+			began := time.Now()
 			if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
 				return res, err
 			}
 			res.CheckpointStep = res.Step
+			if local0 && cfg.Metrics != nil {
+				cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
+				cfg.Metrics.CheckpointStep.Set(float64(res.Step))
+			}
 		}
 		if stop {
 			return res, ctx.Err()

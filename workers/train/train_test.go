@@ -3,10 +3,13 @@ package train
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestMain doubles as the zaya-worker command when ZAYA_TRAIN_CHILD is set, so tests run real
@@ -45,7 +51,7 @@ type job struct {
 }
 
 func (j job) env(node int, out string) []string {
-	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -params-out="+out+
+	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -params-out="+out+
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
@@ -184,6 +190,42 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatal("parameters after the kill and resume differ from the uninterrupted run")
+	}
+}
+
+func TestMetricsReportProgressAndSaves(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 2, Master: "127.0.0.1:" + freePort(t),
+		Listen: "127.0.0.1:0", CheckpointDir: t.TempDir(), CheckpointEvery: 5, Keep: 2,
+		Steps: 20, Seq: 8, Dim: 4, LR: 0.3, Seed: 3, Metrics: m}
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Step); got != 20 {
+		t.Errorf("zaya_worker_step = %v, want 20", got)
+	}
+	if got := testutil.ToFloat64(m.CheckpointStep); got != 20 {
+		t.Errorf("zaya_worker_checkpoint_step = %v, want 20", got)
+	}
+	if n := testutil.CollectAndCount(m.SaveSeconds); n != 1 {
+		t.Errorf("save histogram series = %d", n)
+	}
+	if testutil.ToFloat64(m.TokensPerSec) <= 0 || testutil.ToFloat64(m.Loss) <= 0 {
+		t.Error("throughput and loss not reported")
+	}
+	addr, err := serveMetrics("127.0.0.1:0", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "zaya_worker_checkpoint_save_seconds_count 4") {
+		t.Errorf("/metrics does not show 4 saves:\n%s", body)
 	}
 }
 
