@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,6 +28,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the model and the data")
 	fs.StringVar(&cfg.Listen, "listen", ":0", "address ring neighbours connect to")
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
+	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the Prometheus /metrics endpoint; empty disables it")
 	if err := fs.Parse(args); err != nil {

@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		TokensPerSec:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "zaya_worker_tokens_per_second", Help: "Tokens trained per second by the whole job since this process started."}),
 		CheckpointStep: prometheus.NewGauge(prometheus.GaugeOpts{Name: "zaya_worker_checkpoint_step", Help: "Step of the last committed checkpoint."}),
 		SaveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "zaya_worker_checkpoint_save_seconds", Help: "Seconds a checkpoint save held training (shard write to commit).",
+			Name: "zaya_worker_checkpoint_save_seconds", Help: "Seconds a checkpoint save held training (the snapshot, plus waiting for the previous save when storage is slower than the interval).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,6 +39,7 @@ type Config struct {
 	NodeRank, Nodes, GPUsPerNode, ContextParallel int
 	Master                                        string // MASTER_ADDR:MASTER_PORT
 	Listen                                        string // where ring neighbours connect (":0")
+	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
 	CheckpointEvery, Keep                         int // steps between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
@@ -205,7 +207,7 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	if listen == "" {
 		listen = ":0"
 	}
-	tr, err := transport.Dial(ctx, transport.Config{Rank: rank, World: world, Master: cfg.Master, Listen: listen, RingSize: cp})
+	tr, err := transport.Dial(ctx, transport.Config{Rank: rank, World: world, Master: cfg.Master, Listen: listen, RingSize: cp, Timeout: cfg.RendezvousTimeout})
 	if err != nil {
 		return Result{}, err
 	}
@@ -243,6 +245,8 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	scale := 1 / math.Sqrt(float64(cfg.Dim))
 	norm := float64(cfg.Seq * cfg.Dim * dpGroups)
 	start, resumed := time.Now(), res.Step
+	local0 := rank%cfg.GPUsPerNode == 0 // reports this process's metrics
+	var pending *inflight
 	for res.Step < int64(cfg.Steps) {
 		x := batch(cfg.Seed, res.Step, dp, cfg.Seq, cfg.Dim)
 		xl := x.SelectRows(pos)
@@ -266,8 +270,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		// One all-reduce carries the loss, the three weight gradients and the stop vote.
-		vec := make([]float64, 2+n)
+		// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
+		// this rank's background save is written, and the last step rank 0 committed.
+		vec := make([]float64, 4+n)
 		vec[0] = loss / norm
 		for wi, g := range []attention.Grad{dq, dk, dv} {
 			for i := range xl.Rows {
@@ -282,8 +287,29 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if ctx.Err() != nil {
 			vec[1+n] = 1
 		}
+		if pending != nil {
+			if written, err := pending.written(); err != nil {
+				return res, err
+			} else if written {
+				vec[2+n] = 1
+			}
+		}
+		if rank == 0 {
+			vec[3+n] = float64(res.CheckpointStep)
+		}
 		if err := tr.AllReduce(vec); err != nil {
 			return res, fmt.Errorf("rank %d step %d: all-reduce: %w", rank, res.Step, err)
+		}
+		res.CheckpointStep = max(res.CheckpointStep, int64(vec[3+n]))
+		if pending != nil && int(vec[2+n]) == world {
+			// Every rank's shard is on disk: rank 0 commits, the others hear of it next step.
+			if rank == 0 {
+				if err := commit(cfg, world, pending.step); err != nil {
+					return res, err
+				}
+				res.CheckpointStep = pending.step
+			}
+			pending = nil
 		}
 		for i := range m.params {
 			m.params[i] = float32(float64(m.params[i]) - cfg.LR*vec[1+i])
@@ -293,7 +319,6 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if cfg.HeartbeatFile != "" {
 			touch(cfg.HeartbeatFile)
 		}
-		local0 := rank%cfg.GPUsPerNode == 0
 		if local0 && cfg.Metrics != nil {
 			cfg.Metrics.Step.Set(float64(res.Step))
 			cfg.Metrics.Loss.Set(res.Loss)
@@ -303,21 +328,48 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 			tokens := float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds()
 			_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
 		}
+		if local0 && cfg.Metrics != nil {
+			cfg.Metrics.CheckpointStep.Set(float64(res.CheckpointStep))
+		}
 		stop := vec[1+n] > 0
-		if cfg.CheckpointDir != "" && (stop || (cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0)) {
-			began := time.Now()
-			if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
+		if stop {
+			// The ranks agreed to stop after this step: save it while the collectives work.
+			if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
 				return res, err
 			}
-			res.CheckpointStep = res.Step
-			if local0 && cfg.Metrics != nil {
-				cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
-				cfg.Metrics.CheckpointStep.Set(float64(res.Step))
+			if cfg.CheckpointDir != "" {
+				if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
+					return res, err
+				}
+				res.CheckpointStep = res.Step
 			}
-		}
-		if stop {
 			return res, ctx.Err()
 		}
+		if cfg.CheckpointDir != "" && cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0 {
+			// A save still in flight is finished first: storage slower than the interval then
+			// holds training rather than let a fault lose more than one interval.
+			began := time.Now()
+			if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
+				return res, err
+			}
+			pending = startSave(cfg, rank, world, res.Step, m.params)
+			if local0 && cfg.Metrics != nil {
+				cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
+			}
+		}
+	}
+	if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
+		return res, err
+	}
+	if cfg.CheckpointDir != "" && res.CheckpointStep < res.Step && res.Step > resumed {
+		// The job is done: its final state is worth a checkpoint too.
+		if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
+			return res, err
+		}
+		res.CheckpointStep = res.Step
+	}
+	if local0 && cfg.Metrics != nil {
+		cfg.Metrics.CheckpointStep.Set(float64(res.CheckpointStep))
 	}
 	if rank == 0 && cfg.ParamsOut != "" {
 		if err := os.WriteFile(cfg.ParamsOut, paramBytes(m.params), 0o644); err != nil {
@@ -325,6 +377,79 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// inflight is a checkpoint being written in the background from a snapshot of the parameters.
+type inflight struct {
+	step int64
+	done chan error
+	ok   bool
+}
+
+// written reports, without blocking, whether this rank's shard is on disk.
+func (f *inflight) written() (bool, error) {
+	if f.ok {
+		return true, nil
+	}
+	select {
+	case err := <-f.done:
+		if err != nil {
+			return false, err
+		}
+		f.ok = true
+	default:
+	}
+	return f.ok, nil
+}
+
+// startSave snapshots this rank's slice of the parameters and writes it in the background,
+// so training does not wait on storage; the commit follows once every rank reports its shard.
+func startSave(cfg Config, rank, world int, step int64, params []float32) *inflight {
+	n := int64(len(params))
+	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
+	snapshot := slices.Clone(params[lo:hi])
+	f := &inflight{step: step, done: make(chan error, 1)}
+	go func() {
+		t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: snapshot}
+		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, step, rank, []checkpoint.Tensor{t})
+	}()
+	return f
+}
+
+// finishSave completes a background save in step with the other ranks (every rank has the
+// same pending save: the all-reduce decided it), committing it before the ranks stop.
+func finishSave(cfg Config, tr *transport.TCP, rank, world int, pending **inflight, res *Result) error {
+	f := *pending
+	if f == nil {
+		return nil
+	}
+	*pending = nil
+	if !f.ok { // written() has not seen the write finish: wait for it
+		if err := <-f.done; err != nil {
+			return err
+		}
+	}
+	if err := tr.Barrier(); err != nil {
+		return err
+	}
+	if rank == 0 {
+		if err := commit(cfg, world, f.step); err != nil {
+			return err
+		}
+	}
+	if err := tr.Barrier(); err != nil {
+		return err
+	}
+	res.CheckpointStep = f.step
+	return nil
+}
+
+func commit(cfg Config, world int, step int64) error {
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(cfg.Log, "checkpoint step %d committed\n", step)
+	return nil
 }
 
 // save writes this rank's slice of the parameters; rank 0 commits once every rank has.
@@ -339,10 +464,9 @@ func save(cfg Config, tr *transport.TCP, rank, world int, step int64, params []f
 		return err
 	}
 	if rank == 0 {
-		if _, err := checkpoint.Commit(cfg.CheckpointDir, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
+		if err := commit(cfg, world, step); err != nil {
 			return err
 		}
-		_, _ = fmt.Fprintf(cfg.Log, "checkpoint step %d committed\n", step)
 	}
 	return tr.Barrier() // nobody reports a step as committed before it is
 }

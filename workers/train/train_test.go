@@ -51,7 +51,7 @@ type job struct {
 }
 
 func (j job) env(node int, out string) []string {
-	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -params-out="+out+
+	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
