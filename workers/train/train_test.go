@@ -139,23 +139,30 @@ func TestLossFalls(t *testing.T) {
 	}
 }
 
+// uninterrupted is the final parameters of a 2-node gang that runs args without a fault.
+func uninterrupted(t *testing.T, args string) []byte {
+	t.Helper()
+	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
+	out := filepath.Join(ref.dir, "params")
+	logs := ref.logs()
+	waitAll(t, ref.start(t, out, logs), logs)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestKilledRunResumesBitIdentical kills one node's worker after a checkpoint is committed,
 // restarts the whole gang (as the operator does) and checks that the final parameters equal,
 // bit for bit, those of a run that never stopped.
 func TestKilledRunResumesBitIdentical(t *testing.T) {
 	const args = "-steps=24 -seq=16 -dim=6"
-	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
-	refOut := filepath.Join(ref.dir, "params")
-	logs := ref.logs()
-	waitAll(t, ref.start(t, refOut, logs), logs)
-	want, err := os.ReadFile(refOut)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := uninterrupted(t, args)
 
 	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
 	out := filepath.Join(j.dir, "params")
-	logs = j.logs()
+	logs := j.logs()
 	cmds := j.start(t, out, logs)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -313,14 +320,7 @@ func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
 // in the middle of a save — restarting the gang each time, and still ends bit-identical.
 func TestRandomKillsIncludingMidSave(t *testing.T) {
 	const args = "-steps=160 -seq=16 -dim=6"
-	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
-	refOut := filepath.Join(ref.dir, "params")
-	logs := ref.logs()
-	waitAll(t, ref.start(t, refOut, logs), logs)
-	want, err := os.ReadFile(refOut)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := uninterrupted(t, args)
 
 	r := rand.New(rand.NewPCG(42, 42))
 	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir()}
