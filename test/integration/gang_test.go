@@ -29,6 +29,16 @@ func jobPods(g Gomega, ns, job string) map[string]*corev1.Pod {
 	return out
 }
 
+// waitPods waits until the job has exactly n pods and returns them by name.
+func waitPods(g Gomega, ns, job string, n int) map[string]*corev1.Pod {
+	var pods map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = jobPods(g, ns, job)
+		g.Expect(pods).To(HaveLen(n))
+	}, timeout, interval).Should(Succeed())
+	return pods
+}
+
 // setPodStatus plays kubelet: there is none in envtest.
 func setPodStatus(g Gomega, pod *corev1.Pod, status corev1.PodStatus) {
 	pod.Status = status
@@ -55,11 +65,7 @@ func TestGangIsCreatedAndRuns(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(8).NewCheckpoint("1Ti", "ibmc-vpc-file-3000-iops").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 
-	var pods map[string]*corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "llm")
-		g.Expect(pods).To(HaveLen(8))
-	}, timeout, interval).Should(Succeed())
+	pods := waitPods(g, ns, "llm", 8)
 
 	// Every rank's pod passed the apiserver's own pod validation and carries the contract.
 	for r := range 8 {
@@ -110,11 +116,7 @@ func TestUnplaceableGangReportsCapacity(t *testing.T) {
 
 	job := testjob.MakeZayaTrainingJob("big", ns).Nodes(3).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	var pods map[string]*corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "big")
-		g.Expect(pods).To(HaveLen(3))
-	}, timeout, interval).Should(Succeed())
+	pods := waitPods(g, ns, "big", 3)
 
 	setPodStatus(g, pods["big-0-0"], runningReady)
 	for _, name := range []string{"big-0-1", "big-0-2"} {

@@ -32,11 +32,7 @@ func TestOperatorRestartMidRecovery(t *testing.T) {
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(4).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	var pods map[string]*corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "llm")
-		g.Expect(pods).To(HaveLen(4))
-	}, timeout, interval).Should(Succeed())
+	pods := waitPods(g, ns, "llm", 4)
 	for _, p := range pods {
 		setPodStatus(g, p, runningReady)
 	}
@@ -83,11 +79,7 @@ func TestRestartBudgetIsEnforced(t *testing.T) {
 	zero := int32(0)
 	job.Spec.FaultTolerance.MaxRestarts = &zero
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	var pods map[string]*corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "llm")
-		g.Expect(pods).To(HaveLen(2))
-	}, timeout, interval).Should(Succeed())
+	pods := waitPods(g, ns, "llm", 2)
 	setPodStatus(g, pods["llm-0-0"], runningReady)
 	setPodStatus(g, pods["llm-0-1"], failedWith(1))
 	g.Eventually(func(g Gomega) {
