@@ -30,7 +30,7 @@ zaya_attn_fwd(const float* __restrict__ q, const float* __restrict__ k, const fl
   __shared__ float qs[ZAYA_MAX_HEAD_DIM];
   __shared__ float ps[ZAYA_WAVE];
   for (int c = lane; c < d; c += ZAYA_WAVE) qs[c] = qi[c];
-  __syncthreads();
+  ZAYA_SYNC();
 
   float acc[ZAYA_MAX_HEAD_DIM / ZAYA_WAVE];
   for (int t = 0; t < ZAYA_MAX_HEAD_DIM / ZAYA_WAVE; ++t) acc[t] = 0.0f;
@@ -53,14 +53,14 @@ zaya_attn_fwd(const float* __restrict__ q, const float* __restrict__ k, const fl
     run_sum = run_sum * correction + wave_sum(p);
     run_max = new_max;
     ps[lane] = p;
-    __syncthreads();
+    ZAYA_SYNC();
     for (int t = 0, c = lane; c < d; ++t, c += ZAYA_WAVE) {
       float a = acc[t] * correction;
       const int tile = min(ZAYA_WAVE, nk - base);
       for (int jj = 0; jj < tile; ++jj) a += ps[jj] * v[(size_t)(base + jj) * d + c];
       acc[t] = a;
     }
-    __syncthreads();
+    ZAYA_SYNC();
   }
 
   float* oi = out + (size_t)row * d;
@@ -81,6 +81,6 @@ zaya_attn_merge(float* __restrict__ out_a, float* __restrict__ lse_a, const floa
   float* oa = out_a + (size_t)r * d;
   const float* ob = out_b + (size_t)i * d;
   for (int c = ZAYA_LANE; c < d; c += ZAYA_WAVE) oa[c] = oa[c] - w * (oa[c] - ob[c]);
-  __syncthreads();
+  ZAYA_SYNC();
   if (ZAYA_LANE == 0) lse_a[r] = zaya_merge_lse(la, lb);
 }

@@ -2,6 +2,7 @@ package hip
 
 import (
 	"bufio"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,22 @@ type kernelMeta struct {
 	name                    string
 	vgprSpills, sgprSpills  string
 	wavefront, privateFixed string
+}
+
+// hipClang is the compiler to use, skipping the test only outside CI when it is missing.
+func hipClang(t *testing.T) string {
+	t.Helper()
+	clang := os.Getenv("ZAYA_HIP_CLANG")
+	if clang == "" {
+		clang = "clang++-19"
+	}
+	if _, err := exec.LookPath(clang); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not found: CI installs clang-19, lld-19 and libamdhip64-dev (see .ci/run)", clang)
+		}
+		t.Skipf("%s not found: apt-get install clang-19 lld-19 libamdhip64-dev to compile the HIP kernels", clang)
+	}
+	return clang
 }
 
 // compile builds one file to gfx942 assembly with Debian's clang-19 and no device library.
@@ -74,16 +91,7 @@ func parseMeta(asm string) []kernelMeta {
 // the target, every expected kernel present, wave64, no register spills, no scratch memory,
 // and no calls into a device library the test machine does not have.
 func TestKernelsCompileToGfx942(t *testing.T) {
-	clang := os.Getenv("ZAYA_HIP_CLANG")
-	if clang == "" {
-		clang = "clang++-19"
-	}
-	if _, err := exec.LookPath(clang); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not found: CI installs clang-19, lld-19 and libamdhip64-dev (see .ci/run)", clang)
-		}
-		t.Skipf("%s not found: apt-get install clang-19 lld-19 libamdhip64-dev to compile the HIP kernels", clang)
-	}
+	clang := hipClang(t)
 	files, err := filepath.Glob("*.hip")
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +105,8 @@ func TestKernelsCompileToGfx942(t *testing.T) {
 			if !strings.Contains(asm, `.amdgcn_target "amdgcn-amd-amdhsa--gfx942"`) {
 				t.Error("not compiled for gfx942")
 			}
-			if strings.Contains(asm, "__ocml") || strings.Contains(asm, "__ockl") {
-				t.Error("calls a ROCm device library: the kernel is not self-contained")
+			if strings.Contains(asm, "__ocml") || strings.Contains(asm, "__ockl") || strings.Contains(asm, "s_swappc_b64") {
+				t.Error("calls a function (a ROCm device library?): the kernel is not self-contained")
 			}
 			meta := parseMeta(asm)
 			var names []string
@@ -121,4 +129,56 @@ func TestKernelsCompileToGfx942(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKernelsLinkToCodeObjects links every kernel file into the gfx942 code object the HIP
+// backend loads (hipModuleLoad) and checks it: an AMDGPU ELF for gfx942 that exports each
+// kernel and its kernel descriptor. Linking also proves there is no undefined device symbol.
+func TestKernelsLinkToCodeObjects(t *testing.T) {
+	clang := hipClang(t)
+	dir := t.TempDir()
+	if err := BuildCodeObjects(clang, ".", dir); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range kernels {
+		path := filepath.Join(dir, CodeObject(file))
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if f.Machine != emAMDGPU || f.Type != elf.ET_DYN {
+			t.Errorf("%s: machine %v type %v, want AMDGPU shared object", path, f.Machine, f.Type)
+		}
+		if got := readFlags(t, path) & 0xff; got != machGfx942 {
+			t.Errorf("%s: e_flags machine %#x, want gfx942 (%#x)", path, got, machGfx942)
+		}
+		syms, err := f.Symbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range syms {
+			names = append(names, s.Name)
+		}
+		for _, k := range want {
+			if !slices.Contains(names, k) || !slices.Contains(names, k+".kd") {
+				t.Errorf("%s: kernel %s or its descriptor missing; symbols %v", path, k, names)
+			}
+		}
+		_ = f.Close()
+	}
+}
+
+const (
+	emAMDGPU   = elf.Machine(224)
+	machGfx942 = 0x4c // EF_AMDGPU_MACH_AMDGCN_GFX942
+)
+
+// readFlags is the ELF header's e_flags, where AMDGPU keeps the target processor.
+func readFlags(t *testing.T, path string) uint32 {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 52 {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return uint32(b[48]) | uint32(b[49])<<8 | uint32(b[50])<<16 | uint32(b[51])<<24
 }

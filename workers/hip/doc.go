@@ -1,6 +1,7 @@
 // Package hip holds the HIP kernels of ring attention for AMD Instinct MI300X (gfx942) —
 // attention_fwd.hip (block forward with LSE, and the merge), attention_bwd.hip (block
 // backward) — and zaya_attention.h, the math they share with the Go CPU backend in
-// workers/attention. The kernels are built into the worker only in the ROCm image; here a test
-// compiles each one to gfx942 machine code and checks it.
+// workers/attention. BuildCodeObjects links them into the gfx942 code objects that the
+// worker's HIP backend (workers/rocm, build tag rocm) loads with hipModuleLoad; tests here
+// compile each kernel to gfx942 machine code and check both the assembly and the objects.
 package hip

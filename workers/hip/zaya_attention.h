@@ -22,6 +22,14 @@
 #if defined(__HIP_DEVICE_COMPILE__)
 #define ZAYA_BLOCK_X ((int)__builtin_amdgcn_workgroup_id_x())
 #define ZAYA_LANE ((int)__builtin_amdgcn_workitem_id_x())
+// A work-group barrier with the fences __syncthreads implies, without HIP's header calling
+// into the device library (__atomic_work_item_fence) that a GPU-less build cannot link.
+#define ZAYA_SYNC()                                               \
+  do {                                                            \
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");        \
+    __builtin_amdgcn_s_barrier();                                 \
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");        \
+  } while (0)
 #endif
 
 // zaya_merge_lse is log(exp(a) + exp(b)) without forming exp(a) or exp(b): max + log(1 +

@@ -16,11 +16,11 @@ type Block struct {
 // BlockExchange sends this rank's block to the next rank and returns the previous rank's.
 type BlockExchange func(Block) (Block, error)
 
-// Backward is ring attention's backward pass for one rank: q, k, v, out (the forward's output),
+// Backward is ring attention's backward pass for one rank, its blocks computed by be: q, k, v, out (the forward's output),
 // lse and dout are its tokens in Layout order. dq stays home; each key/value block travels
 // with its gradients and, after Ranks exchanges, is back with its owner carrying every rank's
 // contribution. The schedule is the forward's, so the causal work stays balanced.
-func Backward(l Layout, rank int, q, k, v, out, dout attention.Matrix, lse []float64, causal bool, scale float64,
+func Backward(be attention.Backend, l Layout, rank int, q, k, v, out, dout attention.Matrix, lse []float64, causal bool, scale float64,
 	exchange BlockExchange) (dq, dk, dv attention.Grad, err error) {
 	if err := l.Validate(); err != nil {
 		return dq, dk, dv, err
@@ -34,7 +34,7 @@ func Backward(l Layout, rank int, q, k, v, out, dout attention.Matrix, lse []flo
 	for step := range l.Ranks {
 		w := l.Step(rank, step, causal)
 		kPos := l.Positions(l.Source(rank, step))
-		err := attention.Backward(q.SelectRows(w.QRows), blk.K.SelectRows(w.KRows), blk.V.SelectRows(w.KRows),
+		err := be.Backward(q.SelectRows(w.QRows), blk.K.SelectRows(w.KRows), blk.V.SelectRows(w.KRows),
 			out.SelectRows(w.QRows), dout.SelectRows(w.QRows), pickF(lse, w.QRows), pick(qPos, w.QRows), pick(kPos, w.KRows),
 			w.Causal, scale, dq, w.QRows, blk.DK, blk.DV, w.KRows)
 		if err != nil {

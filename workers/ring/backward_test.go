@@ -38,7 +38,7 @@ func TestRingBackwardMatchesFullBackward(t *testing.T) {
 							inbox[(rank+1)%ranks] <- b
 							return <-inbox[rank], nil
 						}
-						dq, dk, dv, err := Backward(l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos),
+						dq, dk, dv, err := Backward(attention.CPU, l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos),
 							fwd[rank].Out, dout.SelectRows(pos), fwd[rank].LSE, causal, scale, exchange)
 						got[rank], errs[rank] = grads{dq, dk, dv}, err
 					})

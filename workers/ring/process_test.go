@@ -56,7 +56,7 @@ func childRank() error {
 	l := Layout{Seq: seq, Ranks: world}
 	q, k, v := problem(seq, d)
 	pos := l.Positions(rank)
-	p, err := Forward(l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos), causal, 1/math.Sqrt(float64(d)), Over(tr))
+	p, err := Forward(attention.CPU, l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos), causal, 1/math.Sqrt(float64(d)), Over(tr))
 	if err != nil {
 		return err
 	}

@@ -86,9 +86,9 @@ func (l Layout) Step(rank, step int, causal bool) Work {
 // of the previous one.
 type Exchange func(k, v attention.Matrix) (attention.Matrix, attention.Matrix, error)
 
-// Forward is ring attention for one rank: q, k and v are its tokens in Layout order. Each step
+// Forward is ring attention for one rank, its blocks computed by be: q, k and v are its tokens in Layout order. Each step
 // starts passing the block it holds before computing on it, so communication overlaps compute.
-func Forward(l Layout, rank int, q, k, v attention.Matrix, causal bool, scale float64, exchange Exchange) (attention.Partial, error) {
+func Forward(be attention.Backend, l Layout, rank int, q, k, v attention.Matrix, causal bool, scale float64, exchange Exchange) (attention.Partial, error) {
 	if err := l.Validate(); err != nil {
 		return attention.Partial{}, err
 	}
@@ -113,12 +113,14 @@ func Forward(l Layout, rank int, q, k, v attention.Matrix, causal bool, scale fl
 		}
 		w := l.Step(rank, step, causal)
 		kPos := l.Positions(l.Source(rank, step))
-		part, err := attention.Forward(q.SelectRows(w.QRows), curK.SelectRows(w.KRows), curV.SelectRows(w.KRows),
+		part, err := be.Forward(q.SelectRows(w.QRows), curK.SelectRows(w.KRows), curV.SelectRows(w.KRows),
 			pick(qPos, w.QRows), pick(kPos, w.KRows), w.Causal, scale)
 		if err != nil {
 			return attention.Partial{}, err
 		}
-		attention.Merge(&acc, part, w.QRows)
+		if err := be.Merge(&acc, part, w.QRows); err != nil {
+			return attention.Partial{}, err
+		}
 		if next != nil {
 			b := <-next
 			if b.err != nil {

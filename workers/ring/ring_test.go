@@ -40,7 +40,7 @@ func channelRing(t testing.TB, l Layout, q, k, v attention.Matrix, causal bool, 
 				got := <-inbox[rank]
 				return got.k, got.v, nil
 			}
-			out[rank], errs[rank] = Forward(l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos), causal, scale, exchange)
+			out[rank], errs[rank] = Forward(attention.CPU, l, rank, q.SelectRows(pos), k.SelectRows(pos), v.SelectRows(pos), causal, scale, exchange)
 		})
 	}
 	wg.Wait()

@@ -30,6 +30,11 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
+	fs.StringVar(&cfg.Transport, "transport", "tcp", "collectives: tcp, or rccl (a worker built with -tags rocm)")
+	fs.StringVar(&cfg.Backend, "backend", "cpu", "attention math: cpu, or hip (the gfx942 kernels; -tags rocm)")
+	fs.StringVar(&cfg.KernelDir, "kernel-dir", "/opt/zaya/kernels", "where the hip backend finds its code objects")
+	fs.StringVar(&cfg.Libraries.HIP, "hip-library", "", "the HIP runtime to load (default libamdhip64.so, .so.6, .so.5)")
+	fs.StringVar(&cfg.Libraries.RCCL, "rccl-library", "", "RCCL to load (default librccl.so, .so.1)")
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the Prometheus /metrics endpoint; empty disables it")
 	if err := fs.Parse(args); err != nil {
 		return ExitConfig

@@ -23,6 +23,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/ring"
+	"github.com/zaya-operator/zaya-operator/workers/rocm"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
 
@@ -41,7 +42,8 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
-	CheckpointEvery, Keep                         int // steps between checkpoints (0: none)
+	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
+	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
 	Steps, Seq, Dim                               int
 	LR                                            float64
@@ -49,6 +51,11 @@ type Config struct {
 	ParamsOut                                     string // rank 0 writes the final parameters here
 	Log                                           io.Writer
 	Metrics                                       *Metrics // nil: none
+	// Transport is "tcp" (default) or "rccl"; Backend is "cpu" (default) or "hip". RCCL and
+	// HIP need a worker built with the rocm tag; each local rank drives device = local rank.
+	Transport, Backend string
+	KernelDir          string // the HIP backend's code objects
+	Libraries          rocm.Libraries
 }
 
 // FromEnv reads the worker contract's variables (docs/worker-contract.md) into cfg.
@@ -85,11 +92,13 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}
 	cfg.CheckpointDir = getenv("ZAYA_CHECKPOINT_DIR")
 	if every := getenv("ZAYA_CHECKPOINT_INTERVAL"); every != "" {
-		n, err := strconv.Atoi(every)
-		if err != nil || n < 1 {
-			return cfg, &ConfigError{fmt.Sprintf("ZAYA_CHECKPOINT_INTERVAL=%q: this worker checkpoints every N steps (a positive integer)", every)}
+		if n, err := strconv.Atoi(every); err == nil && n >= 1 {
+			cfg.CheckpointEvery = n
+		} else if d, err := time.ParseDuration(every); err == nil && d > 0 {
+			cfg.CheckpointPeriod = d
+		} else {
+			return cfg, &ConfigError{fmt.Sprintf("ZAYA_CHECKPOINT_INTERVAL=%q must be a positive number of steps (500) or a duration (30m0s)", every)}
 		}
-		cfg.CheckpointEvery = n
 	}
 	cfg.Keep = 3
 	if keep := getenv("ZAYA_CHECKPOINT_KEEP"); keep != "" {
@@ -113,7 +122,13 @@ func (c Config) Validate() error {
 		return &ConfigError{fmt.Sprintf("sequence length %d must be a multiple of 2 x context parallel %d", c.Seq, c.ContextParallel)}
 	case c.Dim < 1 || c.Steps < 0 || c.LR <= 0:
 		return &ConfigError{fmt.Sprintf("dim %d, steps %d, lr %v: want dim >= 1, steps >= 0, lr > 0", c.Dim, c.Steps, c.LR)}
-	case c.CheckpointEvery > 0 && c.CheckpointDir == "":
+	case c.Transport != "" && c.Transport != "tcp" && c.Transport != "rccl":
+		return &ConfigError{fmt.Sprintf("-transport=%q must be tcp or rccl", c.Transport)}
+	case c.Backend != "" && c.Backend != "cpu" && c.Backend != "hip":
+		return &ConfigError{fmt.Sprintf("-backend=%q must be cpu or hip", c.Backend)}
+	case (c.Transport == "rccl" || c.Backend == "hip") && !rocm.Built:
+		return &ConfigError{fmt.Sprintf("-transport=%s -backend=%s: %v", c.Transport, c.Backend, rocm.ErrNotBuilt)}
+	case (c.CheckpointEvery > 0 || c.CheckpointPeriod > 0) && c.CheckpointDir == "":
 		return &ConfigError{"ZAYA_CHECKPOINT_INTERVAL is set without ZAYA_CHECKPOINT_DIR"}
 	}
 	return nil
@@ -148,6 +163,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		appendLine(cfg.TerminationLog, fmt.Sprintf("checkpoint-step=%d", res.CheckpointStep))
 	}
 	return res, errors.Join(errs...)
+}
+
+// rocmError makes a missing or broken ROCm library a configuration error (the image is wrong:
+// a restart cannot help); a missing device stays a failure the operator may retry elsewhere.
+func rocmError(err error) error {
+	if errors.Is(err, rocm.ErrLibrary) {
+		return &ConfigError{err.Error()}
+	}
+	return err
 }
 
 func appendLine(path, line string) {
@@ -207,9 +231,24 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	if listen == "" {
 		listen = ":0"
 	}
-	tr, err := transport.Dial(ctx, transport.Config{Rank: rank, World: world, Master: cfg.Master, Listen: listen, RingSize: cp, Timeout: cfg.RendezvousTimeout})
+	local := rank % cfg.GPUsPerNode
+	be := attention.CPU
+	if cfg.Backend == "hip" {
+		var err error
+		if be, err = rocm.OpenBackend(cfg.Libraries, cfg.KernelDir, local); err != nil {
+			return Result{}, rocmError(err)
+		}
+	}
+	tcfg := transport.Config{Rank: rank, World: world, Master: cfg.Master, Listen: listen, RingSize: cp, Timeout: cfg.RendezvousTimeout}
+	var tr transport.Transport
+	var err error
+	if cfg.Transport == "rccl" {
+		tr, err = rocm.DialRCCL(ctx, tcfg, local, cfg.Libraries)
+	} else {
+		tr, err = transport.Dial(ctx, tcfg)
+	}
 	if err != nil {
-		return Result{}, err
+		return Result{}, rocmError(err)
 	}
 	defer func() { _ = tr.Close() }()
 
@@ -245,7 +284,8 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	scale := 1 / math.Sqrt(float64(cfg.Dim))
 	norm := float64(cfg.Seq * cfg.Dim * dpGroups)
 	start, resumed := time.Now(), res.Step
-	local0 := rank%cfg.GPUsPerNode == 0 // reports this process's metrics
+	local0 := local == 0 // reports this process's metrics
+	lastSave := time.Now()
 	var pending *inflight
 	for res.Step < int64(cfg.Steps) {
 		x := batch(cfg.Seed, res.Step, dp, cfg.Seq, cfg.Dim)
@@ -253,7 +293,7 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		want, _ := attention.Reference(matmul(x, teacher.w(0)), matmul(x, teacher.w(1)), matmul(x, teacher.w(2)), true, scale)
 
 		q, k, v := matmul(xl, m.w(0)), matmul(xl, m.w(1)), matmul(xl, m.w(2))
-		fwd, err := ring.Forward(l, cpRank, q, k, v, true, scale, ring.Over(tr))
+		fwd, err := ring.Forward(be, l, cpRank, q, k, v, true, scale, ring.Over(tr))
 		if err != nil {
 			return res, err
 		}
@@ -266,13 +306,14 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 				dout.Row(i)[c] = float32(2 * diff / norm)
 			}
 		}
-		dq, dk, dv, err := ring.Backward(l, cpRank, q, k, v, fwd.Out, dout, fwd.LSE, true, scale, ring.OverBlocks(tr))
+		dq, dk, dv, err := ring.Backward(be, l, cpRank, q, k, v, fwd.Out, dout, fwd.LSE, true, scale, ring.OverBlocks(tr))
 		if err != nil {
 			return res, err
 		}
 		// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
-		// this rank's background save is written, and the last step rank 0 committed.
-		vec := make([]float64, 4+n)
+		// this rank's background save is written, the last step rank 0 committed, and rank 0's
+		// call (by its clock) that a time-based checkpoint is due after this step.
+		vec := make([]float64, 5+n)
 		vec[0] = loss / norm
 		for wi, g := range []attention.Grad{dq, dk, dv} {
 			for i := range xl.Rows {
@@ -296,6 +337,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		}
 		if rank == 0 {
 			vec[3+n] = float64(res.CheckpointStep)
+			if cfg.CheckpointPeriod > 0 && time.Since(lastSave) >= cfg.CheckpointPeriod {
+				vec[4+n] = 1
+			}
 		}
 		if err := tr.AllReduce(vec); err != nil {
 			return res, fmt.Errorf("rank %d step %d: all-reduce: %w", rank, res.Step, err)
@@ -345,7 +389,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 			}
 			return res, ctx.Err()
 		}
-		if cfg.CheckpointDir != "" && cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0 {
+		due := (cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0) || vec[4+n] > 0
+		if cfg.CheckpointDir != "" && due {
+			lastSave = time.Now()
 			// A save still in flight is finished first: storage slower than the interval then
 			// holds training rather than let a fault lose more than one interval.
 			began := time.Now()
@@ -418,7 +464,7 @@ func startSave(cfg Config, rank, world int, step int64, params []float32) *infli
 
 // finishSave completes a background save in step with the other ranks (every rank has the
 // same pending save: the all-reduce decided it), committing it before the ranks stop.
-func finishSave(cfg Config, tr *transport.TCP, rank, world int, pending **inflight, res *Result) error {
+func finishSave(cfg Config, tr transport.Transport, rank, world int, pending **inflight, res *Result) error {
 	f := *pending
 	if f == nil {
 		return nil
@@ -453,7 +499,7 @@ func commit(cfg Config, world int, step int64) error {
 }
 
 // save writes this rank's slice of the parameters; rank 0 commits once every rank has.
-func save(cfg Config, tr *transport.TCP, rank, world int, step int64, params []float32) error {
+func save(cfg Config, tr transport.Transport, rank, world int, step int64, params []float32) error {
 	n := int64(len(params))
 	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
 	t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: params[lo:hi]}

@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/zaya-operator/zaya-operator/workers/rocm"
 )
 
 // TestMain doubles as the zaya-worker command when ZAYA_TRAIN_CHILD is set, so tests run real
@@ -252,8 +254,19 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		{"no master", map[string]string{"MASTER_PORT": ""}, "", "MASTER_ADDR and MASTER_PORT"},
 		{"cp does not divide", map[string]string{"ZAYA_CONTEXT_PARALLEL": "3"}, "", "must divide the world size"},
 		{"sequence not zigzag", nil, "-seq=6", "multiple of 2 x context parallel"},
-		{"duration interval", map[string]string{"ZAYA_CHECKPOINT_DIR": "/tmp/x", "ZAYA_CHECKPOINT_INTERVAL": "30m0s"}, "", "every N steps"},
+		{"bad interval", map[string]string{"ZAYA_CHECKPOINT_DIR": "/tmp/x", "ZAYA_CHECKPOINT_INTERVAL": "-5"}, "", "positive number of steps (500) or a duration"},
+		{"interval without dir", map[string]string{"ZAYA_CHECKPOINT_INTERVAL": "30m"}, "", "without ZAYA_CHECKPOINT_DIR"},
+		{"unknown transport", nil, "-transport=mpi", "-transport=\"mpi\" must be tcp or rccl"},
+		{"unknown backend", nil, "-backend=cuda", "-backend=\"cuda\" must be cpu or hip"},
 		{"bad flag", nil, "-nope", "flag provided but not defined"},
+	}
+	if !rocm.Built {
+		cases = append(cases, struct {
+			name  string
+			env   map[string]string
+			args  string
+			wants string
+		}{"rccl without rocm", nil, "-transport=rccl", "built without ROCm support"})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -379,4 +392,37 @@ func waitMidSave(t *testing.T, dir string) {
 		}
 	}
 	t.Log("never caught a save in flight; killing anyway")
+}
+
+// TestDurationIntervalCheckpointsByRankZerosClock: with ZAYA_CHECKPOINT_INTERVAL a duration,
+// rank 0's clock decides and the step's all-reduce tells every rank, so all ranks save the
+// same steps and the checkpoints commit.
+func TestDurationIntervalCheckpointsByRankZerosClock(t *testing.T) {
+	env := map[string]string{
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": freePort(t), "ZAYA_CHECKPOINT_INTERVAL": "1ns",
+		"ZAYA_CHECKPOINT_DIR": t.TempDir(), "ZAYA_CHECKPOINT_KEEP": "100",
+	}
+	cfg, err := FromEnv(Config{Steps: 6, Seq: 8, Dim: 4, LR: 0.1, Seed: 1, Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second},
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CheckpointPeriod != time.Nanosecond || cfg.CheckpointEvery != 0 {
+		t.Fatalf("interval parsed as every %d steps / period %v", cfg.CheckpointEvery, cfg.CheckpointPeriod)
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CheckpointStep != 6 {
+		t.Errorf("last checkpoint step %d, want 6", res.CheckpointStep)
+	}
+	dirs, err := filepath.Glob(filepath.Join(env["ZAYA_CHECKPOINT_DIR"], "step-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) != 6 {
+		t.Errorf("checkpoints %v, want one per step (1ns interval)", dirs)
+	}
 }

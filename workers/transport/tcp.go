@@ -343,3 +343,17 @@ func (t *TCP) Close() error {
 	t.closers = nil
 	return errors.Join(errs...)
 }
+
+// Transport is what training needs from the collectives: exchanges around this rank's ring
+// (its context-parallel group) and all-reduce and barrier over the world. TCP implements it
+// everywhere; workers/rocm implements it on RCCL.
+type Transport interface {
+	Rank() int
+	World() int
+	Exchange(b []byte) ([]byte, error)
+	AllReduce(v []float64) error
+	Barrier() error
+	Close() error
+}
+
+var _ Transport = (*TCP)(nil)

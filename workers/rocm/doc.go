@@ -1,0 +1,21 @@
+// Package rocm runs the worker on AMD GPUs: the attention Backend on the HIP kernels of
+// workers/hip (code objects loaded with hipModuleLoad) and a Transport on RCCL. Both load
+// libamdhip64 and librccl at run time through dlopen and a table of function pointers, so the
+// worker builds with no ROCm header or library present; they are compiled in only with the
+// build tag rocm (and cgo). Without it, Open and Dial explain how to get them.
+package rocm
+
+import "errors"
+
+// Libraries says where the ROCm libraries are: paths or sonames the dynamic loader finds.
+type Libraries struct {
+	HIP  string // default libamdhip64.so, then libamdhip64.so.6 and .so.5
+	RCCL string // default librccl.so, then librccl.so.1
+}
+
+// ErrLibrary marks a ROCm library that cannot be loaded or lacks a symbol the worker needs.
+var ErrLibrary = errors.New("rocm: library")
+
+// ErrNotBuilt is what every call returns in a worker built without ROCm support.
+var ErrNotBuilt = errors.New("this worker was built without ROCm support: build it with -tags rocm " +
+	"(workers/Dockerfile, target rocm) to use the HIP backend or the RCCL transport")

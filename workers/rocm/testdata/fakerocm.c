@@ -1,0 +1,349 @@
+// A stand-in for libamdhip64 and librccl in one shared library, for tests on machines with no
+// GPU. "Device" memory is host memory; hipModuleLaunchKernel runs a host rendition of each
+// kernel of workers/hip (same arguments, same math through zaya_attention.h, fp32); NCCL
+// communicators connect the threads of one process. Built by rocm_test.go, never shipped.
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zaya_attention.h"
+
+enum { OK = 0, E_INVALID_VALUE = 1, E_INVALID_DEVICE = 101, E_FILE_NOT_FOUND = 301, E_INVALID_IMAGE = 200, E_NOT_FOUND = 500 };
+
+static int devices(void) {
+  const char* s = getenv("FAKE_ROCM_DEVICES");
+  return s ? atoi(s) : 8;
+}
+
+int hipInit(unsigned flags) { return OK; }
+int hipGetDeviceCount(int* n) {
+  *n = devices();
+  return *n ? OK : 100;
+}
+int hipSetDevice(int d) { return d >= 0 && d < devices() ? OK : E_INVALID_DEVICE; }
+int hipMalloc(void** p, size_t n) {
+  *p = malloc(n);
+  return *p ? OK : 2;
+}
+int hipFree(void* p) {
+  free(p);
+  return OK;
+}
+int hipMemcpy(void* d, const void* s, size_t n, int kind) {
+  if (n) memcpy(d, s, n);
+  return OK;
+}
+int hipMemset(void* d, int v, size_t n) {
+  memset(d, v, n);
+  return OK;
+}
+int hipDeviceSynchronize(void) { return OK; }
+int hipStreamCreate(void** s) {
+  *s = malloc(1);
+  return OK;
+}
+int hipStreamSynchronize(void* s) { return OK; }
+int hipStreamDestroy(void* s) {
+  free(s);
+  return OK;
+}
+const char* hipGetErrorString(int e) {
+  switch (e) {
+    case OK: return "hipSuccess";
+    case E_INVALID_DEVICE: return "hipErrorInvalidDevice";
+    case E_FILE_NOT_FOUND: return "hipErrorFileNotFound";
+    case E_INVALID_IMAGE: return "hipErrorInvalidImage";
+    case E_NOT_FOUND: return "hipErrorNotFound";
+    default: return "hipErrorUnknown";
+  }
+}
+
+// A module must be an ELF file; functions are known by name.
+int hipModuleLoad(void** mod, const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return E_FILE_NOT_FOUND;
+  char magic[4] = {0};
+  size_t n = fread(magic, 1, 4, f);
+  fclose(f);
+  if (n != 4 || memcmp(magic, "\x7f" "ELF", 4)) return E_INVALID_IMAGE;
+  *mod = strdup(path);
+  return OK;
+}
+
+enum { K_FWD = 1, K_MERGE, K_BWD };
+int hipModuleGetFunction(void** fn, void* mod, const char* name) {
+  static int ids[] = {K_FWD, K_MERGE, K_BWD};
+  if (!strcmp(name, "zaya_attn_fwd")) *fn = &ids[0];
+  else if (!strcmp(name, "zaya_attn_merge")) *fn = &ids[1];
+  else if (!strcmp(name, "zaya_attn_bwd")) *fn = &ids[2];
+  else return E_NOT_FOUND;
+  return OK;
+}
+
+#define ARG(T, i) (*(T*)args[i])
+
+static void fwd(unsigned rows, void** args) {
+  const float *q = ARG(float*, 0), *k = ARG(float*, 1), *v = ARG(float*, 2);
+  const int *qpos = ARG(int*, 3), *kpos = ARG(int*, 4);
+  int nk = ARG(int, 5), d = ARG(int, 6), causal = ARG(int, 7);
+  float scale = ARG(float, 8);
+  float *out = ARG(float*, 9), *lse = ARG(float*, 10);
+  for (unsigned r = 0; r < rows; ++r) {
+    float mx = ZAYA_NEG_INF, sum = 0;
+    for (int j = 0; j < nk; ++j) {
+      if (!zaya_visible(causal, qpos[r], kpos[j])) continue;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += q[r * d + c] * k[j * d + c];
+      s *= scale;
+      if (s > mx) mx = s;
+    }
+    for (int c = 0; c < d; ++c) out[r * d + c] = 0;
+    for (int j = 0; j < nk && mx != ZAYA_NEG_INF; ++j) {
+      if (!zaya_visible(causal, qpos[r], kpos[j])) continue;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += q[r * d + c] * k[j * d + c];
+      float p = expf(s * scale - mx);
+      sum += p;
+      for (int c = 0; c < d; ++c) out[r * d + c] += p * v[j * d + c];
+    }
+    for (int c = 0; c < d && sum > 0; ++c) out[r * d + c] /= sum;
+    lse[r] = sum > 0 ? mx + logf(sum) : ZAYA_NEG_INF;
+  }
+}
+
+static void merge(unsigned rows, void** args) {
+  float *oa = ARG(float*, 0), *la = ARG(float*, 1);
+  const float *ob = ARG(float*, 2), *lb = ARG(float*, 3);
+  const int* idx = ARG(int*, 4);
+  int d = ARG(int, 5);
+  for (unsigned i = 0; i < rows; ++i) {
+    int r = idx[i];
+    float w = zaya_merge_weight(la[r], lb[i]);
+    for (int c = 0; c < d; ++c) oa[r * d + c] -= w * (oa[r * d + c] - ob[i * d + c]);
+    la[r] = zaya_merge_lse(la[r], lb[i]);
+  }
+}
+
+static void bwd(unsigned rows, void** args) {
+  const float *q = ARG(float*, 0), *k = ARG(float*, 1), *v = ARG(float*, 2), *o = ARG(float*, 3),
+              *dout = ARG(float*, 4), *lse = ARG(float*, 5);
+  const int *qpos = ARG(int*, 6), *kpos = ARG(int*, 7);
+  int nk = ARG(int, 8), d = ARG(int, 9), causal = ARG(int, 10);
+  float scale = ARG(float, 11);
+  float *dq = ARG(float*, 12), *dk = ARG(float*, 13), *dv = ARG(float*, 14);
+  for (unsigned r = 0; r < rows; ++r) {
+    if (lse[r] == ZAYA_NEG_INF) continue;
+    float di = 0;
+    for (int c = 0; c < d; ++c) di += dout[r * d + c] * o[r * d + c];
+    for (int j = 0; j < nk; ++j) {
+      if (!zaya_visible(causal, qpos[r], kpos[j])) continue;
+      float s = 0, dp = 0;
+      for (int c = 0; c < d; ++c) {
+        s += q[r * d + c] * k[j * d + c];
+        dp += dout[r * d + c] * v[j * d + c];
+      }
+      float p = expf(s * scale - lse[r]), ds = p * (dp - di);
+      for (int c = 0; c < d; ++c) {
+        dq[r * d + c] += scale * ds * k[j * d + c];
+        dk[j * d + c] += scale * ds * q[r * d + c];
+        dv[j * d + c] += p * dout[r * d + c];
+      }
+    }
+  }
+}
+
+int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shmem, void* stream, void** args, void** extra) {
+  if (gy != 1 || gz != 1 || bx != ZAYA_WAVE || by != 1 || bz != 1 || extra) return E_INVALID_VALUE;
+  switch (*(int*)fn) {
+    case K_FWD: fwd(gx, args); break;
+    case K_MERGE: merge(gx, args); break;
+    case K_BWD: bwd(gx, args); break;
+    default: return E_INVALID_VALUE;
+  }
+  return OK;
+}
+
+// NCCL. A communicator is shared by the ranks that name the same unique id.
+typedef struct { char internal[128]; } uid;
+typedef struct msg {
+  struct msg* next;
+  int from, to;
+  size_t n;
+  char data[];
+} msg;
+typedef struct comm {
+  uid id;
+  int nranks, joined, refs;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  // all-reduce rendezvous
+  long gen;
+  int arrived;
+  double** bufs;
+  size_t count;
+  msg* mail;
+  struct comm* next;
+} comm;
+typedef struct {
+  comm* c;
+  int rank;
+} handle;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static comm* reg;
+static int uid_seq;
+
+int ncclGetUniqueId(uid* id) {
+  pthread_mutex_lock(&reg_mu);
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "fake-%d-%d", (int)getpid(), ++uid_seq);
+  pthread_mutex_unlock(&reg_mu);
+  return 0;
+}
+
+int ncclCommInitRank(handle** out, int nranks, uid id, int rank) {
+  if (rank < 0 || rank >= nranks) return 4;  // ncclInvalidArgument
+  pthread_mutex_lock(&reg_mu);
+  comm* c = reg;
+  while (c && memcmp(&c->id, &id, sizeof id)) c = c->next;
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    c->id = id;
+    c->nranks = nranks;
+    c->bufs = calloc(nranks, sizeof(double*));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->next = reg;
+    reg = c;
+  }
+  c->refs++;
+  pthread_mutex_unlock(&reg_mu);
+  pthread_mutex_lock(&c->mu);
+  c->joined++;
+  pthread_cond_broadcast(&c->cv);
+  while (c->joined < c->nranks) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  handle* h = malloc(sizeof *h);
+  h->c = c;
+  h->rank = rank;
+  *out = h;
+  return 0;
+}
+
+// Sums in rank order, like the TCP transport, so results are bit-identical to it.
+int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, handle* h, void* stream) {
+  if (dtype != 8 || op != 0) return 4;
+  comm* c = h->c;
+  pthread_mutex_lock(&c->mu);
+  long gen = c->gen;
+  c->bufs[h->rank] = recv;
+  if (send != recv) memcpy(recv, send, count * sizeof(double));
+  c->count = count;
+  if (++c->arrived == c->nranks) {
+    double* sum = calloc(count ? count : 1, sizeof(double));
+    for (size_t i = 0; i < count; ++i) {
+      sum[i] = c->bufs[0][i];
+      for (int r = 1; r < c->nranks; ++r) sum[i] += c->bufs[r][i];
+    }
+    for (int r = 0; r < c->nranks; ++r) memcpy(c->bufs[r], sum, count * sizeof(double));
+    free(sum);
+    c->arrived = 0;
+    c->gen++;
+    pthread_cond_broadcast(&c->cv);
+  } else {
+    while (c->gen == gen) pthread_cond_wait(&c->cv, &c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+// Sends are buffered; receives inside a group wait until ncclGroupEnd.
+static __thread int group_depth;
+static __thread struct pending {
+  handle* h;
+  void* buf;
+  size_t n;
+  int from;
+} pend[16];
+static __thread int npend;
+
+static int do_recv(handle* h, void* buf, size_t n, int from) {
+  comm* c = h->c;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    for (msg** m = &c->mail; *m; m = &(*m)->next) {
+      if ((*m)->from == from && (*m)->to == h->rank) {
+        msg* got = *m;
+        *m = got->next;
+        pthread_mutex_unlock(&c->mu);
+        if (got->n != n) {
+          free(got);
+          return 5;  // ncclInvalidUsage: sizes differ
+        }
+        memcpy(buf, got->data, n);
+        free(got);
+        return 0;
+      }
+    }
+    pthread_cond_wait(&c->cv, &c->mu);
+  }
+}
+
+int ncclSend(const void* buf, size_t count, int dtype, int peer, handle* h, void* stream) {
+  if (dtype != 1 || peer < 0 || peer >= h->c->nranks) return 4;
+  msg* m = malloc(sizeof *m + count);
+  m->from = h->rank;
+  m->to = peer;
+  m->n = count;
+  m->next = NULL;
+  memcpy(m->data, buf, count);
+  comm* c = h->c;
+  pthread_mutex_lock(&c->mu);
+  msg** tail = &c->mail;
+  while (*tail) tail = &(*tail)->next;
+  *tail = m;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+int ncclRecv(void* buf, size_t count, int dtype, int peer, handle* h, void* stream) {
+  if (dtype != 1 || peer < 0 || peer >= h->c->nranks) return 4;
+  if (group_depth == 0) return do_recv(h, buf, count, peer);
+  if (npend == 16) return 5;
+  pend[npend++] = (struct pending){h, buf, count, peer};
+  return 0;
+}
+
+int ncclGroupStart(void) {
+  group_depth++;
+  return 0;
+}
+
+int ncclGroupEnd(void) {
+  if (group_depth == 0) return 5;
+  if (--group_depth > 0) return 0;
+  int rc = 0;
+  for (int i = 0; i < npend && rc == 0; ++i) rc = do_recv(pend[i].h, pend[i].buf, pend[i].n, pend[i].from);
+  npend = 0;
+  return rc;
+}
+
+int ncclCommDestroy(handle* h) {
+  free(h);
+  return 0;
+}
+
+const char* ncclGetErrorString(int e) {
+  switch (e) {
+    case 0: return "no error";
+    case 4: return "invalid argument";
+    case 5: return "invalid usage";
+    default: return "unhandled error";
+  }
+}

@@ -1,0 +1,333 @@
+//go:build rocm
+
+#include "zr.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The subset of the HIP runtime and NCCL/RCCL APIs the worker calls, declared here with the
+// ABI's plain types (handles are pointers, enums are ints).
+typedef void* hip_stream;
+enum { H2D = 1, D2H = 2 };
+enum { NCCL_UINT8 = 1, NCCL_FLOAT64 = 8, NCCL_SUM = 0 };
+
+static struct {
+  int (*Init)(unsigned);
+  int (*GetDeviceCount)(int*);
+  int (*SetDevice)(int);
+  int (*Malloc)(void**, size_t);
+  int (*Free)(void*);
+  int (*Memcpy)(void*, const void*, size_t, int);
+  int (*Memset)(void*, int, size_t);
+  int (*DeviceSynchronize)(void);
+  int (*StreamCreate)(hip_stream*);
+  int (*StreamSynchronize)(hip_stream);
+  int (*StreamDestroy)(hip_stream);
+  int (*ModuleLoad)(void**, const char*);
+  int (*ModuleGetFunction)(void**, void*, const char*);
+  int (*ModuleLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            hip_stream, void**, void**);
+  const char* (*GetErrorString)(int);
+} hip;
+
+static struct {
+  int (*GetUniqueId)(zr_uid*);
+  int (*CommInitRank)(void**, int, zr_uid, int);
+  int (*AllReduce)(const void*, void*, size_t, int, int, void*, hip_stream);
+  int (*Send)(const void*, size_t, int, int, void*, hip_stream);
+  int (*Recv)(void*, size_t, int, int, void*, hip_stream);
+  int (*GroupStart)(void);
+  int (*GroupEnd)(void);
+  int (*CommDestroy)(void*);
+  const char* (*GetErrorString)(int);
+} nccl;
+
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+static void* hip_lib;
+static void* rccl_lib;
+
+static int resolve(void* lib, const char* name, void** into, char* err, int errlen) {
+  *into = dlsym(lib, name);
+  if (*into == NULL) {
+    snprintf(err, errlen, "symbol %s not found", name);
+    return -1;
+  }
+  return 0;
+}
+
+#define SYM(lib, table, field, name) \
+  if (resolve(lib, name, (void**)&table.field, err, errlen)) goto fail
+
+int zr_load_hip(const char* path, char* err, int errlen) {
+  pthread_mutex_lock(&load_mu);
+  if (hip_lib) {
+    pthread_mutex_unlock(&load_mu);
+    return 0;
+  }
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    snprintf(err, errlen, "%s", dlerror());
+    pthread_mutex_unlock(&load_mu);
+    return -1;
+  }
+  SYM(lib, hip, Init, "hipInit");
+  SYM(lib, hip, GetDeviceCount, "hipGetDeviceCount");
+  SYM(lib, hip, SetDevice, "hipSetDevice");
+  SYM(lib, hip, Malloc, "hipMalloc");
+  SYM(lib, hip, Free, "hipFree");
+  SYM(lib, hip, Memcpy, "hipMemcpy");
+  SYM(lib, hip, Memset, "hipMemset");
+  SYM(lib, hip, DeviceSynchronize, "hipDeviceSynchronize");
+  SYM(lib, hip, StreamCreate, "hipStreamCreate");
+  SYM(lib, hip, StreamSynchronize, "hipStreamSynchronize");
+  SYM(lib, hip, StreamDestroy, "hipStreamDestroy");
+  SYM(lib, hip, ModuleLoad, "hipModuleLoad");
+  SYM(lib, hip, ModuleGetFunction, "hipModuleGetFunction");
+  SYM(lib, hip, ModuleLaunchKernel, "hipModuleLaunchKernel");
+  SYM(lib, hip, GetErrorString, "hipGetErrorString");
+  hip_lib = lib;
+  pthread_mutex_unlock(&load_mu);
+  return 0;
+fail:
+  dlclose(lib);
+  pthread_mutex_unlock(&load_mu);
+  return -1;
+}
+
+int zr_load_rccl(const char* path, char* err, int errlen) {
+  pthread_mutex_lock(&load_mu);
+  if (rccl_lib) {
+    pthread_mutex_unlock(&load_mu);
+    return 0;
+  }
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    snprintf(err, errlen, "%s", dlerror());
+    pthread_mutex_unlock(&load_mu);
+    return -1;
+  }
+  SYM(lib, nccl, GetUniqueId, "ncclGetUniqueId");
+  SYM(lib, nccl, CommInitRank, "ncclCommInitRank");
+  SYM(lib, nccl, AllReduce, "ncclAllReduce");
+  SYM(lib, nccl, Send, "ncclSend");
+  SYM(lib, nccl, Recv, "ncclRecv");
+  SYM(lib, nccl, GroupStart, "ncclGroupStart");
+  SYM(lib, nccl, GroupEnd, "ncclGroupEnd");
+  SYM(lib, nccl, CommDestroy, "ncclCommDestroy");
+  SYM(lib, nccl, GetErrorString, "ncclGetErrorString");
+  rccl_lib = lib;
+  pthread_mutex_unlock(&load_mu);
+  return 0;
+fail:
+  dlclose(lib);
+  pthread_mutex_unlock(&load_mu);
+  return -1;
+}
+
+const char* zr_hip_error(int code) { return hip_lib ? hip.GetErrorString(code) : "HIP runtime not loaded"; }
+
+int zr_device_count(int* n) {
+  int rc = hip.Init(0);
+  if (rc) return rc;
+  return hip.GetDeviceCount(n);
+}
+
+int zr_module_function(int dev, const char* path, const char* name, void** fn) {
+  int rc = hip.SetDevice(dev);
+  void* mod = NULL;
+  if (rc == 0) rc = hip.ModuleLoad(&mod, path);
+  if (rc == 0) rc = hip.ModuleGetFunction(fn, mod, name);
+  return rc;
+}
+
+// A set of device buffers freed together.
+typedef struct {
+  void* p[16];
+  int n;
+} bufs;
+
+static void release(bufs* b) {
+  for (int i = 0; i < b->n; ++i) hip.Free(b->p[i]);
+}
+
+// upload allocates size bytes on the device and copies src (if any) there; zeroes otherwise.
+static int upload(bufs* b, void** dst, const void* src, size_t size) {
+  if (size == 0) size = 4;  // a zero-row block still gets a valid pointer
+  int rc = hip.Malloc(dst, size);
+  if (rc) return rc;
+  b->p[b->n++] = *dst;
+  return src ? hip.Memcpy(*dst, src, size, H2D) : hip.Memset(*dst, 0, size);
+}
+
+#define TRY(x)           \
+  do {                   \
+    if ((rc = (x))) goto out; \
+  } while (0)
+
+static int launch(void* fn, int rows, void** args) {
+  int rc = hip.ModuleLaunchKernel(fn, rows, 1, 1, 64, 1, 1, 0, NULL, args, NULL);
+  return rc ? rc : hip.DeviceSynchronize();
+}
+
+int zr_attn_fwd(void* fn, int dev, const float* q, const float* k, const float* v, const int* qpos,
+                const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse) {
+  bufs b = {.n = 0};
+  void *dq, *dk, *dv, *dqp, *dkp, *dout, *dlse;
+  size_t fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  TRY(upload(&b, &dq, q, fq));
+  TRY(upload(&b, &dk, k, fk));
+  TRY(upload(&b, &dv, v, fk));
+  TRY(upload(&b, &dqp, qpos, sizeof(int) * nq));
+  TRY(upload(&b, &dkp, kpos, sizeof(int) * nk));
+  TRY(upload(&b, &dout, NULL, fq));
+  TRY(upload(&b, &dlse, NULL, sizeof(float) * nq));
+  void* args[] = {&dq, &dk, &dv, &dqp, &dkp, &nk, &d, &causal, &scale, &dout, &dlse};
+  TRY(launch(fn, nq, args));
+  TRY(hip.Memcpy(out, dout, fq, D2H));
+  TRY(hip.Memcpy(lse, dlse, sizeof(float) * nq, D2H));
+out:
+  release(&b);
+  return rc;
+}
+
+int zr_attn_merge(void* fn, int dev, float* out_a, float* lse_a, int na, const float* out_b,
+                  const float* lse_b, const int* rows, int nb, int d) {
+  bufs b = {.n = 0};
+  void *doa, *dla, *dob, *dlb, *drows;
+  int rc = hip.SetDevice(dev);
+  if (rc || nb == 0) return rc;
+  TRY(upload(&b, &doa, out_a, sizeof(float) * na * d));
+  TRY(upload(&b, &dla, lse_a, sizeof(float) * na));
+  TRY(upload(&b, &dob, out_b, sizeof(float) * nb * d));
+  TRY(upload(&b, &dlb, lse_b, sizeof(float) * nb));
+  TRY(upload(&b, &drows, rows, sizeof(int) * nb));
+  void* args[] = {&doa, &dla, &dob, &dlb, &drows, &d};
+  TRY(launch(fn, nb, args));
+  TRY(hip.Memcpy(out_a, doa, sizeof(float) * na * d, D2H));
+  TRY(hip.Memcpy(lse_a, dla, sizeof(float) * na, D2H));
+out:
+  release(&b);
+  return rc;
+}
+
+int zr_attn_bwd(void* fn, int dev, const float* q, const float* k, const float* v, const float* out,
+                const float* dout, const float* lse, const int* qpos, const int* kpos, int nq, int nk,
+                int d, int causal, float scale, float* dq, float* dk, float* dv) {
+  bufs b = {.n = 0};
+  void *gq, *gk, *gv, *go, *gdo, *gl, *gqp, *gkp, *gdq, *gdk, *gdv;
+  size_t fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  TRY(upload(&b, &gq, q, fq));
+  TRY(upload(&b, &gk, k, fk));
+  TRY(upload(&b, &gv, v, fk));
+  TRY(upload(&b, &go, out, fq));
+  TRY(upload(&b, &gdo, dout, fq));
+  TRY(upload(&b, &gl, lse, sizeof(float) * nq));
+  TRY(upload(&b, &gqp, qpos, sizeof(int) * nq));
+  TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
+  TRY(upload(&b, &gdq, NULL, fq));
+  TRY(upload(&b, &gdk, NULL, fk));
+  TRY(upload(&b, &gdv, NULL, fk));
+  void* args[] = {&gq, &gk, &gv, &go, &gdo, &gl, &gqp, &gkp, &nk, &d, &causal, &scale, &gdq, &gdk, &gdv};
+  TRY(launch(fn, nq, args));
+  TRY(hip.Memcpy(dq, gdq, fq, D2H));
+  TRY(hip.Memcpy(dk, gdk, fk, D2H));
+  TRY(hip.Memcpy(dv, gdv, fk, D2H));
+out:
+  release(&b);
+  return rc;
+}
+
+// RCCL. A communicator keeps one stream and device staging buffers that grow as needed.
+struct zr_comm {
+  void* comm;
+  int dev;
+  hip_stream stream;
+  void *sbuf, *rbuf;
+  size_t scap, rcap;
+};
+
+const char* zr_rccl_error(int code) {
+  if (code < 0) return zr_hip_error(-code);
+  return rccl_lib ? nccl.GetErrorString(code) : "RCCL not loaded";
+}
+
+int zr_unique_id(zr_uid* id) { return nccl.GetUniqueId(id); }
+
+int zr_comm_init(int dev, zr_uid id, int nranks, int rank, zr_comm** out) {
+  zr_comm* c = calloc(1, sizeof(zr_comm));
+  int rc = hip.SetDevice(dev);
+  if (rc == 0) rc = hip.StreamCreate(&c->stream);
+  if (rc) {
+    free(c);
+    return -rc;
+  }
+  c->dev = dev;
+  rc = nccl.CommInitRank(&c->comm, nranks, id, rank);
+  if (rc) {
+    hip.StreamDestroy(c->stream);
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+static int grow(void** buf, size_t* cap, size_t n) {
+  if (n <= *cap) return 0;
+  if (*buf) hip.Free(*buf);
+  *buf = NULL;
+  *cap = 0;
+  int rc = hip.Malloc(buf, n);
+  if (rc == 0) *cap = n;
+  return rc;
+}
+
+int zr_allreduce(zr_comm* c, double* v, size_t n) {
+  size_t size = n * sizeof(double);
+  int rc = hip.SetDevice(c->dev);
+  if (rc == 0) rc = grow(&c->sbuf, &c->scap, size ? size : 8);
+  if (rc == 0) rc = hip.Memcpy(c->sbuf, v, size, H2D);
+  if (rc) return -rc;
+  rc = nccl.AllReduce(c->sbuf, c->sbuf, n, NCCL_FLOAT64, NCCL_SUM, c->comm, c->stream);
+  if (rc) return rc;
+  rc = hip.StreamSynchronize(c->stream);
+  if (rc == 0) rc = hip.Memcpy(v, c->sbuf, size, D2H);
+  return -rc;
+}
+
+int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from) {
+  int rc = hip.SetDevice(c->dev);
+  if (rc == 0) rc = grow(&c->sbuf, &c->scap, nsend ? nsend : 8);
+  if (rc == 0) rc = grow(&c->rbuf, &c->rcap, nrecv ? nrecv : 8);
+  if (rc == 0) rc = hip.Memcpy(c->sbuf, send, nsend, H2D);
+  if (rc) return -rc;
+  // Group start, both calls and group end on one OS thread: RCCL's group state is per thread.
+  rc = nccl.GroupStart();
+  if (rc) return rc;
+  int rs = nccl.Send(c->sbuf, nsend, NCCL_UINT8, to, c->comm, c->stream);
+  int rr = nccl.Recv(c->rbuf, nrecv, NCCL_UINT8, from, c->comm, c->stream);
+  rc = nccl.GroupEnd();
+  if (rs) return rs;
+  if (rr) return rr;
+  if (rc) return rc;
+  rc = hip.StreamSynchronize(c->stream);
+  if (rc == 0) rc = hip.Memcpy(recv, c->rbuf, nrecv, D2H);
+  return -rc;
+}
+
+void zr_comm_destroy(zr_comm* c) {
+  if (c == NULL) return;
+  hip.SetDevice(c->dev);
+  nccl.CommDestroy(c->comm);
+  if (c->sbuf) hip.Free(c->sbuf);
+  if (c->rbuf) hip.Free(c->rbuf);
+  hip.StreamDestroy(c->stream);
+  free(c);
+}

@@ -1,0 +1,43 @@
+// zr.h: the worker's C ABI to the ROCm runtime (libamdhip64) and RCCL (librccl), both
+// loaded at run time with dlopen through tables of function pointers, so building needs no
+// ROCm header or library. Every call that touches a device first selects it: HIP's current
+// device is per OS thread and Go moves goroutines between threads.
+#ifndef ZR_H
+#define ZR_H
+
+#include <stddef.h>
+
+// zr_load_hip and zr_load_rccl open the libraries (a path or a soname) once per process;
+// they return 0 or write why not into err.
+int zr_load_hip(const char* path, char* err, int errlen);
+int zr_load_rccl(const char* path, char* err, int errlen);
+
+// HIP: status codes are hipError_t; zr_hip_error names one.
+const char* zr_hip_error(int code);
+int zr_device_count(int* n);
+int zr_module_function(int dev, const char* path, const char* name, void** fn);
+
+// The attention kernels of workers/hip, on host buffers: each call copies its inputs to the
+// device, launches one wavefront per row and copies the results back.
+int zr_attn_fwd(void* fn, int dev, const float* q, const float* k, const float* v, const int* qpos,
+                const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse);
+int zr_attn_merge(void* fn, int dev, float* out_a, float* lse_a, int na, const float* out_b,
+                  const float* lse_b, const int* rows, int nb, int d);
+int zr_attn_bwd(void* fn, int dev, const float* q, const float* k, const float* v, const float* out,
+                const float* dout, const float* lse, const int* qpos, const int* kpos, int nq, int nk,
+                int d, int causal, float scale, float* dq, float* dk, float* dv);
+
+// RCCL: status codes are ncclResult_t (negative: a HIP error); zr_rccl_error names one.
+typedef struct { char internal[128]; } zr_uid;
+typedef struct zr_comm zr_comm;
+const char* zr_rccl_error(int code);
+int zr_unique_id(zr_uid* id);
+int zr_comm_init(int dev, zr_uid id, int nranks, int rank, zr_comm** out);
+// zr_allreduce sums n doubles over the communicator, in place.
+int zr_allreduce(zr_comm* c, double* v, size_t n);
+// zr_sendrecv sends nsend bytes to peer `to` and receives nrecv bytes from peer `from` in one
+// group, so a ring of these never deadlocks.
+int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from);
+void zr_comm_destroy(zr_comm* c);
+
+#endif
