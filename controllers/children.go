@@ -137,6 +137,16 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 	return env
 }
 
+// terminationLogEnv tells a container where its termination message goes: its
+// terminationMessagePath, the kubelet's default unless the template sets one.
+func terminationLogEnv(c *corev1.Container) corev1.EnvVar {
+	path := c.TerminationMessagePath
+	if path == "" {
+		path = corev1.TerminationMessagePathDefault
+	}
+	return corev1.EnvVar{Name: trainingv1alpha1.EnvTerminationLog, Value: path}
+}
+
 // containerEnv is what a container of the worker pod sees: the contract, then the network
 // environment minus the names the template's container sets itself (the template wins),
 // then the template's own variables, which may refer to the others as $(NODE_RANK).
@@ -207,7 +217,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	for _, list := range [][]corev1.Container{ps.InitContainers, ps.Containers} {
 		for i := range list {
 			c := &list[i]
-			c.Env = containerEnv(contract, network, c)
+			c.Env = containerEnv(append(contract[:len(contract):len(contract)], terminationLogEnv(c)), network, c)
 			c.VolumeMounts = append(c.VolumeMounts, mounts...)
 		}
 	}
@@ -221,7 +231,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 		addCapability(w, "IPC_LOCK")
 	}
 	if w.LivenessProbe == nil && s.FaultTolerance.HangTimeout != nil {
-		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration)
+		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration, terminationLogEnv(w).Value)
 	}
 
 	if s.Placement.GPUNodeSelector == trainingv1alpha1.GPUNodeSelectorNFD {
@@ -241,11 +251,11 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 // never did, timeout after start). Before failing it appends a "zaya: hang" line to the
 // termination log so the operator can tell a hang from a crash. Templates that bring their own
 // liveness probe (or images without a shell) keep theirs.
-func heartbeatProbe(timeout time.Duration) *corev1.Probe {
+func heartbeatProbe(timeout time.Duration, terminationLog string) *corev1.Probe {
 	secs := int32(timeout.Seconds())
 	period := min(max(secs/6, 10), 60)
 	return &corev1.Probe{
-		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs, corev1.TerminationMessagePathDefault)}}},
+		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs, terminationLog)}}},
 		InitialDelaySeconds: secs,
 		PeriodSeconds:       period,
 		TimeoutSeconds:      10,

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 		"ZAYA_JOB_NAME", "llm", "ZAYA_RESTART_ATTEMPT", "3", "ZAYA_CONTEXT_PARALLEL", "1",
 		"ZAYA_HEARTBEAT_FILE", "/dev/shm/zaya-heartbeat",
 		"ZAYA_CHECKPOINT_DIR", "/checkpoints", "ZAYA_CHECKPOINT_INTERVAL", "50", "ZAYA_CHECKPOINT_KEEP", "3",
+		"ZAYA_TERMINATION_LOG", "/dev/termination-log",
 	)
 	wantEnv := append(append(contract, network...), env("NCCL_DEBUG", "INFO", "MY_RANK", "$(NODE_RANK)")...)
 	want := &corev1.Pod{
@@ -434,5 +436,20 @@ func TestHeartbeatScriptRunsInAShell(t *testing.T) {
 	pod.Status.ContainerStatuses[0].State.Terminated.Message = "checkpoint-step=7\n" + string(msg)
 	if !hung(pod) {
 		t.Errorf("termination message %q is not recognised as a hang", msg)
+	}
+}
+
+// TestTerminationLogFollowsTheContainer: a template with its own terminationMessagePath gets
+// it in ZAYA_TERMINATION_LOG and in the heartbeat probe's hang line.
+func TestTerminationLogFollowsTheContainer(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(1).Defaulted().Obj()
+	job.Spec.Template.Spec.Containers[0].TerminationMessagePath = "/var/run/zaya/message"
+	pod := newWorkerPod(job, nil, 0)
+	w := pod.Spec.Containers[0]
+	if got := envMap(w.Env)["ZAYA_TERMINATION_LOG"]; got != "/var/run/zaya/message" {
+		t.Errorf("ZAYA_TERMINATION_LOG = %q", got)
+	}
+	if w.LivenessProbe == nil || !strings.Contains(w.LivenessProbe.Exec.Command[2], ">> /var/run/zaya/message") {
+		t.Errorf("probe does not write the container's termination log: %+v", w.LivenessProbe)
 	}
 }

@@ -32,4 +32,7 @@ const (
 	EnvCheckpointKeep    = "ZAYA_CHECKPOINT_KEEP"
 	EnvHeartbeatFile     = "ZAYA_HEARTBEAT_FILE"
 	EnvCollectiveTimeout = "ZAYA_COLLECTIVE_TIMEOUT"
+	// EnvTerminationLog is the container's terminationMessagePath, where the worker appends
+	// the checkpoint-step line (and the heartbeat probe the hang line).
+	EnvTerminationLog = "ZAYA_TERMINATION_LOG"
 )

@@ -21,6 +21,9 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zaya-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := Config{Log: stderr, TerminationLog: "/dev/termination-log"}
+	if p := getenv("ZAYA_TERMINATION_LOG"); p != "" {
+		cfg.TerminationLog = p
+	}
 	fs.IntVar(&cfg.Steps, "steps", 100, "training steps")
 	fs.IntVar(&cfg.Seq, "seq", 32, "sequence length (a multiple of 2 x ZAYA_CONTEXT_PARALLEL)")
 	fs.IntVar(&cfg.Dim, "dim", 8, "model width")
