@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 IMG ?= zaya-operator:dev
 GO_TEST_FLAGS ?=
 # Packages with unit tests: everything but the envtest and cluster suites under test/.
-UNIT_PKGS = $(shell go list ./... | grep -v /test/)
+UNIT_PKGS = $(shell go list ./... | grep -v -e /test/integration -e /test/e2e)
 
 .PHONY: help
 help: ## Show the targets.

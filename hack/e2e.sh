@@ -6,8 +6,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-e2e}
 "$root/hack/tools.sh" cluster
-[ -x "$bin/zaya-operator" ] || go build -o "$bin/zaya-operator" "$root"
+go build -o "$bin/zaya-operator" "$root"
+go build -o "$bin/zaya-worker" "$root/workers/cmd/zaya-worker"
 trap '"$root/hack/cluster.sh" down' EXIT
 KUBECONFIG=$("$root/hack/cluster.sh" up 18)
-export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator"
+export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator" ZAYA_E2E_WORKER="$bin/zaya-worker"
 go test -tags e2e -count=1 "$@" ./test/e2e/...

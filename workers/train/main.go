@@ -33,6 +33,8 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
+	fs.DurationVar(&cfg.Pace, "pace", 0, "make every step take at least this long (demos and chaos tests)")
+	fs.IntVar(&cfg.LogEvery, "log-every", 10, "print progress every N steps")
 	fs.StringVar(&cfg.Transport, "transport", "tcp", "collectives: tcp, or rccl (a worker built with -tags rocm)")
 	fs.StringVar(&cfg.Backend, "backend", "cpu", "attention math: cpu, or hip (the gfx942 kernels; -tags rocm)")
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", "/opt/zaya/kernels", "where the hip backend finds its code objects")

@@ -48,7 +48,9 @@ type Config struct {
 	Steps, Seq, Dim                               int
 	LR                                            float64
 	Seed                                          uint64
-	ParamsOut                                     string // rank 0 writes the final parameters here
+	ParamsOut                                     string        // rank 0 writes the final parameters here
+	Pace                                          time.Duration // each step takes at least this long (demos, chaos tests)
+	LogEvery                                      int           // progress line every N steps (default 10)
 	Log                                           io.Writer
 	Metrics                                       *Metrics // nil: none
 	// Transport is "tcp" (default) or "rccl"; Backend is "cpu" (default) or "hip". RCCL and
@@ -287,7 +289,13 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	local0 := local == 0 // reports this process's metrics
 	lastSave := time.Now()
 	var pending *inflight
+	if cfg.LogEvery == 0 {
+		cfg.LogEvery = 10
+	}
 	for res.Step < int64(cfg.Steps) {
+		if cfg.Pace > 0 {
+			time.Sleep(cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
+		}
 		x := batch(cfg.Seed, res.Step, dp, cfg.Seq, cfg.Dim)
 		xl := x.SelectRows(pos)
 		want, _ := attention.Reference(matmul(x, teacher.w(0)), matmul(x, teacher.w(1)), matmul(x, teacher.w(2)), true, scale)
@@ -368,7 +376,7 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 			cfg.Metrics.Loss.Set(res.Loss)
 			cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds())
 		}
-		if rank == 0 && (res.Step%10 == 0 || res.Step == int64(cfg.Steps)) {
+		if rank == 0 && (res.Step%int64(max(cfg.LogEvery, 1)) == 0 || res.Step == int64(cfg.Steps)) {
 			tokens := float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds()
 			_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
 		}

@@ -1,0 +1,327 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+	"github.com/zaya-operator/zaya-operator/test/nodeagent"
+)
+
+// Chaos knobs: CI runs the short fixed-seed version; make chaos sets more faults and a random seed.
+func chaosSettings() (faults int, seed uint64) {
+	faults, seed = 4, 42
+	if v, err := strconv.Atoi(os.Getenv("ZAYA_CHAOS_FAULTS")); err == nil && v > 0 {
+		faults = v
+	}
+	if v, err := strconv.ParseUint(os.Getenv("ZAYA_CHAOS_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	return faults, seed
+}
+
+const (
+	agentLabel  = "zaya.dev/process-node"
+	ckptEvery   = 20
+	trainNodes  = 4
+	workerSteps = "-seq=16 -dim=6 -lr=0.3 -pace=25ms -log-every=1"
+)
+
+// processCluster starts a node agent with n process-backed MI300X nodes for this test.
+func processCluster(t *testing.T, n int) *nodeagent.Agent {
+	t.Helper()
+	worker := os.Getenv("ZAYA_E2E_WORKER")
+	if worker == "" {
+		t.Fatal("ZAYA_E2E_WORKER (the zaya-worker binary) is not set: run through make test-e2e")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := make([]string, n)
+	stamp := time.Now().UnixNano() % 100000
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("proc-%d-%d", stamp, i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := nodeagent.Start(ctx, nodeagent.Options{
+		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
+		Labels:   map[string]string{agentLabel: "true"},
+		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+		Commands: map[string]string{"zaya-worker": worker},
+		Logf:     t.Logf,
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, n := range nodes {
+			_ = cs.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+	return a
+}
+
+// sharedClaim is a claim bound to a volume of its own (the agent backs it with a folder).
+func sharedClaim(t *testing.T, ns, name string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/zaya-" + ns + "-" + name}},
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, pv)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: ptr.To(""), VolumeName: pv.Name,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	g.Eventually(func() error { return k8sClient.Create(ctx, pvc) }, timeout, interval).Should(Succeed())
+}
+
+// trainingJob is the reference worker as a 4-node × 2-rank job with context parallel 2 on
+// the process-backed nodes, checkpointing every ckptEvery steps.
+func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTrainingJob {
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(trainNodes).GPUsPerNode(2).ContextParallel(2).
+		Profile(trainingv1alpha1.NetworkSocket).ClaimCheckpoint(claim).Obj()
+	job.Spec.Checkpoint.Interval = &trainingv1alpha1.CheckpointInterval{Steps: ptr.To[int32](ckptEvery)}
+	ft := &job.Spec.FaultTolerance
+	ft.MaxRestarts = ptr.To[int32](20)
+	ft.Backoff.Initial, ft.Backoff.Max = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: 2 * time.Second}
+	ft.HangTimeout = &metav1.Duration{Duration: 30 * time.Second}
+	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
+	ps := &job.Spec.Template.Spec
+	ps.NodeSelector = map[string]string{agentLabel: "true"}
+	ps.Tolerations = []corev1.Toleration{{Key: agentLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
+	w := &ps.Containers[0]
+	w.Command = []string{"zaya-worker"}
+	w.Args = append(strings.Fields(workerSteps), fmt.Sprintf("-steps=%d", steps), "-metrics-addr=$(POD_IP):9400",
+		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=60s")
+	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	return job
+}
+
+func getJob(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
+	got := &trainingv1alpha1.ZayaTrainingJob{}
+	g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())
+	return got
+}
+
+func waitSucceeded(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, within time.Duration) *trainingv1alpha1.ZayaTrainingJob {
+	t.Helper()
+	var got *trainingv1alpha1.ZayaTrainingJob
+	NewWithT(t).Eventually(func(g Gomega) {
+		got = getJob(g, job)
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse(), "job failed: %+v", got.Status.Conditions)
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionSucceeded)).To(BeTrue())
+	}, within, time.Second).Should(Succeed())
+	return got
+}
+
+// rank0Log is the worker log of rank 0 of an attempt.
+func rank0Log(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) string {
+	dir := a.PodDir(job.Namespace, fmt.Sprintf("%s-%d-0", job.Name, attempt))
+	if dir == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "worker.log"))
+	return string(b)
+}
+
+// progress reads a rank-0 log: the last step it finished, the step it resumed from, and the
+// checkpoints it committed.
+func progress(log string) (last, resumed int64, committed []int64) {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		var n int64
+		var f float64
+		switch line := sc.Text(); {
+		case strings.HasPrefix(line, "step "):
+			if k, _ := fmt.Sscanf(line, "step %d loss %g", &n, &f); k == 2 {
+				last = max(last, n)
+			}
+		case strings.HasPrefix(line, "resumed from step "):
+			_, _ = fmt.Sscanf(line, "resumed from step %d", &resumed)
+			last = max(last, resumed)
+		case strings.HasPrefix(line, "checkpoint step "):
+			if _, err := fmt.Sscanf(line, "checkpoint step %d committed", &n); err == nil {
+				committed = append(committed, n)
+			}
+		}
+	}
+	return last, resumed, committed
+}
+
+type faultRecord struct {
+	kind            string
+	attempt         int32
+	atStep, resumed int64
+	recovery        time.Duration
+}
+
+// TestTrainingJobSurvivesChaos runs the reference worker for real on process-backed nodes:
+// first uninterrupted to completion, then again while faults hit it at random moments (a
+// worker killed, a node lost, a GPU going unhealthy, a worker hung). The faulted job still
+// completes, its final parameters are bit-identical to the uninterrupted run's, every resume
+// loads a checkpoint that was committed, and no fault costs more than one checkpoint interval
+// (plus the step in which a background save commits).
+func TestTrainingJobSurvivesChaos(t *testing.T) {
+	nFaults, seed := chaosSettings()
+	steps := 300 + 120*nFaults
+	a := processCluster(t, trainNodes+2+nFaults)
+	ns := newNamespace(t)
+	ctx := context.Background()
+
+	// Uninterrupted.
+	sharedClaim(t, ns, "ref")
+	ref := trainingJob(ns, "ref", "ref", steps)
+	NewWithT(t).Expect(k8sClient.Create(ctx, ref)).To(Succeed())
+	start := time.Now()
+	done := waitSucceeded(t, ref, 5*time.Minute)
+	t.Logf("uninterrupted: %d steps in %v, restarts %d", steps, time.Since(start).Round(time.Millisecond), done.Status.Restarts)
+	NewWithT(t).Expect(done.Status.Restarts).To(BeZero())
+	want, err := os.ReadFile(filepath.Join(a.VolumeDir(ns, "ref"), "final-params"))
+	if err != nil {
+		t.Fatalf("the uninterrupted run left no parameters: %v\nrank 0 log:\n%s", err, rank0Log(a, ref, 0))
+	}
+	if _, _, committed := progress(rank0Log(a, ref, 0)); len(committed) < steps/ckptEvery {
+		t.Errorf("uninterrupted run committed %d checkpoints, want %d", len(committed), steps/ckptEvery)
+	}
+
+	// The same job under faults.
+	sharedClaim(t, ns, "chaos")
+	job := trainingJob(ns, "chaos", "chaos", steps)
+	g := NewWithT(t)
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	r := rand.New(rand.NewPCG(seed, 7))
+	kinds := []string{"kill", "node-lost", "gpu-unhealthy", "hang"}
+	var records []faultRecord
+	for i := range nFaults {
+		kind := kinds[i%len(kinds)]
+		if i >= len(kinds) {
+			kind = kinds[r.IntN(len(kinds))]
+		}
+		attempt := int32(i)
+		waitRunning(g, job, attempt)
+		// A random moment: some steps into this attempt (mid-save included: saves start every
+		// ckptEvery steps and take about a step to commit).
+		target := int64(5 + r.IntN(3*ckptEvery))
+		var begin int64 = -1
+		g.Eventually(func() bool {
+			last, _, _ := progress(rank0Log(a, job, attempt))
+			if begin < 0 && last > 0 {
+				begin = last
+			}
+			return begin >= 0 && last >= begin+target
+		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "attempt %d made no progress:\n%s", attempt, rank0Log(a, job, attempt))
+		victim := fmt.Sprintf("%s-%d-%d", job.Name, attempt, r.IntN(trainNodes))
+		node := a.NodeOf(ns, victim)
+		t.Logf("fault %d: %s on %s (node %s)", i+1, kind, victim, node)
+		injected := time.Now()
+		switch kind {
+		case "kill":
+			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
+		case "hang":
+			g.Expect(a.Signal(ns, victim, syscall.SIGSTOP)).To(Succeed())
+		case "node-lost":
+			g.Expect(a.NodeDown(ctx, node)).To(Succeed())
+		case "gpu-unhealthy":
+			g.Expect(a.SetGPUAllocatable(ctx, node, 7)).To(Succeed())
+		}
+		got := waitRunning(g, job, attempt+1)
+		last, _, _ := progress(rank0Log(a, job, attempt))
+		records = append(records, faultRecord{kind: kind, attempt: attempt, atStep: last, recovery: time.Since(injected)})
+		if kind == "node-lost" || kind == "gpu-unhealthy" {
+			expectAvoids(g, got, attempt+1, node)
+		}
+	}
+	final := waitSucceeded(t, job, 5*time.Minute)
+
+	// What each attempt resumed from, and whether that checkpoint had been committed.
+	committed := map[int64]bool{0: true}
+	for i := range records {
+		_, _, c := progress(rank0Log(a, job, records[i].attempt))
+		for _, s := range c {
+			committed[s] = true
+		}
+		_, resumed, _ := progress(rank0Log(a, job, records[i].attempt+1))
+		records[i].resumed = resumed
+		if !committed[resumed] {
+			t.Errorf("attempt %d resumed from step %d, which no earlier attempt committed", records[i].attempt+1, resumed)
+		}
+		if lost := records[i].atStep - resumed; lost < 0 || lost > ckptEvery+1 {
+			t.Errorf("fault %d (%s) lost %d steps (at %d, resumed %d): more than one interval (%d)", i+1, records[i].kind, lost, records[i].atStep, resumed, ckptEvery)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(a.VolumeDir(ns, "chaos"), "final-params"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("final parameters after %d faults differ from the uninterrupted run's", nFaults)
+	}
+	if final.Status.Restarts != int32(nFaults) {
+		t.Errorf("status.restarts = %d, want %d", final.Status.Restarts, nFaults)
+	}
+
+	// The table make chaos prints.
+	var recov []time.Duration
+	var lost int64
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-3s %-14s %-8s %-8s %-8s %-6s %s\n", "#", "fault", "attempt", "at step", "resumed", "lost", "recovery")
+	for i, rec := range records {
+		recov = append(recov, rec.recovery)
+		lost += rec.atStep - rec.resumed
+		fmt.Fprintf(&b, "%-3d %-14s %-8d %-8d %-8d %-6d %v\n", i+1, rec.kind, rec.attempt, rec.atStep, rec.resumed, rec.atStep-rec.resumed, rec.recovery.Round(10*time.Millisecond))
+	}
+	sort.Slice(recov, func(i, j int) bool { return recov[i] < recov[j] })
+	fmt.Fprintf(&b, "faults injected %d, recovered %d, median recovery %v, steps lost %d of %d trained (goodput %.1f%%), seed %d\n",
+		nFaults, len(records), recov[len(recov)/2].Round(10*time.Millisecond), lost, int64(steps)+lost, 100*float64(steps)/float64(int64(steps)+lost), seed)
+	t.Log(b.String())
+	if out := os.Getenv("ZAYA_CHAOS_REPORT"); out != "" {
+		_ = os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+}

@@ -1,0 +1,895 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// Options configure an Agent.
+type Options struct {
+	Client kubernetes.Interface
+	// Nodes are the names of the nodes this agent registers and plays.
+	Nodes []string
+	// Labels and Taints go on every node (the MI300X labels are added by the agent).
+	Labels map[string]string
+	Taints []corev1.Taint
+	// WorkDir holds pod folders and volumes: <WorkDir>/pods/<ns>_<pod>_<uid>/ and
+	// <WorkDir>/volumes/<ns>/<claim>/ (one folder per claim, so ranks share checkpoints).
+	WorkDir string
+	// Commands maps a container's command[0] to an executable on this machine.
+	Commands map[string]string
+	// Logf reports what the agent does (nil: nothing).
+	Logf func(format string, args ...any)
+}
+
+// Agent plays kubelet for Options.Nodes.
+type Agent struct {
+	opts   Options
+	pods   listersv1.PodLister
+	queue  workqueue.TypedRateLimitingInterface[string]
+	nodeOf map[string]bool
+
+	mu     sync.Mutex
+	runs   map[string]*run // by namespace/name
+	down   map[string]bool
+	gpus   map[string]int64 // allocatable amd.com/gpu per node
+	nextIP uint32
+}
+
+// run is one pod's process.
+type run struct {
+	uid       types.UID
+	node, ip  string
+	dir       string
+	cmd       *exec.Cmd
+	env       []string
+	paths     []mapping
+	started   time.Time
+	exited    chan struct{}
+	exitCode  int
+	deleting  bool
+	logPath   string
+	termPath  string
+	container corev1.Container
+}
+
+const gpuCapacity = 8
+
+// Start registers the nodes and starts playing their pods until ctx ends.
+func Start(ctx context.Context, opts Options) (*Agent, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	a := &Agent{
+		opts:   opts,
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		nodeOf: map[string]bool{},
+		runs:   map[string]*run{},
+		down:   map[string]bool{},
+		gpus:   map[string]int64{},
+		nextIP: 1,
+	}
+	for _, n := range opts.Nodes {
+		a.nodeOf[n] = true
+		a.gpus[n] = gpuCapacity
+		if err := a.register(ctx, n); err != nil {
+			return nil, fmt.Errorf("nodeagent: registering node %s: %w", n, err)
+		}
+	}
+	factory := informers.NewSharedInformerFactory(opts.Client, 0)
+	inf := factory.Core().V1().Pods()
+	a.pods = inf.Lister()
+	enqueue := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				p, _ = d.Obj.(*corev1.Pod)
+			}
+		}
+		if p != nil && a.nodeOf[p.Spec.NodeName] {
+			a.queue.Add(p.Namespace + "/" + p.Name)
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	for range 8 {
+		go a.work(ctx)
+	}
+	go a.heartbeat(ctx)
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+		a.killAll()
+	}()
+	return a, nil
+}
+
+func (a *Agent) work(ctx context.Context) {
+	for {
+		key, quit := a.queue.Get()
+		if quit {
+			return
+		}
+		requeue, err := a.sync(ctx, key)
+		switch {
+		case err != nil:
+			a.opts.Logf("nodeagent: %s: %v", key, err)
+			a.queue.AddRateLimited(key)
+		case requeue > 0:
+			a.queue.Forget(key)
+			a.queue.AddAfter(key, requeue)
+		default:
+			a.queue.Forget(key)
+		}
+		a.queue.Done(key)
+	}
+}
+
+// register creates (or takes over) a node that looks like an IBM Cloud MI300X worker.
+func (a *Agent) register(ctx context.Context, name string) error {
+	c := a.opts.Client.CoreV1().Nodes()
+	labels := map[string]string{
+		"kubernetes.io/hostname":                   name,
+		"kubernetes.io/os":                         "linux",
+		"kubernetes.io/arch":                       "amd64",
+		"node.kubernetes.io/instance-type":         "gx3d-208x1792x8mi300x",
+		"amd.com/gpu.product-name":                 "AMD_Instinct_MI300X_OAM",
+		"amd.com/gpu.device-id":                    "74a1",
+		"amd.com/gpu.family":                       "AI",
+		"feature.node.kubernetes.io/amd-gpu":       "true",
+		"ibm-cloud.kubernetes.io/worker-pool-name": "mi300x-process",
+		"topology.kubernetes.io/zone":              "local-1",
+	}
+	for k, v := range a.opts.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: a.opts.Taints},
+	}
+	existing, err := c.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := c.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default: // left by an earlier agent: take it over as it is declared now
+		existing.Labels, existing.Spec.Taints = labels, a.opts.Taints
+		if _, err := c.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return a.postStatus(ctx, name)
+}
+
+func (a *Agent) nodeStatus(name string, gpus int64) corev1.NodeStatus {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("208"),
+		corev1.ResourceMemory: resource.MustParse("1792Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+		"amd.com/gpu":         *resource.NewQuantity(gpuCapacity, resource.DecimalSI),
+		"amd.com/nic":         *resource.NewQuantity(8, resource.DecimalSI),
+	}
+	alloc := capacity.DeepCopy()
+	alloc["amd.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	now := metav1.Now()
+	return corev1.NodeStatus{
+		Capacity: capacity, Allocatable: alloc, Phase: corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "nodeagent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "nodeagent", OperatingSystem: "linux", Architecture: "amd64"},
+	}
+}
+
+// postStatus is the kubelet's status update: Ready, resources, heartbeat; and its Lease.
+func (a *Agent) postStatus(ctx context.Context, name string) error {
+	a.mu.Lock()
+	gpus, down := a.gpus[name], a.down[name]
+	a.mu.Unlock()
+	if down {
+		return nil
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st := a.nodeStatus(name, gpus)
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				st.Conditions[0].LastTransitionTime = c.LastTransitionTime
+			}
+		}
+		n.Status = st
+		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	leases := a.opts.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+func (a *Agent) heartbeat(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, n := range a.opts.Nodes {
+				if err := a.postStatus(ctx, n); err != nil && ctx.Err() == nil {
+					a.opts.Logf("nodeagent: node %s status: %v", n, err)
+				}
+			}
+		}
+	}
+}
+
+// sync brings one pod's process in line with the pod; it may ask to be called again later.
+func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, _ := strings.Cut(key, "/")
+	pod, err := a.pods.Pods(ns).Get(name)
+	a.mu.Lock()
+	r := a.runs[key]
+	a.mu.Unlock()
+	if apierrors.IsNotFound(err) {
+		if r != nil {
+			a.stop(r, 0)
+			a.forget(key, r)
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	a.mu.Lock()
+	down := a.down[pod.Spec.NodeName]
+	a.mu.Unlock()
+	if down {
+		return 0, nil // a dead kubelet does nothing
+	}
+	if r != nil && r.uid != pod.UID { // a new pod with an old pod's name
+		a.stop(r, 0)
+		a.forget(key, r)
+		r = nil
+	}
+	if pod.DeletionTimestamp != nil {
+		if r == nil || r.exitedNow() {
+			return 0, a.remove(ctx, pod)
+		}
+		a.mu.Lock()
+		already := r.deleting
+		r.deleting = true
+		a.mu.Unlock()
+		if !already {
+			grace := int64(30)
+			if pod.DeletionGracePeriodSeconds != nil {
+				grace = *pod.DeletionGracePeriodSeconds
+			}
+			go a.stop(r, time.Duration(grace)*time.Second)
+		}
+		return 0, nil
+	}
+	if r != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, nil
+	}
+	return a.start(ctx, pod)
+}
+
+func (r *run) exitedNow() bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *Agent) forget(key string, r *run) {
+	a.mu.Lock()
+	if a.runs[key] == r {
+		delete(a.runs, key)
+	}
+	a.mu.Unlock()
+}
+
+// remove is the kubelet's final delete once the pod's processes are gone.
+func (a *Agent) remove(ctx context.Context, pod *corev1.Pod) error {
+	err := a.opts.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// stop sends SIGTERM to the pod's process group, then SIGKILL after grace.
+func (a *Agent) stop(r *run, grace time.Duration) {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	pgid := -r.cmd.Process.Pid
+	if grace > 0 {
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		select {
+		case <-r.exited:
+			return
+		case <-time.After(grace):
+		}
+	}
+	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	_ = syscall.Kill(pgid, syscall.SIGCONT)
+	<-r.exited
+}
+
+func (a *Agent) killAll() {
+	a.mu.Lock()
+	runs := make([]*run, 0, len(a.runs))
+	for _, r := range a.runs {
+		runs = append(runs, r)
+	}
+	a.mu.Unlock()
+	for _, r := range runs {
+		a.stop(r, 0)
+	}
+}
+
+var podDNS = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\.?$`)
+
+// resolve is the pod DNS the contract uses: the address of the live pod with that hostname
+// and subdomain in ns, "" while it has none.
+func (a *Agent) resolve(self *corev1.Pod, selfIP, ns, host, sub string) string {
+	if self.Spec.Hostname == host && self.Spec.Subdomain == sub {
+		return selfIP
+	}
+	pods, _ := a.pods.Pods(ns).List(labels.Everything())
+	for _, p := range pods {
+		if p.Spec.Hostname == host && p.Spec.Subdomain == sub && p.DeletionTimestamp == nil &&
+			p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return p.Status.PodIP
+		}
+	}
+	return ""
+}
+
+// start sets up the pod's folders and starts its process.
+func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 {
+		return 0, a.finish(ctx, pod, nil, 127, "StartError", "nodeagent runs pods of exactly one container")
+	}
+	c := pod.Spec.Containers[0]
+	key := pod.Namespace + "/" + pod.Name
+	a.mu.Lock()
+	ip := fmt.Sprintf("127.1.%d.%d", a.nextIP/250, a.nextIP%250+1)
+	a.nextIP++ // never reused, even if this start waits for a peer's name
+	a.mu.Unlock()
+
+	dir := filepath.Join(a.opts.WorkDir, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+	paths, err := a.volumes(pod, &c, dir)
+	if err != nil {
+		return 0, err
+	}
+	env, unresolved := a.environment(pod, &c, ip, paths)
+	if unresolved != "" {
+		return 250 * time.Millisecond, nil // the peer's name resolves once it runs
+	}
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	if len(argv) == 0 {
+		return 0, a.finish(ctx, pod, nil, 127, "StartError", "the container has no command: nodeagent cannot run images")
+	}
+	lookup := func(name string) (string, bool) { return envValue(env, name) }
+	for i := range argv {
+		argv[i] = rewrite(expand(argv[i], lookup), paths)
+	}
+	bin, ok := a.opts.Commands[argv[0]]
+	if !ok {
+		return 0, a.finish(ctx, pod, nil, 127, "StartError", fmt.Sprintf("nodeagent knows no command %q", argv[0]))
+	}
+	r := &run{uid: pod.UID, node: pod.Spec.NodeName, ip: ip, dir: dir, env: env, paths: paths, exited: make(chan struct{}),
+		logPath: filepath.Join(dir, c.Name+".log"), termPath: terminationPath(&c, paths), container: c}
+	logf, err := os.Create(r.logPath)
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(bin, argv[1:]...)
+	cmd.Env, cmd.Dir = env, dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return 0, a.finish(ctx, pod, nil, 127, "StartError", err.Error())
+	}
+	r.cmd, r.started = cmd, time.Now()
+	a.mu.Lock()
+	a.runs[key] = r
+	a.mu.Unlock()
+	a.opts.Logf("nodeagent: %s started on %s at %s (pid %d)", key, pod.Spec.NodeName, ip, cmd.Process.Pid)
+
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	reported := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		<-reported // Running is reported before the exit is
+		_ = logf.Close()
+		stopProbe()
+		r.exitCode = exitCode(err)
+		close(r.exited)
+		a.mu.Lock()
+		down := a.down[r.node]
+		a.mu.Unlock()
+		if down || ctx.Err() != nil {
+			return
+		}
+		msg := readHead(r.termPath, 4096)
+		reason := "Completed"
+		if r.exitCode != 0 {
+			reason = "Error"
+		}
+		if err := a.finish(ctx, pod, r, r.exitCode, reason, msg); err != nil {
+			a.opts.Logf("nodeagent: %s: reporting exit: %v", key, err)
+		}
+		a.queue.Add(key) // a pod being deleted can go now
+	}()
+	if p := c.LivenessProbe; p != nil && p.Exec != nil {
+		go a.probe(probeCtx, key, r, pod)
+	}
+	err = a.running(ctx, pod, r)
+	close(reported)
+	return 0, err
+}
+
+// running reports the pod Running at its address.
+func (a *Agent) running(ctx context.Context, pod *corev1.Pod, r *run) error {
+	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
+		now := metav1.NewTime(r.started)
+		st.Phase = corev1.PodRunning
+		st.HostIP, st.PodIP = "127.0.0.1", r.ip
+		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: r.ip}}
+		st.StartTime = &now
+		st.Conditions = conditions(corev1.ConditionTrue, now)
+		st.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: r.container.Name, Image: r.container.Image, ImageID: "nodeagent://" + r.container.Image, ContainerID: fmt.Sprintf("nodeagent://%d", r.cmd.Process.Pid),
+			Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}}
+	})
+}
+
+// finish reports the pod's container terminated (r nil: it never started).
+func (a *Agent) finish(ctx context.Context, pod *corev1.Pod, r *run, code int, reason, message string) error {
+	now := metav1.Now()
+	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
+		st.Phase = corev1.PodFailed
+		if code == 0 {
+			st.Phase = corev1.PodSucceeded
+		}
+		started := now
+		if r != nil {
+			started = metav1.NewTime(r.started)
+		}
+		if st.StartTime == nil {
+			st.StartTime = &started
+		}
+		st.Conditions = conditions(corev1.ConditionFalse, now)
+		name, image := pod.Spec.Containers[0].Name, pod.Spec.Containers[0].Image
+		st.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: name, Image: image, ImageID: "nodeagent://" + image, Started: ptr.To(false),
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: int32(code), Reason: reason, Message: message, StartedAt: started, FinishedAt: now,
+			}},
+		}}
+	})
+}
+
+func conditions(ready corev1.ConditionStatus, at metav1.Time) []corev1.PodCondition {
+	out := []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: at},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: at}}
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		out = append(out, corev1.PodCondition{Type: t, Status: ready, LastTransitionTime: at})
+	}
+	return out
+}
+
+func (a *Agent) updateStatus(ctx context.Context, pod *corev1.Pod, mutate func(*corev1.PodStatus)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := a.opts.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // force-deleted: nobody is left to tell
+		}
+		if err != nil {
+			return err
+		}
+		if p.UID != pod.UID {
+			return nil
+		}
+		mutate(&p.Status)
+		_, err = a.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// probe runs the container's exec liveness probe; on failureThreshold failures in a row it
+// kills the container as a kubelet does (SIGTERM, grace period, SIGKILL).
+func (a *Agent) probe(ctx context.Context, key string, r *run, pod *corev1.Pod) {
+	p := r.container.LivenessProbe
+	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
+	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
+	threshold := max(p.FailureThreshold, 1)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
+	}
+	failures := int32(0)
+	for {
+		argv := make([]string, len(p.Exec.Command))
+		for i, s := range p.Exec.Command {
+			argv[i] = rewrite(s, r.paths)
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = r.env, r.dir
+		err := cmd.Run()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			a.opts.Logf("nodeagent: %s liveness probe failed (%d/%d): %v", key, failures, threshold, err)
+			if failures >= threshold {
+				grace := int64(30)
+				if pod.Spec.TerminationGracePeriodSeconds != nil {
+					grace = *pod.Spec.TerminationGracePeriodSeconds
+				}
+				a.stop(r, time.Duration(grace)*time.Second)
+				return
+			}
+		} else {
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		if err != nil {
+			return 1
+		}
+		return 0
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+func readHead(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = f.Close() }()
+	b, _ := io.ReadAll(io.LimitReader(f, int64(n)))
+	return string(b)
+}
+
+// mapping stands a container path for a host path.
+type mapping struct{ from, to string }
+
+// volumes makes the host folders of the pod's volumes and returns the path mappings, longest
+// container path first.
+func (a *Agent) volumes(pod *corev1.Pod, c *corev1.Container, dir string) ([]mapping, error) {
+	byName := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		byName[v.Name] = v
+	}
+	var out []mapping
+	for _, m := range c.VolumeMounts {
+		v := byName[m.Name]
+		host := filepath.Join(dir, "volumes", m.Name)
+		if v.PersistentVolumeClaim != nil {
+			host = filepath.Join(a.opts.WorkDir, "volumes", pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+		}
+		if m.SubPath != "" {
+			host = filepath.Join(host, m.SubPath)
+		}
+		if err := os.MkdirAll(host, 0o755); err != nil {
+			return nil, err
+		}
+		out = append(out, mapping{from: m.MountPath, to: host})
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	term := c.TerminationMessagePath
+	if term == "" {
+		term = corev1.TerminationMessagePathDefault
+	}
+	out = append(out, mapping{from: term, to: filepath.Join(dir, "termination-log")})
+	sort.Slice(out, func(i, j int) bool { return len(out[i].from) > len(out[j].from) })
+	return out, nil
+}
+
+func terminationPath(c *corev1.Container, paths []mapping) string {
+	term := c.TerminationMessagePath
+	if term == "" {
+		term = corev1.TerminationMessagePathDefault
+	}
+	return rewrite(term, paths)
+}
+
+// rewrite replaces container paths in s by their host folders (a path must end at a
+// separator or the end of a word to match).
+func rewrite(s string, paths []mapping) string {
+	for _, m := range paths {
+		var b strings.Builder
+		rest := s
+		for {
+			i := strings.Index(rest, m.from)
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			end := i + len(m.from)
+			boundary := end == len(rest) || !isPathChar(rest[end]) || rest[end] == '/'
+			start := i == 0 || !isPathChar(rest[i-1])
+			b.WriteString(rest[:i])
+			if boundary && start {
+				b.WriteString(m.to)
+			} else {
+				b.WriteString(m.from)
+			}
+			rest = rest[end:]
+		}
+		s = b.String()
+	}
+	return s
+}
+
+func isPathChar(c byte) bool {
+	return c == '/' || c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// environment is the process's env: the container's variables in order with $(VAR) expanded
+// and downward-API fields filled, paths rewritten and pod DNS names resolved. unresolved
+// names a peer that has no address yet.
+func (a *Agent) environment(pod *corev1.Pod, c *corev1.Container, ip string, paths []mapping) (env []string, unresolved string) {
+	env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + filepath.Join(a.opts.WorkDir, "pods"), "HOSTNAME=" + hostnameOf(pod)}
+	lookup := func(name string) (string, bool) { return envValue(env, name) }
+	for _, e := range c.Env {
+		v := expand(e.Value, lookup)
+		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
+			v = field(pod, f.FieldRef.FieldPath, ip)
+		}
+		if m := podDNS.FindStringSubmatch(v); m != nil {
+			addr := a.resolve(pod, ip, m[5], m[1], m[3])
+			if addr == "" {
+				return nil, v
+			}
+			v = addr
+		}
+		env = append(env, e.Name+"="+rewrite(v, paths))
+	}
+	return env, ""
+}
+
+func hostnameOf(pod *corev1.Pod) string {
+	if pod.Spec.Hostname != "" {
+		return pod.Spec.Hostname
+	}
+	return pod.Name
+}
+
+func field(pod *corev1.Pod, path, ip string) string {
+	switch path {
+	case "metadata.name":
+		return pod.Name
+	case "metadata.namespace":
+		return pod.Namespace
+	case "metadata.uid":
+		return string(pod.UID)
+	case "spec.nodeName":
+		return pod.Spec.NodeName
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName
+	case "status.podIP":
+		return ip
+	case "status.hostIP":
+		return "127.0.0.1"
+	}
+	for _, pre := range []struct {
+		prefix string
+		m      map[string]string
+	}{{"metadata.labels['", pod.Labels}, {"metadata.annotations['", pod.Annotations}} {
+		if k, ok := strings.CutPrefix(path, pre.prefix); ok {
+			return pre.m[strings.TrimSuffix(k, "']")]
+		}
+	}
+	return ""
+}
+
+func envValue(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, _ := strings.Cut(env[i], "="); k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// expand is Kubernetes' $(VAR) expansion: defined names are replaced, $$ escapes, anything
+// else is left as written.
+func expand(s string, lookup func(string) (string, bool)) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+end]
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+end+1])
+			}
+			i += end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// Signal sends sig to the process of pod ns/name (SIGKILL: a crash; SIGSTOP: a hang).
+func (a *Agent) Signal(ns, name string, sig syscall.Signal) error {
+	a.mu.Lock()
+	r := a.runs[ns+"/"+name]
+	a.mu.Unlock()
+	if r == nil || r.cmd == nil || r.exitedNow() {
+		return fmt.Errorf("nodeagent: pod %s/%s has no running process", ns, name)
+	}
+	return syscall.Kill(-r.cmd.Process.Pid, sig)
+}
+
+// NodeDown kills the node's kubelet: its processes die with it, its heartbeats stop, its pods
+// are never cleaned up (they stay Terminating once deleted), and the node turns NotReady at
+// once (the node lifecycle controller would after its grace period).
+func (a *Agent) NodeDown(ctx context.Context, node string) error {
+	a.mu.Lock()
+	a.down[node] = true
+	var runs []*run
+	for _, r := range a.runs {
+		if r.node == node {
+			runs = append(runs, r)
+		}
+	}
+	a.mu.Unlock()
+	for _, r := range runs {
+		a.stop(r, 0)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+					Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.", LastHeartbeatTime: n.Status.Conditions[i].LastHeartbeatTime, LastTransitionTime: now}
+			}
+		}
+		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// SetGPUAllocatable lowers (or restores) a node's allocatable amd.com/gpu, as the AMD device
+// plugin does when a GPU turns unhealthy.
+func (a *Agent) SetGPUAllocatable(ctx context.Context, node string, n int64) error {
+	a.mu.Lock()
+	a.gpus[node] = n
+	a.mu.Unlock()
+	return a.postStatus(ctx, node)
+}
+
+// PodDir is the host folder of a pod the agent ran, even after the pod is gone ("" if none):
+// its container's log (<container>.log), termination-log and emptyDir volumes.
+func (a *Agent) PodDir(ns, name string) string {
+	dirs, _ := filepath.Glob(filepath.Join(a.opts.WorkDir, "pods", fmt.Sprintf("%s_%s_*", ns, name)))
+	if len(dirs) == 0 {
+		return ""
+	}
+	return dirs[len(dirs)-1]
+}
+
+// VolumeDir is the host folder standing for claim in ns.
+func (a *Agent) VolumeDir(ns, claim string) string {
+	return filepath.Join(a.opts.WorkDir, "volumes", ns, claim)
+}
+
+// NodeOf is the node a running pod is on ("" if none).
+func (a *Agent) NodeOf(ns, name string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.runs[ns+"/"+name]; r != nil {
+		return r.node
+	}
+	return ""
+}

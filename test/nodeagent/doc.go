@@ -1,0 +1,19 @@
+// Package nodeagent plays kubelet for test nodes on a machine with no container runtime: it
+// registers Node objects that look like MI300X workers, keeps their Ready condition and Lease
+// fresh, and runs every pod bound to them as a local process (the container's command and
+// args, its environment resolved, volumes mapped to host folders, each pod on its own
+// 127.1.x.y address), reporting phase, exit code and termination message, honouring deletion
+// (SIGTERM, grace period, SIGKILL) and running exec liveness probes.
+//
+// Where it differs from a kubelet: processes share the host's filesystem, so the agent
+// rewrites every path under a volume mount, /dev/shm or the termination-message path in the
+// container's env, command, args and probe commands to the host folder that stands for it;
+// and there is no cluster DNS, so env values naming a pod as <hostname>.<subdomain>.<ns>.svc
+// are replaced by that pod's address (the process starts once the name resolves). The
+// images are ignored: command[0] is looked up in Options.Commands.
+//
+// Fault knobs for tests: Signal (kill or stop a pod's process), NodeDown (the kubelet dies:
+// processes die, heartbeats stop, the node turns NotReady at once instead of after the
+// node-monitor grace period, and its pods stay Terminating), SetGPUAllocatable (a GPU goes
+// unhealthy). Never shipped: it exists for the e2e tests and make demo.
+package nodeagent
