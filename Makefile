@@ -66,6 +66,12 @@ test-unit: ## Unit tests.
 	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 	go test -race -tags rocm $(GO_TEST_FLAGS) ./workers/rocm/... ./workers/train/...
 
+.PHONY: chaos
+chaos: ## Long randomized chaos soak of a real training job (CHAOS_FAULTS=12, CHAOS_SEED random); prints a table.
+	ZAYA_CHAOS_FAULTS=$${CHAOS_FAULTS:-12} ZAYA_CHAOS_SEED=$${CHAOS_SEED:-$$(date +%s)} ZAYA_CHAOS_REPORT=$(BIN)/chaos-report.txt \
+		hack/e2e.sh -run TestTrainingJobSurvivesChaos -timeout 90m -v > $(BIN)/chaos.log 2>&1 || { tail -80 $(BIN)/chaos.log; exit 1; }
+	cat $(BIN)/chaos-report.txt
+
 .PHONY: test-integration
 test-integration: ## Integration tests on a real kube-apiserver and etcd (envtest).
 	hack/tools.sh envtest

@@ -10,7 +10,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "building pinned tools and control plane (cached under bin/)"
 "$root/hack/tools.sh" cluster
-[ -x "$bin/zaya-operator" ] || go build -o "$bin/zaya-operator" "$root"
+go build -o "$bin/zaya-operator" "$root"
+go build -o "$bin/zaya-worker" "$root/workers/cmd/zaya-worker"
+go build -o "$bin/demotrain" "$root/hack/demotrain"
 
 step "starting a local cluster: real kube-apiserver, scheduler, controller-manager, etcd; 4 fake MI300X nodes"
 KUBECONFIG=$("$root/hack/cluster.sh" up 4)
@@ -70,5 +72,10 @@ step "suspend: the pods go, the checkpoint claim stays"
 "$bin/kubectl" wait --for=condition=Suspended --timeout=30s ztj/smoke
 "$bin/kubectl" get pods,pvc
 
+step "real training: the reference worker on process-backed nodes, and a node failed on purpose"
+(cd "$root" && "$bin/demotrain" -worker "$bin/zaya-worker" -workdir "$bin/demo-nodes")
+
 step "done"
-echo "A 4-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes."
+echo "A 4-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"
+echo "job of the reference worker trained for real, lost a node, and was restarted from its"
+echo "checkpoint elsewhere by the operator, without a human."

@@ -400,10 +400,21 @@ func (a *Agent) resolve(self *corev1.Pod, selfIP, ns, host, sub string) string {
 	for _, p := range pods {
 		if p.Spec.Hostname == host && p.Spec.Subdomain == sub && p.DeletionTimestamp == nil &&
 			p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			return p.Status.PodIP
+			return processIP(p.Status.PodIP)
 		}
 	}
 	return ""
+}
+
+// Pods report 10.244.x.y (the API refuses loopback endpoints for their Service); their
+// processes use 127.1.x.y, which the downward API and pod DNS hand out.
+func statusIP(ip string) string { return "10.244." + strings.TrimPrefix(ip, "127.1.") }
+
+func processIP(ip string) string {
+	if rest, ok := strings.CutPrefix(ip, "10.244."); ok {
+		return "127.1." + rest
+	}
+	return ip
 }
 
 // start sets up the pod's folders and starts its process.
@@ -497,8 +508,8 @@ func (a *Agent) running(ctx context.Context, pod *corev1.Pod, r *run) error {
 	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
 		now := metav1.NewTime(r.started)
 		st.Phase = corev1.PodRunning
-		st.HostIP, st.PodIP = "127.0.0.1", r.ip
-		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: r.ip}}
+		st.HostIP, st.PodIP = "127.0.0.1", statusIP(r.ip)
+		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: statusIP(r.ip)}}
 		st.StartTime = &now
 		st.Conditions = conditions(corev1.ConditionTrue, now)
 		st.ContainerStatuses = []corev1.ContainerStatus{{

@@ -2,7 +2,8 @@
 // registers Node objects that look like MI300X workers, keeps their Ready condition and Lease
 // fresh, and runs every pod bound to them as a local process (the container's command and
 // args, its environment resolved, volumes mapped to host folders, each pod on its own
-// 127.1.x.y address), reporting phase, exit code and termination message, honouring deletion
+// 127.1.x.y address, reported as 10.244.x.y because the API refuses loopback
+// endpoints), reporting phase, exit code and termination message, honouring deletion
 // (SIGTERM, grace period, SIGKILL) and running exec liveness probes.
 //
 // Where it differs from a kubelet: processes share the host's filesystem, so the agent

@@ -1,0 +1,234 @@
+// Command demotrain is the second half of make demo: the reference worker really trains as a
+// 4-node job on process-backed MI300X nodes (test/nodeagent), a node is failed on purpose,
+// the operator restarts the gang elsewhere, and training resumes from the last checkpoint.
+// It needs KUBECONFIG (a cluster with the CRD and the operator running) and -worker.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+	"github.com/zaya-operator/zaya-operator/test/nodeagent"
+)
+
+const (
+	ns, name, label = "default", "train", "zaya.dev/process-node"
+	steps, every    = 240, 20
+)
+
+func main() {
+	worker := flag.String("worker", "bin/zaya-worker", "the zaya-worker binary")
+	workdir := flag.String("workdir", "bin/demo-nodes", "where the process-backed nodes keep pods and volumes")
+	flag.Parse()
+	if err := run(*worker, *workdir); err != nil {
+		fmt.Fprintln(os.Stderr, "demotrain:", err)
+		os.Exit(1)
+	}
+}
+
+func run(worker, workdir string) error {
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(trainingv1alpha1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	worker, _ = filepath.Abs(worker)
+	_ = os.RemoveAll(workdir)
+	nodes := []string{"proc-0", "proc-1", "proc-2", "proc-3", "proc-4", "proc-5"}
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	a, err := nodeagent.Start(actx, nodeagent.Options{
+		Client: cs, Nodes: nodes, WorkDir: workdir, Commands: map[string]string{"zaya-worker": worker},
+		Labels: map[string]string{label: "true"},
+		Taints: []corev1.Taint{{Key: label, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("6 process-backed MI300X nodes (%s): each pod bound to them runs as a local process\n", strings.Join(nodes, ", "))
+
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo-train-checkpoints"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "train-checkpoints"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/demo-train"}},
+		},
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-checkpoints", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: ptr.To(""), VolumeName: pv.Name,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	for _, o := range []client.Object{pv, pvc} {
+		if err := c.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(4).GPUsPerNode(2).ContextParallel(2).
+		Profile(trainingv1alpha1.NetworkSocket).ClaimCheckpoint(pvc.Name).Obj()
+	job.Spec.Checkpoint.Interval = &trainingv1alpha1.CheckpointInterval{Steps: ptr.To[int32](every)}
+	ft := &job.Spec.FaultTolerance
+	ft.Backoff.Initial, ft.Backoff.Max = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: 2 * time.Second}
+	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
+	ps := &job.Spec.Template.Spec
+	ps.NodeSelector = map[string]string{label: "true"}
+	ps.Tolerations = []corev1.Toleration{{Key: label, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
+	w := &ps.Containers[0]
+	w.Command = []string{"zaya-worker"}
+	w.Args = []string{fmt.Sprintf("-steps=%d", steps), "-seq=16", "-dim=6", "-lr=0.3", "-pace=40ms", "-log-every=10", "-metrics-addr=$(POD_IP):9400"}
+	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	if err := c.Create(ctx, job); err != nil {
+		return err
+	}
+	fmt.Printf("created ZayaTrainingJob %s: 4 nodes x 2 ranks, context parallel 2, checkpoint every %d steps, %d steps\n\n", name, every, steps)
+
+	get := func() *trainingv1alpha1.ZayaTrainingJob {
+		j := &trainingv1alpha1.ZayaTrainingJob{}
+		_ = c.Get(ctx, client.ObjectKeyFromObject(job), j)
+		return j
+	}
+	logOf := func(attempt int32) string {
+		dir := a.PodDir(ns, fmt.Sprintf("%s-%d-0", name, attempt))
+		b, _ := os.ReadFile(filepath.Join(dir, "worker.log"))
+		return string(b)
+	}
+	printed := map[string]bool{}
+	follow := func(attempt int32) {
+		sc := bufio.NewScanner(strings.NewReader(logOf(attempt)))
+		for sc.Scan() {
+			l := sc.Text()
+			key := fmt.Sprint(attempt, l)
+			if !printed[key] && (strings.HasPrefix(l, "step ") || strings.HasPrefix(l, "resumed") || strings.HasPrefix(l, "checkpoint step")) {
+				printed[key] = true
+				fmt.Printf("  [attempt %d, rank 0] %s\n", attempt, l)
+			}
+		}
+	}
+	var failedNode string
+	var lastBefore int64
+	deadline := time.Now().Add(4 * time.Minute)
+	for time.Now().Before(deadline) {
+		j := get()
+		att := j.Status.Restarts
+		follow(att)
+		if att > 0 {
+			follow(att - 1)
+		}
+		if meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
+			meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionFailed) {
+			break
+		}
+		if failedNode == "" && att == 0 && strings.Contains(logOf(0), "checkpoint step 60 committed") && lastStep(logOf(0)) >= 70 {
+			victim := fmt.Sprintf("%s-0-2", name)
+			failedNode = a.NodeOf(ns, victim)
+			lastBefore = lastStep(logOf(0))
+			fmt.Printf("\n>>> failing node %s (rank 2's node) on purpose: its kubelet dies, its processes with it\n\n", failedNode)
+			if err := a.NodeDown(ctx, failedNode); err != nil {
+				return err
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	j := get()
+	fmt.Println()
+	if !meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
+		return fmt.Errorf("the job did not succeed: %+v", j.Status.Conditions)
+	}
+	resumed := resumedStep(logOf(1))
+	fmt.Printf("what happened:\n")
+	fmt.Printf("  node %s failed at step %d; the operator quarantined it: %v\n", failedNode, lastBefore, quarantined(j))
+	fmt.Printf("  restarts: %d; attempt 1 ran on %s\n", j.Status.Restarts, nodesOf(ctx, c, 1))
+	fmt.Printf("  resumed from the checkpoint of step %d: %d steps lost (checkpoint interval %d)\n", resumed, lastBefore-resumed, every)
+	if j.Status.LastRecoverySeconds != nil {
+		fmt.Printf("  recovery took %ds (failure seen to every rank running again)\n", *j.Status.LastRecoverySeconds)
+	}
+	fmt.Printf("  the job succeeded at step %d\n\nevents:\n", steps)
+	evs, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	for _, e := range evs.Items {
+		if e.Source.Component != "zaya-operator" && e.ReportingController != "zaya-operator" {
+			continue
+		}
+		fmt.Printf("  %-8s %-22s %s\n", e.Type, e.Reason, e.Message)
+	}
+	_ = c.Delete(ctx, job)
+	_ = c.Delete(ctx, pvc)
+	_ = c.Delete(ctx, pv)
+	return nil
+}
+
+func lastStep(log string) int64 {
+	var last int64
+	for _, l := range strings.Split(log, "\n") {
+		var n int64
+		var f float64
+		if k, _ := fmt.Sscanf(l, "step %d loss %g", &n, &f); k == 2 {
+			last = max(last, n)
+		}
+	}
+	return last
+}
+
+func resumedStep(log string) int64 {
+	var n int64
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "resumed from step ") {
+			_, _ = fmt.Sscanf(l, "resumed from step %d", &n)
+		}
+	}
+	return n
+}
+
+func quarantined(j *trainingv1alpha1.ZayaTrainingJob) []string {
+	var out []string
+	for _, q := range j.Status.QuarantinedNodes {
+		out = append(out, q.Name)
+	}
+	return out
+}
+
+func nodesOf(ctx context.Context, c client.Client, attempt int32) []string {
+	pods := &corev1.PodList{}
+	_ = c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: name, trainingv1alpha1.AttemptLabel: fmt.Sprint(attempt)})
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, p.Spec.NodeName)
+	}
+	return out
+}
