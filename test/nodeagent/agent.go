@@ -372,7 +372,6 @@ func (a *Agent) stop(r *run, grace time.Duration) {
 		}
 	}
 	_ = syscall.Kill(pgid, syscall.SIGKILL)
-	_ = syscall.Kill(pgid, syscall.SIGCONT)
 	<-r.exited
 }
 

@@ -59,20 +59,29 @@ static int resolve(void* lib, const char* name, void** into, char* err, int errl
 }
 
 #define SYM(lib, table, field, name) \
-  if (resolve(lib, name, (void**)&table.field, err, errlen)) goto fail
+  if (resolve(lib, name, (void**)&table.field, err, errlen)) return -1
 
-int zr_load_hip(const char* path, char* err, int errlen) {
+// open_lib dlopens path once per process into *slot, resolving its symbols with bind.
+static int open_lib(void** slot, const char* path, int (*bind)(void*, char*, int), char* err, int errlen) {
   pthread_mutex_lock(&load_mu);
-  if (hip_lib) {
-    pthread_mutex_unlock(&load_mu);
-    return 0;
+  int rc = 0;
+  if (*slot == NULL) {
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+      snprintf(err, errlen, "%s", dlerror());
+      rc = -1;
+    } else if (bind(lib, err, errlen)) {
+      dlclose(lib);
+      rc = -1;
+    } else {
+      *slot = lib;
+    }
   }
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    snprintf(err, errlen, "%s", dlerror());
-    pthread_mutex_unlock(&load_mu);
-    return -1;
-  }
+  pthread_mutex_unlock(&load_mu);
+  return rc;
+}
+
+static int bind_hip(void* lib, char* err, int errlen) {
   SYM(lib, hip, Init, "hipInit");
   SYM(lib, hip, GetDeviceCount, "hipGetDeviceCount");
   SYM(lib, hip, SetDevice, "hipSetDevice");
@@ -88,27 +97,10 @@ int zr_load_hip(const char* path, char* err, int errlen) {
   SYM(lib, hip, ModuleGetFunction, "hipModuleGetFunction");
   SYM(lib, hip, ModuleLaunchKernel, "hipModuleLaunchKernel");
   SYM(lib, hip, GetErrorString, "hipGetErrorString");
-  hip_lib = lib;
-  pthread_mutex_unlock(&load_mu);
   return 0;
-fail:
-  dlclose(lib);
-  pthread_mutex_unlock(&load_mu);
-  return -1;
 }
 
-int zr_load_rccl(const char* path, char* err, int errlen) {
-  pthread_mutex_lock(&load_mu);
-  if (rccl_lib) {
-    pthread_mutex_unlock(&load_mu);
-    return 0;
-  }
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    snprintf(err, errlen, "%s", dlerror());
-    pthread_mutex_unlock(&load_mu);
-    return -1;
-  }
+static int bind_rccl(void* lib, char* err, int errlen) {
   SYM(lib, nccl, GetUniqueId, "ncclGetUniqueId");
   SYM(lib, nccl, CommInitRank, "ncclCommInitRank");
   SYM(lib, nccl, AllReduce, "ncclAllReduce");
@@ -118,14 +110,11 @@ int zr_load_rccl(const char* path, char* err, int errlen) {
   SYM(lib, nccl, GroupEnd, "ncclGroupEnd");
   SYM(lib, nccl, CommDestroy, "ncclCommDestroy");
   SYM(lib, nccl, GetErrorString, "ncclGetErrorString");
-  rccl_lib = lib;
-  pthread_mutex_unlock(&load_mu);
   return 0;
-fail:
-  dlclose(lib);
-  pthread_mutex_unlock(&load_mu);
-  return -1;
 }
+
+int zr_load_hip(const char* path, char* err, int errlen) { return open_lib(&hip_lib, path, bind_hip, err, errlen); }
+int zr_load_rccl(const char* path, char* err, int errlen) { return open_lib(&rccl_lib, path, bind_rccl, err, errlen); }
 
 const char* zr_hip_error(int code) { return hip_lib ? hip.GetErrorString(code) : "HIP runtime not loaded"; }
 
