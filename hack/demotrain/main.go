@@ -29,6 +29,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 	"github.com/zaya-operator/zaya-operator/test/nodeagent"
+	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
 const (
@@ -155,10 +156,10 @@ func run(worker, workdir string) error {
 			meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionFailed) {
 			break
 		}
-		if failedNode == "" && att == 0 && strings.Contains(logOf(0), "checkpoint step 60 committed") && lastStep(logOf(0)) >= 70 {
+		if failedNode == "" && att == 0 && strings.Contains(logOf(0), "checkpoint step 60 committed") && train.ParseLog(logOf(0)).Last >= 70 {
 			victim := fmt.Sprintf("%s-0-2", name)
 			failedNode = a.NodeOf(ns, victim)
-			lastBefore = lastStep(logOf(0))
+			lastBefore = train.ParseLog(logOf(0)).Last
 			fmt.Printf("\n>>> failing node %s (rank 2's node) on purpose: its kubelet dies, its processes with it\n\n", failedNode)
 			if err := a.NodeDown(ctx, failedNode); err != nil {
 				return err
@@ -171,7 +172,7 @@ func run(worker, workdir string) error {
 	if !meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
 		return fmt.Errorf("the job did not succeed: %+v", j.Status.Conditions)
 	}
-	resumed := resumedStep(logOf(1))
+	resumed := train.ParseLog(logOf(1)).Resumed
 	fmt.Printf("what happened:\n")
 	fmt.Printf("  node %s failed at step %d; the operator quarantined it: %v\n", failedNode, lastBefore, quarantined(j))
 	fmt.Printf("  restarts: %d; attempt 1 ran on %s\n", j.Status.Restarts, nodesOf(ctx, c, 1))
@@ -191,28 +192,6 @@ func run(worker, workdir string) error {
 	_ = c.Delete(ctx, pvc)
 	_ = c.Delete(ctx, pv)
 	return nil
-}
-
-func lastStep(log string) int64 {
-	var last int64
-	for _, l := range strings.Split(log, "\n") {
-		var n int64
-		var f float64
-		if k, _ := fmt.Sscanf(l, "step %d loss %g", &n, &f); k == 2 {
-			last = max(last, n)
-		}
-	}
-	return last
-}
-
-func resumedStep(log string) int64 {
-	var n int64
-	for _, l := range strings.Split(log, "\n") {
-		if strings.HasPrefix(l, "resumed from step ") {
-			_, _ = fmt.Sscanf(l, "resumed from step %d", &n)
-		}
-	}
-	return n
 }
 
 func quarantined(j *trainingv1alpha1.ZayaTrainingJob) []string {

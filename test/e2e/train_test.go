@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -30,6 +29,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 	"github.com/zaya-operator/zaya-operator/test/nodeagent"
+	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
 // Chaos knobs: CI runs the short fixed-seed version; make chaos sets more faults and a random seed.
@@ -171,30 +171,6 @@ func rank0Log(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt
 	return string(b)
 }
 
-// progress reads a rank-0 log: the last step it finished, the step it resumed from, and the
-// checkpoints it committed.
-func progress(log string) (last, resumed int64, committed []int64) {
-	sc := bufio.NewScanner(strings.NewReader(log))
-	for sc.Scan() {
-		var n int64
-		var f float64
-		switch line := sc.Text(); {
-		case strings.HasPrefix(line, "step "):
-			if k, _ := fmt.Sscanf(line, "step %d loss %g", &n, &f); k == 2 {
-				last = max(last, n)
-			}
-		case strings.HasPrefix(line, "resumed from step "):
-			_, _ = fmt.Sscanf(line, "resumed from step %d", &resumed)
-			last = max(last, resumed)
-		case strings.HasPrefix(line, "checkpoint step "):
-			if _, err := fmt.Sscanf(line, "checkpoint step %d committed", &n); err == nil {
-				committed = append(committed, n)
-			}
-		}
-	}
-	return last, resumed, committed
-}
-
 type faultRecord struct {
 	kind            string
 	attempt         int32
@@ -227,7 +203,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the uninterrupted run left no parameters: %v\nrank 0 log:\n%s", err, rank0Log(a, ref, 0))
 	}
-	if _, _, committed := progress(rank0Log(a, ref, 0)); len(committed) < steps/ckptEvery {
+	if committed := train.ParseLog(rank0Log(a, ref, 0)).Committed; len(committed) < steps/ckptEvery {
 		t.Errorf("uninterrupted run committed %d checkpoints, want %d", len(committed), steps/ckptEvery)
 	}
 
@@ -251,7 +227,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 		target := int64(5 + r.IntN(3*ckptEvery))
 		var begin int64 = -1
 		g.Eventually(func() bool {
-			last, _, _ := progress(rank0Log(a, job, attempt))
+			last := train.ParseLog(rank0Log(a, job, attempt)).Last
 			if begin < 0 && last > 0 {
 				begin = last
 			}
@@ -272,7 +248,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 			g.Expect(a.SetGPUAllocatable(ctx, node, 7)).To(Succeed())
 		}
 		got := waitRunning(g, job, attempt+1)
-		last, _, _ := progress(rank0Log(a, job, attempt))
+		last := train.ParseLog(rank0Log(a, job, attempt)).Last
 		records = append(records, faultRecord{kind: kind, attempt: attempt, atStep: last, recovery: time.Since(injected)})
 		if kind == "node-lost" || kind == "gpu-unhealthy" {
 			expectAvoids(g, got, attempt+1, node)
@@ -283,11 +259,10 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	// What each attempt resumed from, and whether that checkpoint had been committed.
 	committed := map[int64]bool{0: true}
 	for i := range records {
-		_, _, c := progress(rank0Log(a, job, records[i].attempt))
-		for _, s := range c {
+		for _, s := range train.ParseLog(rank0Log(a, job, records[i].attempt)).Committed {
 			committed[s] = true
 		}
-		_, resumed, _ := progress(rank0Log(a, job, records[i].attempt+1))
+		resumed := train.ParseLog(rank0Log(a, job, records[i].attempt+1)).Resumed
 		records[i].resumed = resumed
 		if !committed[resumed] {
 			t.Errorf("attempt %d resumed from step %d, which no earlier attempt committed", records[i].attempt+1, resumed)
