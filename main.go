@@ -22,14 +22,15 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, namespaces, leaderElectionNamespace string
-		leaderElect                                                 bool
-		concurrency, burst                                          int
-		qps                                                         float64
+		metricsAddr, probeAddr, namespaces, leaderElectionNamespace, leaderElectionID string
+		leaderElect                                                                   bool
+		concurrency, burst                                                            int
+		qps                                                                           float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
+	flag.StringVar(&leaderElectionID, "leader-election-id", "zaya-operator", "name of the leader-election Lease; operators installed side by side (one per team) need their own")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
@@ -64,7 +65,7 @@ func main() {
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "zaya-operator.training.zaya.dev",
+		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: leaderElectionNamespace,
 		// The process exits right after it loses the lease, so it can hand over at once.
 		LeaderElectionReleaseOnCancel: true,

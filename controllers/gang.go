@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,7 +229,7 @@ func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.J
 	}
 	what := "failed"
 	if pod.Status.Reason != "" {
-		f.Reason = pod.Status.Reason
+		f.Reason = podFailureReason(pod.Status.Reason)
 		what = pod.Status.Reason
 	}
 	if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
@@ -247,6 +248,20 @@ func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.J
 	}
 	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) %s", rank, pod.Name, node, what))
 	return f
+}
+
+// conditionReason is the pattern the API enforces on a condition's reason.
+var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
+
+// podFailureReason turns a failed pod's status reason into a failure reason. Kubelet
+// admission reasons such as OutOfamd.com/gpu are not valid condition reasons (a status
+// write carrying one would be refused on every pass) and are unbounded as metric labels.
+func podFailureReason(r string) string {
+	if strings.HasPrefix(r, "OutOf") || r == "UnexpectedAdmissionError" || r == "NodeAffinity" ||
+		len(r) > 64 || !conditionReason.MatchString(r) {
+		return trainingv1alpha1.FailureReasonNodeRejected
+	}
+	return r
 }
 
 // activePods are the pods that still run or wait to run.

@@ -373,6 +373,7 @@ func (p *pass) complete() {
 	p.job.Status.ReadyNodes = 0
 	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonFinished, "the job finished")
 	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonFinished, "the job finished")
+	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonFinished, "the job finished")
 }
 
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and

@@ -41,10 +41,10 @@ step "kubectl apply -f config/samples/smoke.yaml"
 "$bin/kubectl" apply --server-side -f "$root/config/samples/smoke.yaml"
 
 step "a bad manifest is refused at apply time"
-sed 's/name: smoke/name: smoke-bad/; s/nodes: 4/nodes: 3/; s/profile: Socket/profile: Socket\n    nicsPerNode: 2\n  parallelism:\n    contextParallel: 5/' "$root/config/samples/smoke.yaml" |
+sed 's/name: smoke/name: smoke-bad/; s/nodes: 2/nodes: 3/; s/profile: Socket/profile: Socket\n    nicsPerNode: 2\n  parallelism:\n    contextParallel: 5/' "$root/config/samples/smoke.yaml" |
 	"$bin/kubectl" apply --server-side -f - 2>&1 | sed 's/^/  /' || true
 
-step "waiting for the gang: 4 worker pods, one per MI300X node, all Running"
+step "waiting for the gang: 2 worker pods, one per MI300X node, all Running"
 if ! "$bin/kubectl" wait --for=condition=Running --timeout=60s ztj/smoke; then
 	echo "the job did not reach Running; the operator's log:" >&2
 	tail -50 "$bin/demo-operator.log" >&2

@@ -60,7 +60,13 @@ build_kwok() {
 	install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "" kwokctl
 }
 build_controller_gen() { install controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen "" controller-gen; }
-build_helm() { install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" helm; }
+# helm's Makefile stamps the Kubernetes version of its client-go (1.34 for helm 3.19) into
+# lint and template; without it they assume 1.20 and refuse charts that need newer.
+build_helm() {
+	local ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" p
+	for p in lint/rules chartutil; do ld+=" -X helm.sh/helm/v3/pkg/$p.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$p.k8sVersionMinor=$HELM_KUBE_MINOR"; done
+	install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$ld" helm
+}
 build_golangci_lint() { install golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint "" golangci-lint; }
 
 # envtest wants a folder holding exactly its control-plane binaries.

@@ -100,6 +100,10 @@ const (
 	FailureReasonDeviceUnhealthy = "DeviceUnhealthy"
 	// FailureReasonHang: a worker stopped touching its heartbeat file.
 	FailureReasonHang = "Hang"
+	// FailureReasonNodeRejected: the node refused to admit a rank after it was scheduled
+	// there (the kubelet's OutOf<resource>, e.g. OutOfamd.com/gpu when a GPU went unhealthy
+	// in between, or another admission error); the pod's own reason is in the message.
+	FailureReasonNodeRejected = "NodeRejected"
 )
 
 // Worker exit codes of the worker contract (docs/worker-contract.md).

@@ -18,13 +18,15 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || self.checkpoint.volume == oldSelf.checkpoint.volume)",message="checkpoint.volume is immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable",fieldPath=".managedBy"
 type ZayaTrainingJobSpec struct {
-	// nodes is the number of worker pods, one per node; pod r has NODE_RANK r.
+	// nodes is the number of worker pods, one per node (1 to 4096); pod r gets NODE_RANK r.
+	// It can change only while the job is suspended.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4096
 	// +required
 	Nodes int32 `json:"nodes"`
 
-	// gpusPerNode is how many amd.com/gpu each worker pod requests (8 for a whole MI300X node).
+	// gpusPerNode is how many amd.com/gpu each worker pod requests: 1 to 8, default 8 (a whole
+	// MI300X node). It can change only while the job is suspended.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=8
 	// +kubebuilder:default=8
@@ -32,65 +34,74 @@ type ZayaTrainingJobSpec struct {
 	GPUsPerNode int32 `json:"gpusPerNode,omitempty"`
 
 	// template is the worker pod. The operator adds the GPU and NIC requests, the rendezvous,
-	// RCCL and checkpoint environment, the checkpoint volume, hostname and subdomain; the
-	// template must not set those itself (see docs/worker-contract.md).
+	// RCCL and checkpoint environment, the checkpoint volume, hostname and subdomain, so the
+	// template must not set those (see docs/worker-contract.md). It needs at least one
+	// container, restartPolicy Never or unset, and can change only while the job is suspended.
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec.restartPolicy) || self.spec.restartPolicy == 'Never'",message="template.spec.restartPolicy must be Never or unset: the operator restarts the whole gang",fieldPath=".spec.restartPolicy"
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec.hostname) && !has(self.spec.subdomain)",message="template.spec.hostname and subdomain are set by the operator for rendezvous DNS",fieldPath=".spec"
 	// +kubebuilder:validation:XValidation:rule="size(self.spec.containers) >= 1",message="template.spec.containers must hold at least one container",fieldPath=".spec.containers"
 	// +required
 	Template corev1.PodTemplateSpec `json:"template"`
 
-	// parallelism describes how ranks are grouped.
+	// parallelism groups ranks for model parallelism; by default ranks are not grouped.
+	// It can change only while the job is suspended.
 	// +kubebuilder:default={}
 	// +optional
 	Parallelism ParallelismSpec `json:"parallelism,omitempty"`
 
-	// network selects how collectives are wired between nodes.
+	// network selects how collectives are wired between nodes: the RCCL profile, NICs, RDMA
+	// devices and extra environment. The default is the PollaraAINIC profile. It can change
+	// only while the job is suspended.
 	// +kubebuilder:default={}
 	// +optional
 	Network NetworkSpec `json:"network,omitempty"`
 
-	// checkpoint is where and how often workers save state; without it a restart starts over.
+	// checkpoint is where and how often workers save state; without it every restart starts
+	// training over. It cannot be added or removed after creation, and its volume is immutable.
 	// +optional
 	Checkpoint *CheckpointSpec `json:"checkpoint,omitempty"`
 
-	// faultTolerance decides how failures are detected and how the gang is restarted.
+	// faultTolerance decides how failures are classified and how the gang is restarted: the
+	// restart budget, backoff, hang detection and node quarantine. Every field has a default.
 	// +kubebuilder:default={}
 	// +optional
 	FaultTolerance FaultToleranceSpec `json:"faultTolerance,omitempty"`
 
-	// placement decides which nodes ranks may land on.
+	// placement adds to the template's scheduling constraints: whether ranks may share a node
+	// and an optional GPU node selector. It can change only while the job is suspended.
 	// +kubebuilder:default={}
 	// +optional
 	Placement PlacementSpec `json:"placement,omitempty"`
 
 	// successPolicy says when the job has succeeded: Rank0 (default: rank 0 exits 0, as
-	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). The other
-	// pods are then deleted.
+	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). Pods still
+	// running then are deleted.
 	// +kubebuilder:default=Rank0
 	// +optional
 	SuccessPolicy SuccessPolicy `json:"successPolicy,omitempty"`
 
-	// suspend deletes the job's pods while true and recreates them (resuming from the last
-	// checkpoint) when set back to false. Checkpoints are kept.
+	// suspend deletes the job's pods while true (default false) and recreates them, resuming
+	// from the last checkpoint, when set back to false. Checkpoints are kept; nodes,
+	// gpusPerNode, parallelism, network, placement and template can change only while suspended.
 	// +kubebuilder:default=false
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
-	// ttlSecondsAfterFinished deletes the job this many seconds after it succeeds or fails.
-	// Unset keeps it forever.
+	// ttlSecondsAfterFinished deletes the job this many seconds after it succeeds or fails
+	// (0 deletes it at once). Unset keeps it forever.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
-	// activeDeadlineSeconds fails the job when it has run this long, restarts included.
+	// activeDeadlineSeconds fails the job once this many seconds have passed since
+	// status.startTime, restarts included (at least 1). Unset means no deadline.
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 
-	// managedBy names the controller that reconciles this job. Unset or
-	// "training.zaya.dev/zaya-operator" means this operator; any other value (for example
-	// Kueue's MultiKueue) makes this operator leave the job alone. Immutable.
+	// managedBy names the controller that reconciles this job, as a domain-prefixed path of at
+	// most 63 characters. Unset or "training.zaya.dev/zaya-operator" means this operator; any
+	// other value (for example Kueue's MultiKueue) makes this operator leave the job alone. Immutable.
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`
 	// +optional
@@ -100,7 +111,8 @@ type ZayaTrainingJobSpec struct {
 // ParallelismSpec groups ranks for model parallelism.
 type ParallelismSpec struct {
 	// contextParallel is the size of a ring-attention group: a sequence is sharded over this
-	// many consecutive ranks. It must divide nodes * gpusPerNode. 1 turns ring attention off.
+	// many consecutive ranks (ZAYA_CONTEXT_PARALLEL). It must divide nodes * gpusPerNode;
+	// 1 (the default) turns ring attention off.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=32768
 	// +kubebuilder:default=1
@@ -146,13 +158,14 @@ const (
 // PlacementSpec shapes where ranks run. The template's nodeSelector, affinity, tolerations,
 // priorityClassName and schedulerName are always honoured; these only add to them.
 type PlacementSpec struct {
-	// nodeSharing is Exclusive (default: one rank per node) or Shared.
+	// nodeSharing is Exclusive (default: at most one rank per node, by pod anti-affinity when
+	// gpusPerNode < 8) or Shared (the scheduler may pack several ranks on one node).
 	// +kubebuilder:default=Exclusive
 	// +optional
 	NodeSharing NodeSharing `json:"nodeSharing,omitempty"`
 
-	// gpuNodeSelector is None (default) or NodeFeatureDiscovery, which adds the node selector
-	// feature.node.kubernetes.io/amd-gpu=true.
+	// gpuNodeSelector is None (default: the amd.com/gpu request alone places ranks) or
+	// NodeFeatureDiscovery, which adds the node selector feature.node.kubernetes.io/amd-gpu=true.
 	// +kubebuilder:default=None
 	// +optional
 	GPUNodeSelector GPUNodeSelector `json:"gpuNodeSelector,omitempty"`
@@ -181,15 +194,17 @@ type NetworkSpec struct {
 	// +optional
 	Profile NetworkProfile `json:"profile,omitempty"`
 
-	// nicsPerNode is how many amd.com/nic each worker pod requests. Unset means gpusPerNode
-	// for PollaraAINIC (one NIC per GPU) and 0 for RoCE and Socket.
+	// nicsPerNode is how many amd.com/nic each worker pod requests: 0 to 8, at most
+	// gpusPerNode, and 0 with the Socket profile. Unset means gpusPerNode for PollaraAINIC
+	// (one NIC per GPU) and 0 for RoCE and Socket.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=8
 	// +optional
 	NICsPerNode *int32 `json:"nicsPerNode,omitempty"`
 
-	// hcas lists the RDMA devices for NCCL_IB_HCA, one per rail. Unset means ionic_0..ionic_N-1
-	// for PollaraAINIC and RCCL's own discovery for RoCE.
+	// hcas lists the RDMA devices for NCCL_IB_HCA, one per rail (at most 16, such as ionic_0 or
+	// mlx5_0:1); not allowed with the Socket profile. Unset means ionic_0..ionic_N-1 for
+	// PollaraAINIC and RCCL's own discovery for RoCE.
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=32
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.-]+(:[0-9]+)?$`
@@ -197,14 +212,16 @@ type NetworkSpec struct {
 	// +optional
 	HCAs []string `json:"hcas,omitempty"`
 
-	// socketIfname is the interface RCCL and Gloo bootstrap over (matched exactly).
+	// socketIfname is the network interface RCCL and Gloo bootstrap over, matched exactly
+	// (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME). Default eth0.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.@-]{1,15}$`
 	// +kubebuilder:default=eth0
 	// +optional
 	SocketIfname string `json:"socketIfname,omitempty"`
 
-	// collectiveTimeout is how long a collective may stall before the worker gives up; raised
-	// well above PyTorch's 10m so short fabric glitches do not kill a 1024-GPU job.
+	// collectiveTimeout is how long a collective may stall before the worker gives up, a
+	// duration from 1m to 24h (default 60m, ZAYA_COLLECTIVE_TIMEOUT). The default is well above
+	// PyTorch's 10m so short fabric glitches do not kill a 1024-GPU job.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="network.collectiveTimeout must be between 1m and 24h"
@@ -212,9 +229,9 @@ type NetworkSpec struct {
 	// +optional
 	CollectiveTimeout *metav1.Duration `json:"collectiveTimeout,omitempty"`
 
-	// env overrides or adds RCCL/NCCL variables; it wins over the profile. Names must be C
-	// identifiers. Rendezvous variables (MASTER_ADDR, RANK, WORLD_SIZE, ...) belong to the
-	// operator and are refused.
+	// env overrides or adds RCCL/NCCL variables (at most 64); it wins over the profile. Names
+	// must be C identifiers. Rendezvous variables (MASTER_ADDR, RANK, WORLD_SIZE, PET_*,
+	// ZAYA_*, ...) belong to the operator and are refused.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'NNODES', 'GPUS_PER_NODE', 'LOCAL_WORLD_SIZE']) && !e.name.startsWith('PET_') && !e.name.startsWith('ZAYA_'))",message="network.env must not set rendezvous variables (MASTER_*, RANK, WORLD_SIZE, NODE_RANK, NNODES, *_WORLD_SIZE, GPUS_PER_NODE, PET_*, ZAYA_*)"
 	// +listType=map
@@ -225,24 +242,27 @@ type NetworkSpec struct {
 
 // CheckpointSpec says where workers write checkpoints and how often.
 type CheckpointSpec struct {
-	// volume is the shared volume every rank writes its shard to.
+	// volume is the shared volume every rank writes its shard to: an existing claim
+	// (claimName) or one the operator creates (size). Immutable.
 	// +required
 	Volume CheckpointVolume `json:"volume"`
 
-	// mountPath is where the volume is mounted in the worker (ZAYA_CHECKPOINT_DIR).
+	// mountPath is the absolute path the volume is mounted at in every worker, also passed as
+	// ZAYA_CHECKPOINT_DIR. Default /checkpoints.
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern=`^/[^:]*$`
 	// +kubebuilder:default="/checkpoints"
 	// +optional
 	MountPath string `json:"mountPath,omitempty"`
 
-	// interval is how often workers save: every N steps or every duration.
+	// interval is how often workers save (ZAYA_CHECKPOINT_INTERVAL): every N steps or every
+	// duration, default every 30m.
 	// +kubebuilder:default={duration: "30m"}
 	// +optional
 	Interval *CheckpointInterval `json:"interval,omitempty"`
 
-	// keep is how many committed checkpoints workers keep; older ones are deleted only after a
-	// newer one is committed.
+	// keep is how many committed checkpoints workers keep: 1 to 100, default 3. Older ones
+	// are deleted only after a newer one is committed.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=3
@@ -250,7 +270,7 @@ type CheckpointSpec struct {
 	Keep int32 `json:"keep,omitempty"`
 
 	// retainOnDelete keeps a volume the operator created when the job is deleted (default
-	// true: checkpoints are never deleted by accident). A claimName volume is never deleted.
+	// true, so checkpoints are never deleted by accident). A claimName volume is never deleted.
 	// +kubebuilder:default=true
 	// +optional
 	RetainOnDelete *bool `json:"retainOnDelete,omitempty"`
@@ -261,24 +281,28 @@ type CheckpointSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))",message="checkpoint.volume.storageClassName and accessModes apply only to a volume the operator creates (size), not to claimName",fieldPath=".claimName"
 // +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(self.size).isGreaterThan(quantity('0'))",message="checkpoint.volume.size must be greater than zero",fieldPath=".size"
 type CheckpointVolume struct {
-	// claimName is an existing PersistentVolumeClaim in the job's namespace, mounted by every rank.
+	// claimName is an existing PersistentVolumeClaim in the job's namespace, mounted by every
+	// rank and never deleted by the operator. Set exactly one of claimName and size.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	// +optional
 	ClaimName string `json:"claimName,omitempty"`
 
-	// size asks the operator to create a PersistentVolumeClaim of this size.
+	// size asks the operator to create a PersistentVolumeClaim of this size (a quantity such
+	// as 2Ti, greater than zero) named <job>-checkpoints. Set exactly one of claimName and size.
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
 
-	// storageClassName is the class of the created claim (for IBM Cloud VPC file storage, for
-	// example ibmc-vpc-file-3000-iops). Unset uses the cluster's default class.
+	// storageClassName is the class of the claim the operator creates (for IBM Cloud VPC file
+	// storage, for example ibmc-vpc-file-3000-iops); only with size. Unset uses the cluster's
+	// default class.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// accessModes of the created claim. Unset means ReadWriteMany: every rank mounts it.
+	// accessModes are the access modes of the claim the operator creates; only with size.
+	// Unset means ReadWriteMany, since every rank mounts it.
 	// +kubebuilder:validation:MaxItems=4
 	// +kubebuilder:validation:items:Enum=ReadWriteOnce;ReadOnlyMany;ReadWriteMany;ReadWriteOncePod
 	// +listType=set
@@ -289,12 +313,14 @@ type CheckpointVolume struct {
 // CheckpointInterval is exactly one of steps or duration.
 // +kubebuilder:validation:XValidation:rule="has(self.steps) != has(self.duration)",message="checkpoint.interval needs exactly one of steps or duration"
 type CheckpointInterval struct {
-	// steps saves every this many training steps.
+	// steps saves every this many training steps (at least 1). Set exactly one of steps and
+	// duration.
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	Steps *int32 `json:"steps,omitempty"`
 
-	// duration saves at the first step boundary after this much time.
+	// duration saves at the first step boundary after this much time, a duration of at least
+	// 10s such as 30m; rank 0's clock decides for all ranks. Set exactly one of steps and duration.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="checkpoint.interval.duration must be at least 10s"
@@ -338,16 +364,16 @@ const (
 // FaultToleranceSpec is the recovery policy.
 type FaultToleranceSpec struct {
 	// maxRestarts is how many counted gang restarts may happen within restartWindow before
-	// the job fails. 0 fails the job on its first failure.
+	// the job fails: 0 to 1000, default 10. 0 fails the job on its first failure.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	// +kubebuilder:default=10
 	// +optional
 	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 
-	// restartWindow is the trailing window in which restarts are counted; restarts older
-	// than it no longer use the budget. Long runs fail every few hours, so a lifetime budget
-	// would end them.
+	// restartWindow is the trailing window in which restarts count against maxRestarts, a
+	// duration of at least 1m (default 24h). Older restarts no longer use the budget, since
+	// long runs fail every few hours and a lifetime budget would end them.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="faultTolerance.restartWindow must be at least 1m"
@@ -355,13 +381,15 @@ type FaultToleranceSpec struct {
 	// +optional
 	RestartWindow *metav1.Duration `json:"restartWindow,omitempty"`
 
-	// backoff is the wait before a restart, doubling from initial up to max.
+	// backoff is the wait before each restart, doubling from initial (default 0s) up to max
+	// (default 5m).
 	// +kubebuilder:default={}
 	// +optional
 	Backoff BackoffSpec `json:"backoff,omitempty"`
 
 	// hangTimeout restarts the gang when a worker has not touched its heartbeat file
-	// (ZAYA_HEARTBEAT_FILE) for this long.
+	// (ZAYA_HEARTBEAT_FILE) for this long, a duration of at least 30s (default 30m). It is
+	// enforced by a liveness probe the operator adds unless the template has its own.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s')",message="faultTolerance.hangTimeout must be at least 30s"
@@ -370,7 +398,8 @@ type FaultToleranceSpec struct {
 	HangTimeout *metav1.Duration `json:"hangTimeout,omitempty"`
 
 	// terminatingTimeout is how long a pod of an old attempt may stay Terminating (for example
-	// on a dead node) before the operator force-deletes it so the restart never waits on it.
+	// on a dead node) before the operator force-deletes it, so the restart never waits on it.
+	// A duration of at most 1h, default 2m.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.terminatingTimeout must be at most 1h"
@@ -378,7 +407,8 @@ type FaultToleranceSpec struct {
 	// +optional
 	TerminatingTimeout *metav1.Duration `json:"terminatingTimeout,omitempty"`
 
-	// exitCodes classifies worker exit codes.
+	// exitCodes classifies non-zero worker exit codes: fatal ones fail the job, the others
+	// restart the gang. By default only 78 (configuration error) is fatal.
 	// +kubebuilder:default={}
 	// +optional
 	ExitCodes ExitCodePolicy `json:"exitCodes,omitempty"`
@@ -389,7 +419,8 @@ type FaultToleranceSpec struct {
 	// +optional
 	DisruptionRestarts DisruptionRestarts `json:"disruptionRestarts,omitempty"`
 
-	// quarantine keeps ranks off nodes that failed this job.
+	// quarantine keeps this job's ranks off nodes that were lost or had an unhealthy GPU or NIC,
+	// for expireAfter (default 24h), at most maxNodes (default 32) at a time.
 	// +kubebuilder:default={}
 	// +optional
 	Quarantine QuarantineSpec `json:"quarantine,omitempty"`
@@ -398,14 +429,15 @@ type FaultToleranceSpec struct {
 // BackoffSpec is an exponential backoff.
 // +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.max) || duration(self.initial) <= duration(self.max)",message="faultTolerance.backoff.initial must not exceed backoff.max"
 type BackoffSpec struct {
-	// initial is the wait before the first restart.
+	// initial is the wait before the first restart, a duration (default 0s: restart at once).
+	// It must not exceed max.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:default="0s"
 	// +optional
 	Initial *metav1.Duration `json:"initial,omitempty"`
 
-	// max caps the wait between restarts.
+	// max caps the wait before a restart, a duration of at most 1h (default 5m).
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.backoff.max must be at most 1h"
@@ -417,8 +449,9 @@ type BackoffSpec struct {
 // ExitCodePolicy classifies non-zero exit codes of worker containers. Exit code 0 means done.
 // +kubebuilder:validation:XValidation:rule="!has(self.fatal) || !has(self.retryable) || self.fatal.all(c, !(c in self.retryable))",message="faultTolerance.exitCodes.fatal and retryable must not share a code"
 type ExitCodePolicy struct {
-	// fatal codes fail the job at once (a bad configuration will not fix itself). The worker
-	// contract's configuration error, 78, is fatal by default.
+	// fatal codes (1 to 255, at most 64) fail the job at once, since a bad configuration will
+	// not fix itself. Default [78], the worker contract's configuration error; must not share a
+	// code with retryable.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:Minimum=1
 	// +kubebuilder:validation:items:Maximum=255
@@ -427,7 +460,8 @@ type ExitCodePolicy struct {
 	// +optional
 	Fatal []int32 `json:"fatal,omitempty"`
 
-	// retryable codes restart the gang.
+	// retryable codes (1 to 255, at most 64) restart the gang from the last checkpoint,
+	// whatever other says.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:Minimum=1
 	// +kubebuilder:validation:items:Maximum=255
@@ -444,19 +478,22 @@ type ExitCodePolicy struct {
 // QuarantineSpec bounds and shapes the exclusion of failed nodes.
 type QuarantineSpec struct {
 	// nodeTaint is None (default: the node is only excluded from this job) or NoSchedule (the
-	// operator also taints it training.zaya.dev/quarantined:NoSchedule, with an event).
+	// operator also taints it training.zaya.dev/quarantined=<namespace>.<job>:NoSchedule, with
+	// an event). The operator never removes that taint: remove it once the node is repaired.
 	// +kubebuilder:default=None
 	// +optional
 	NodeTaint QuarantineTaint `json:"nodeTaint,omitempty"`
 
-	// expireAfter releases a quarantined node after this long, so a repaired node comes back.
+	// expireAfter releases a quarantined node after this long, so a repaired node comes back;
+	// a duration, default 24h.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:default="24h"
 	// +optional
 	ExpireAfter *metav1.Duration `json:"expireAfter,omitempty"`
 
-	// maxNodes bounds the quarantine list; when it is full the oldest entry is released.
+	// maxNodes bounds the quarantine list (1 to 256, default 32); when it is full the oldest
+	// entry is released.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
 	// +kubebuilder:default=32
@@ -466,15 +503,15 @@ type QuarantineSpec struct {
 
 // ZayaTrainingJobStatus is the observed state of a ZayaTrainingJob.
 type ZayaTrainingJobStatus struct {
-	// conditions: Created, Running, Restarting, WaitingForCapacity, Suspended, Succeeded, Failed,
-	// kept most significant first so the STATUS column (the first True one) reads well.
+	// conditions are Created, Running, Restarting, WaitingForCapacity, Suspended, Succeeded and
+	// Failed, kept most significant first so the STATUS column (the first True one) reads well.
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// observedGeneration is the spec generation this status describes.
+	// observedGeneration is the metadata.generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -483,7 +520,8 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	Restarts int32 `json:"restarts"`
 
-	// restartTimes are the restarts that count against maxRestarts within restartWindow.
+	// restartTimes are when the restarts that count against maxRestarts happened, pruned to
+	// restartWindow; this is the restart budget, kept across operator restarts.
 	// +kubebuilder:validation:MaxItems=1024
 	// +listType=atomic
 	// +optional
@@ -497,13 +535,14 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	LastFailure *JobFailure `json:"lastFailure,omitempty"`
 
-	// recentFailures are the last few failures, newest first.
+	// recentFailures are the last failures (at most 8), newest first.
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=atomic
 	// +optional
 	RecentFailures []JobFailure `json:"recentFailures,omitempty"`
 
-	// quarantinedNodes are nodes this job keeps its ranks off.
+	// quarantinedNodes are the nodes this job keeps its ranks off, until each one's
+	// quarantine.expireAfter passes.
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=map
 	// +listMapKey=name
@@ -536,7 +575,7 @@ type JobFailure struct {
 	// reason is a FailureReason, e.g. ExitCode, NodeLost, DeviceUnhealthy, Hang, Evicted.
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
-	// attempt is the restart attempt that failed.
+	// attempt is the restart attempt that failed (status.restarts at the time).
 	Attempt int32 `json:"attempt"`
 	// node is the node of the failed rank, when known.
 	// +kubebuilder:validation:MaxLength=253
@@ -556,7 +595,7 @@ type JobFailure struct {
 
 // QuarantinedNode is a node the job keeps its ranks off.
 type QuarantinedNode struct {
-	// name of the node.
+	// name is the quarantined node's name.
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// reason is the FailureReason that put it here.
@@ -594,11 +633,11 @@ type ZayaTrainingJob struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the desired job.
+	// spec is the desired state of the training job.
 	// +required
 	Spec ZayaTrainingJobSpec `json:"spec"`
 
-	// status is what the operator observed.
+	// status is the job's observed state, written by the operator.
 	// +optional
 	Status ZayaTrainingJobStatus `json:"status,omitempty"`
 }

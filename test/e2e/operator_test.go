@@ -26,7 +26,7 @@ func TestSamplesAreAppliedAndAccepted(t *testing.T) {
 
 	jobs := &trainingv1alpha1.ZayaTrainingJobList{}
 	g.Expect(k8sClient.List(context.Background(), jobs, clientInNamespace(ns))).To(Succeed())
-	g.Expect(jobs.Items).To(HaveLen(2))
+	g.Expect(jobs.Items).To(HaveLen(4))
 	for _, j := range jobs.Items {
 		c := meta.FindStatusCondition(j.Status.Conditions, trainingv1alpha1.ConditionCreated)
 		g.Expect(c).NotTo(BeNil())
@@ -41,7 +41,7 @@ func TestSamplesAreAppliedAndAccepted(t *testing.T) {
 	// STATUS is the most significant true condition: the small job may already run, the
 	// 128-node one cannot fit the cluster.
 	g.Expect(out).To(MatchRegexp(`zaya1\s+128\s+8\s+\d+\s+\d+\s+(Created|WaitingForCapacity)\s`))
-	g.Expect(out).To(MatchRegexp(`smoke\s+4\s+8\s+\d+\s+\d+\s+(Created|Running)\s`))
+	g.Expect(out).To(MatchRegexp(`smoke\s+2\s+8\s+\d+\s+\d+\s+(Created|Running)\s`))
 }
 
 func TestKubectlApplyRefusesABadJob(t *testing.T) {

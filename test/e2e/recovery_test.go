@@ -19,11 +19,14 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// runningJob creates a job of n nodes and waits until all its ranks run.
-func runningJob(t *testing.T, ns, name string, n int32, mutate func(*trainingv1alpha1.ZayaTrainingJob)) *trainingv1alpha1.ZayaTrainingJob {
+// runningJobNodes is the size of the jobs the recovery tests fail.
+const runningJobNodes = 4
+
+// runningJob creates a job of runningJobNodes nodes and waits until all its ranks run.
+func runningJob(t *testing.T, ns, name string, mutate func(*trainingv1alpha1.ZayaTrainingJob)) *trainingv1alpha1.ZayaTrainingJob {
 	t.Helper()
 	g := NewWithT(t)
-	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(n).Obj()
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(runningJobNodes).Obj()
 	if mutate != nil {
 		mutate(job)
 	}
@@ -108,7 +111,7 @@ func expectAvoids(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32
 func TestRetryableExitRestartsTheGang(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	job := runningJob(t, ns, "retry", 4, nil)
+	job := runningJob(t, ns, "retry", nil)
 	exitWorker(g, rankPods(g, job, 0)["2"], 1)
 
 	got := waitRunning(g, job, 1)
@@ -124,7 +127,7 @@ func TestRetryableExitRestartsTheGang(t *testing.T) {
 func TestFatalExitFailsTheJob(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	job := runningJob(t, ns, "fatal", 4, nil)
+	job := runningJob(t, ns, "fatal", nil)
 	exitWorker(g, rankPods(g, job, 0)["1"], trainingv1alpha1.ExitCodeConfigError)
 
 	g.Eventually(func(g Gomega) {
@@ -144,7 +147,7 @@ func TestFatalExitFailsTheJob(t *testing.T) {
 func TestUnhealthyGPUQuarantinesTheNode(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	job := runningJob(t, ns, "gpu", 4, nil)
+	job := runningJob(t, ns, "gpu", nil)
 	bad := rankPods(g, job, 0)["1"].Spec.NodeName
 
 	patchNode(t, g, bad,
@@ -160,7 +163,7 @@ func TestUnhealthyGPUQuarantinesTheNode(t *testing.T) {
 func TestLostNodeIsAvoided(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	job := runningJob(t, ns, "lost", 4, func(j *trainingv1alpha1.ZayaTrainingJob) {
+	job := runningJob(t, ns, "lost", func(j *trainingv1alpha1.ZayaTrainingJob) {
 		j.Spec.FaultTolerance.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	})
 	dead := rankPods(g, job, 0)["3"].Spec.NodeName

@@ -127,8 +127,9 @@ func startOperator() (func(), error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error // set before exited closes
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	stop := func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -143,9 +144,9 @@ func startOperator() (func(), error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
+		case <-exited:
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("operator exited (%v):\n%s", err, log)
+			return nil, fmt.Errorf("operator exited (%w):\n%s", waitErr, log)
 		default:
 		}
 		if resp, err := http.Get("http://" + probe + "/readyz"); err == nil {

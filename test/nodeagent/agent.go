@@ -1,20 +1,26 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,10 +28,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -46,6 +56,10 @@ type Options struct {
 	Commands map[string]string
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
+	// Config is how processes reach the API server. With it, a pod that mounts its
+	// service-account token gets a token bound to the pod (TokenRequest) in a kubeconfig named
+	// by KUBECONFIG, since the in-cluster paths are absolute; without it, pods get no token.
+	Config *rest.Config
 }
 
 // Agent plays kubelet for Options.Nodes.
@@ -77,6 +91,7 @@ type run struct {
 	logPath   string
 	termPath  string
 	container corev1.Container
+	ready     bool // the readiness probe's last verdict, as reported
 }
 
 const gpuCapacity = 8
@@ -437,6 +452,13 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	if unresolved != "" {
 		return 250 * time.Millisecond, nil // the peer's name resolves once it runs
 	}
+	kubeconfig, err := a.serviceAccountKubeconfig(ctx, pod, dir)
+	if err != nil {
+		return 0, err
+	}
+	if kubeconfig != "" {
+		env = append(env, "KUBECONFIG="+kubeconfig)
+	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
 	if len(argv) == 0 {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", "the container has no command: nodeagent cannot run images")
@@ -494,26 +516,50 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 		}
 		a.queue.Add(key) // a pod being deleted can go now
 	}()
-	if p := c.LivenessProbe; p != nil && p.Exec != nil {
-		go a.probe(probeCtx, key, r, pod)
-	}
+	r.ready = c.ReadinessProbe == nil
 	err = a.running(ctx, pod, r)
 	close(reported)
+	if c.LivenessProbe != nil {
+		go a.probe(probeCtx, key, r, c.LivenessProbe, func(ok bool) bool {
+			if !ok {
+				a.kill(r, pod)
+			}
+			return !ok
+		})
+	}
+	if c.ReadinessProbe != nil {
+		go a.probe(probeCtx, key, r, c.ReadinessProbe, func(ok bool) bool {
+			if ok != r.ready {
+				r.ready = ok
+				if err := a.running(probeCtx, pod, r); err != nil && probeCtx.Err() == nil {
+					a.opts.Logf("nodeagent: %s: reporting readiness: %v", key, err)
+				}
+			}
+			return false
+		})
+	}
 	return 0, err
 }
 
 // running reports the pod Running at its address.
 func (a *Agent) running(ctx context.Context, pod *corev1.Pod, r *run) error {
 	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
+		if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
+			return // a late readiness report must not revive an exited pod
+		}
 		now := metav1.NewTime(r.started)
 		st.Phase = corev1.PodRunning
 		st.HostIP, st.PodIP = "127.0.0.1", statusIP(r.ip)
 		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: statusIP(r.ip)}}
 		st.StartTime = &now
-		st.Conditions = conditions(corev1.ConditionTrue, now)
+		ready := corev1.ConditionFalse
+		if r.ready {
+			ready = corev1.ConditionTrue
+		}
+		st.Conditions = conditions(ready, now)
 		st.ContainerStatuses = []corev1.ContainerStatus{{
 			Name: r.container.Name, Image: r.container.Image, ImageID: "nodeagent://" + r.container.Image, ContainerID: fmt.Sprintf("nodeagent://%d", r.cmd.Process.Pid),
-			Ready: true, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			Ready: r.ready, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		}}
 	})
 }
@@ -574,45 +620,32 @@ func (a *Agent) updateStatus(ctx context.Context, pod *corev1.Pod, mutate func(*
 	})
 }
 
-// probe runs the container's exec liveness probe; on failureThreshold failures in a row it
-// kills the container as a kubelet does (SIGTERM, grace period, SIGKILL).
-func (a *Agent) probe(ctx context.Context, key string, r *run, pod *corev1.Pod) {
-	p := r.container.LivenessProbe
+// probe runs an exec or httpGet probe every period and hands each verdict to act once it
+// holds (failureThreshold failures or successThreshold successes in a row); act returns true
+// to stop probing.
+func (a *Agent) probe(ctx context.Context, key string, r *run, p *corev1.Probe, act func(ok bool) bool) {
 	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
 	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
-	threshold := max(p.FailureThreshold, 1)
+	failThreshold, okThreshold := max(p.FailureThreshold, 1), max(p.SuccessThreshold, 1)
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
 	}
-	failures := int32(0)
+	var fails, oks int32
 	for {
-		argv := make([]string, len(p.Exec.Command))
-		for i, s := range p.Exec.Command {
-			argv[i] = rewrite(s, r.paths)
-		}
-		pctx, cancel := context.WithTimeout(ctx, timeout)
-		cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
-		cmd.Env, cmd.Dir = r.env, r.dir
-		err := cmd.Run()
-		cancel()
+		err := a.probeOnce(ctx, r, p, timeout)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			failures++
-			a.opts.Logf("nodeagent: %s liveness probe failed (%d/%d): %v", key, failures, threshold, err)
-			if failures >= threshold {
-				grace := int64(30)
-				if pod.Spec.TerminationGracePeriodSeconds != nil {
-					grace = *pod.Spec.TerminationGracePeriodSeconds
-				}
-				a.stop(r, time.Duration(grace)*time.Second)
-				return
-			}
+			fails, oks = fails+1, 0
+			a.opts.Logf("nodeagent: %s probe failed (%d/%d): %v", key, fails, failThreshold, err)
 		} else {
-			failures = 0
+			fails, oks = 0, oks+1
+		}
+		if (fails >= failThreshold && act(false)) || (oks >= okThreshold && act(true)) {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -620,6 +653,117 @@ func (a *Agent) probe(ctx context.Context, key string, r *run, pod *corev1.Pod) 
 		case <-time.After(period):
 		}
 	}
+}
+
+// probeOnce runs the probe's handler once: an exec command with paths rewritten, or an HTTP
+// GET to the pod's own address (2xx and 3xx pass, as for a kubelet).
+func (a *Agent) probeOnce(ctx context.Context, r *run, p *corev1.Probe, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	switch {
+	case p.Exec != nil:
+		argv := make([]string, len(p.Exec.Command))
+		for i, s := range p.Exec.Command {
+			argv[i] = rewrite(s, r.paths)
+		}
+		cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
+		cmd.Env, cmd.Dir = r.env, r.dir
+		return cmd.Run()
+	case p.HTTPGet != nil:
+		port, err := containerPort(&r.container, p.HTTPGet.Port)
+		if err != nil {
+			return err
+		}
+		host := cmp.Or(p.HTTPGet.Host, r.ip)
+		scheme := strings.ToLower(string(cmp.Or(p.HTTPGet.Scheme, corev1.URISchemeHTTP)))
+		req, err := http.NewRequestWithContext(pctx, http.MethodGet,
+			fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), p.HTTPGet.Path), nil)
+		if err != nil {
+			return err
+		}
+		for _, h := range p.HTTPGet.HTTPHeaders {
+			req.Header.Add(h.Name, h.Value)
+		}
+		resp, err := probeClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("HTTP %d from %s", resp.StatusCode, req.URL)
+		}
+		return nil
+	default:
+		return errors.New("nodeagent runs exec and httpGet probes only")
+	}
+}
+
+// probeClient skips certificate checks, as the kubelet's HTTPS probes do.
+var probeClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a kubelet's probes do not verify
+
+// containerPort resolves a probe's port, by number or by the container port's name.
+func containerPort(c *corev1.Container, port intstr.IntOrString) (int, error) {
+	if port.Type == intstr.Int {
+		return port.IntValue(), nil
+	}
+	for _, p := range c.Ports {
+		if p.Name == port.StrVal {
+			return int(p.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("no container port named %q", port.StrVal)
+}
+
+// kill is the kubelet's answer to a failed liveness probe: SIGTERM, grace period, SIGKILL.
+func (a *Agent) kill(r *run, pod *corev1.Pod) {
+	grace := int64(30)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	a.stop(r, time.Duration(grace)*time.Second)
+}
+
+// serviceAccountKubeconfig writes a kubeconfig holding a token bound to the pod for its
+// service account, unless the pod or its account opts out of the token (or the agent has no
+// Config). It returns the file's path, "" for none.
+func (a *Agent) serviceAccountKubeconfig(ctx context.Context, pod *corev1.Pod, dir string) (string, error) {
+	if a.opts.Config == nil {
+		return "", nil
+	}
+	name := cmp.Or(pod.Spec.ServiceAccountName, "default")
+	sa, err := a.opts.Client.CoreV1().ServiceAccounts(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("service account %s/%s: %w", pod.Namespace, name, err)
+	}
+	mount := pod.Spec.AutomountServiceAccountToken
+	if mount == nil {
+		mount = sa.AutomountServiceAccountToken
+	}
+	if mount != nil && !*mount {
+		return "", nil
+	}
+	tr, err := a.opts.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To[int64](3600),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s/%s: %w", pod.Namespace, name, err)
+	}
+	ca := a.opts.Config.CAData
+	if len(ca) == 0 && a.opts.Config.CAFile != "" {
+		if ca, err = os.ReadFile(a.opts.Config.CAFile); err != nil {
+			return "", err
+		}
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: a.opts.Config.Host, CertificateAuthorityData: ca}
+	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["pod"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "pod", Namespace: pod.Namespace}
+	cfg.CurrentContext = "pod"
+	path := filepath.Join(dir, "kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
 func exitCode(err error) int {

@@ -1,9 +1,17 @@
 package nodeagent
 
 import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func TestExpandFollowsKubernetesRules(t *testing.T) {
@@ -53,5 +61,46 @@ func TestPodDNSNames(t *testing.T) {
 	self := &corev1.Pod{Spec: corev1.PodSpec{Hostname: "llm-0", Subdomain: "llm"}}
 	if got := a.resolve(self, "127.1.0.9", "team", "llm-0", "llm"); got != "127.1.0.9" {
 		t.Errorf("a pod resolves its own name to %q", got)
+	}
+}
+
+func TestHTTPProbeUsesThePodAddressAndNamedPort(t *testing.T) {
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	host, portStr, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	r := &run{ip: host, container: corev1.Container{Ports: []corev1.ContainerPort{{Name: "probes", ContainerPort: int32(port)}}}}
+	a := &Agent{}
+	probe := func(path string, p intstr.IntOrString) error {
+		return a.probeOnce(context.Background(), r, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: path, Port: p}}}, time.Second)
+	}
+	if err := probe("/readyz", intstr.FromString("probes")); err != nil {
+		t.Errorf("named port: %v", err)
+	}
+	if err := probe("/readyz", intstr.FromInt32(int32(port))); err != nil {
+		t.Errorf("numbered port: %v", err)
+	}
+	if err := probe("/nope", intstr.FromString("probes")); err == nil {
+		t.Error("a 404 passed")
+	}
+	if err := probe("/readyz", intstr.FromString("metrics")); err == nil {
+		t.Error("an unknown port name passed")
+	}
+	status.Store(http.StatusServiceUnavailable)
+	if err := probe("/readyz", intstr.FromString("probes")); err == nil {
+		t.Error("a 503 passed")
+	}
+	status.Store(http.StatusFound)
+	if err := probe("/readyz", intstr.FromString("probes")); err != nil {
+		t.Errorf("a 302 failed: %v", err)
 	}
 }

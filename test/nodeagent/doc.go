@@ -4,14 +4,19 @@
 // args, its environment resolved, volumes mapped to host folders, each pod on its own
 // 127.1.x.y address, reported as 10.244.x.y because the API refuses loopback
 // endpoints), reporting phase, exit code and termination message, honouring deletion
-// (SIGTERM, grace period, SIGKILL) and running exec liveness probes.
+// (SIGTERM, grace period, SIGKILL), running exec and httpGet probes (liveness kills,
+// readiness gates the Ready condition), and handing pods that mount a service-account token
+// a token bound to the pod (Options.Config), so an operator installed by Helm runs under its
+// own RBAC.
 //
 // Where it differs from a kubelet: processes share the host's filesystem, so the agent
 // rewrites every path under a volume mount, /dev/shm or the termination-message path in the
 // container's env, command, args and probe commands to the host folder that stands for it;
 // and there is no cluster DNS, so env values naming a pod as <hostname>.<subdomain>.<ns>.svc
-// are replaced by that pod's address (the process starts once the name resolves). The
-// images are ignored: command[0] is looked up in Options.Commands.
+// are replaced by that pod's address (the process starts once the name resolves); the token
+// comes as a kubeconfig named by KUBECONFIG instead of files under
+// /var/run/secrets/kubernetes.io/serviceaccount. The images are ignored: command[0] is
+// looked up in Options.Commands.
 //
 // Fault knobs for tests: Signal (kill or stop a pod's process), NodeDown (the kubelet dies:
 // processes die, heartbeats stop, the node turns NotReady at once instead of after the
