@@ -6,6 +6,8 @@
 #   - gives every worker fake capacity amd.com/gpu: 8 and amd.com/nic: 8 plus the MI300X labels
 #     (a status patch, as a device plugin would advertise them);
 #   - builds the operator and CPU worker images and loads them into the cluster;
+#   - installs the Helm chart with that image (helm install --wait, in a namespace enforcing
+#     Pod Security "restricted"), runs the smoke sample until it is Running, uninstalls;
 #   - runs go test -tags e2e ./test/e2e/... with KUBECONFIG pointing at kind.
 # Tests that need the process-backed node agent start it themselves: its nodes join the kind
 # cluster as extra (tainted) nodes served from this machine. Requires: docker, kind, kubectl.
@@ -44,6 +46,22 @@ done
 docker build -t zaya-operator:e2e "$root"
 docker build -f "$root/workers/Dockerfile" --target cpu -t zaya-worker:cpu "$root"
 kind load docker-image --name "$name" zaya-operator:e2e zaya-worker:cpu
+
+# The chart, as users install it: the operator pod from the image just loaded.
+"$root/hack/tools.sh" helm
+helm=$root/bin/helm
+kubectl create namespace zaya-system
+kubectl label namespace zaya-system pod-security.kubernetes.io/enforce=restricted
+"$helm" install zaya-operator "$root/charts/zaya-operator" -n zaya-system \
+	--set image.repository=zaya-operator --set image.tag=e2e --set image.pullPolicy=Never --wait --timeout 3m
+kubectl create namespace kind-smoke
+sed 's#ghcr.io/zaya-operator/zaya-worker:latest#zaya-worker:cpu#' "$root/config/samples/smoke.yaml" |
+	kubectl apply --server-side -n kind-smoke -f -
+kubectl wait -n kind-smoke --for=condition=Running --timeout=180s ztj/smoke ||
+	{ kubectl -n zaya-system logs deploy/zaya-operator --tail=50 >&2; kubectl get pods -A >&2; exit 1; }
+kubectl get ztj -n kind-smoke
+kubectl delete namespace kind-smoke --wait
+"$helm" uninstall zaya-operator -n zaya-system --wait
 
 # The suite runs the operator binary itself against KUBECONFIG (so its log is at hand), as on
 # the local cluster.
