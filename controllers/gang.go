@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -316,6 +317,11 @@ func (p *pass) createMissing(ctx context.Context, g gang) error {
 	}
 	if invalid != nil {
 		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// Admission refusals (Pod Security, quota, webhooks) say what to change: show them
+		// where users look, not only in the operator's log.
+		p.warning(trainingv1alpha1.ReasonFailedCreate, "Create", "%v (retrying)", err)
 	}
 	return err
 }

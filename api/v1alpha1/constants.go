@@ -47,6 +47,9 @@ const (
 	ReasonCheckpointClaimCreated = "CheckpointClaimCreated"
 	// ReasonPodsCreated: the operator created worker pods.
 	ReasonPodsCreated = "PodsCreated"
+	// ReasonFailedCreate: the API server refused a worker pod for a reason other than its
+	// validity (Pod Security admission, a ResourceQuota, a webhook); retried with backoff.
+	ReasonFailedCreate = "FailedCreate"
 	// ReasonStarting: some ranks are not running yet.
 	ReasonStarting = "Starting"
 	// ReasonAllRanksRunning: every rank of the current attempt runs.

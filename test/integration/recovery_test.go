@@ -7,8 +7,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -116,4 +118,35 @@ func TestKubeletRejectedRankRestartsTheGang(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(jobPods(g, ns, "llm")).To(HaveKey("llm-1-1"))
 	}, timeout, interval).Should(Succeed())
+}
+
+// TestRefusedPodsAreReportedAsEvents: a namespace enforcing Pod Security "baseline" refuses
+// the IPC_LOCK capability RDMA profiles add; the user sees why in a FailedCreate event, and
+// the job is neither failed nor restarted.
+func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ztj-psa-",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
+	g.Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	startManager(t)
+
+	job := testjob.MakeZayaTrainingJob("rdma", ns.Name).Nodes(2).Profile(trainingv1alpha1.NetworkPollaraAINIC).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		events := &eventsv1.EventList{}
+		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns.Name))).To(Succeed())
+		var notes []string
+		for _, e := range events.Items {
+			if e.Reason == trainingv1alpha1.ReasonFailedCreate && e.Regarding.Name == "rdma" {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(notes).To(ContainElement(And(ContainSubstring("PodSecurity"), ContainSubstring("IPC_LOCK"))))
+	}, timeout, interval).Should(Succeed())
+	got := getJob(g, job)
+	g.Expect(got.Status.Restarts).To(BeZero())
+	g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse())
+	g.Expect(jobPods(g, ns.Name, "rdma")).To(BeEmpty())
 }
