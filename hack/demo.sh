@@ -76,6 +76,6 @@ step "real training: the reference worker on process-backed nodes, and a node fa
 (cd "$root" && "$bin/demotrain" -worker "$bin/zaya-worker" -workdir "$bin/demo-nodes")
 
 step "done"
-echo "A 4-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"
+echo "A 2-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"
 echo "job of the reference worker trained for real, lost a node, and was restarted from its"
 echo "checkpoint elsewhere by the operator, without a human."

@@ -55,8 +55,10 @@ kubectl label namespace zaya-system pod-security.kubernetes.io/enforce=restricte
 "$helm" install zaya-operator "$root/charts/zaya-operator" -n zaya-system \
 	--set image.repository=zaya-operator --set image.tag=e2e --set image.pullPolicy=Never --wait --timeout 3m
 kubectl create namespace kind-smoke
-sed 's#ghcr.io/zaya-operator/zaya-worker:latest#zaya-worker:cpu#' "$root/config/samples/smoke.yaml" |
-	kubectl apply --server-side -n kind-smoke -f -
+# The smoke sample on the CPU worker image, without its checkpoint claim: kind's only storage
+# class cannot provision ReadWriteMany.
+sed -e 's#ghcr.io/zaya-operator/zaya-worker:latest#zaya-worker:cpu#' -e '/^  checkpoint:/,/^      steps:/d' \
+	"$root/config/samples/smoke.yaml" | kubectl apply --server-side -n kind-smoke -f -
 kubectl wait -n kind-smoke --for=condition=Running --timeout=180s ztj/smoke ||
 	{ kubectl -n zaya-system logs deploy/zaya-operator --tail=50 >&2; kubectl get pods -A >&2; exit 1; }
 kubectl get ztj -n kind-smoke

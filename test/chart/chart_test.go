@@ -408,6 +408,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "metrics.port=0", "--set", "metrics.serviceMonitor.enabled=true"}, "metrics.serviceMonitor.enabled needs metrics.port"},
 		{[]string{"--set", "imagee.tag=x"}, "additional properties 'imagee' not allowed"},
 		{[]string{"--set", "logLevel=loud"}, "/logLevel"},
+		{[]string{"--set", "logLevel=0"}, "/logLevel"}, // zap refuses level 0
 		{[]string{"--set", "image.digest=latest"}, "/image/digest"},
 		{[]string{"--set", "watchNamespaces={Team_A}"}, "/watchNamespaces/0"},
 		{[]string{"--set", "extraArgs={leader-elect}"}, "/extraArgs/0"},
