@@ -73,6 +73,10 @@ test-unit: ## Unit tests (the chart's need helm and kubectl).
 	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 	go test -race -tags rocm $(GO_TEST_FLAGS) ./workers/rocm/... ./workers/train/...
 
+.PHONY: fuzz
+fuzz: ## Fuzz the job constructors (FUZZTIME=2m); go test runs the saved seeds only.
+	go test ./controllers/ -run '^$$' -fuzz FuzzConstructors -fuzztime $${FUZZTIME:-2m}
+
 .PHONY: test-helm
 test-helm: build ## helm install the chart into a local cluster and run a sample job through it.
 	hack/helm-e2e.sh $(GO_TEST_FLAGS)

@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -46,12 +48,15 @@ type ZayaTrainingJobReconciler struct {
 	CreateParallelism int
 }
 
-// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// Least privilege: reads come from the informers' caches (list, watch), never a live get;
+// status is written with update only. test/integration's TestOperatorNeedsExactlyTheGeneratedRBAC
+// runs a job's whole life under exactly these rules and fails on any unused one.
+// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=list;watch;delete
+// +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch;create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
@@ -81,6 +86,9 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	if !apiequality.Semantic.DeepEqual(oldStatus, &job.Status) {
 		if uerr := r.Status().Update(ctx, job); uerr != nil {
+			if apierrors.IsNotFound(uerr) {
+				return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
+			}
 			if apierrors.IsConflict(uerr) {
 				// A newer version is on its way through the watch; it triggers the next pass.
 				logger.V(1).Info("status update conflicted, waiting for the newer version")
@@ -235,10 +243,31 @@ func finished(job *trainingv1alpha1.ZayaTrainingJob) bool {
 		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
 }
 
+// maxPodBytes keeps worker pods well inside what the API server stores: etcd refuses
+// requests over 1.5 MiB by default, and a job near the API's 3 MiB limit (long env values,
+// say) would otherwise be accepted and then never get a pod.
+const maxPodBytes = 1 << 20
+
+// podSizeErrors refuses a spec whose worker pod (the last rank's: the longest names) would
+// be too large to store.
+func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
+	b, err := json.Marshal(newWorkerPod(job, networkEnv(&job.Spec), job.Spec.Nodes-1))
+	if err != nil || len(b) <= maxPodBytes {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
+		"the worker pod would be %d bytes, more than the %d the operator creates (etcd stores at most 1.5 MiB per object): shorten env values, annotations or the template",
+		len(b), maxPodBytes))}
+}
+
 // accept validates what the CRD cannot and sets Created.
 func (p *pass) accept(ctx context.Context) bool {
 	job := p.job
-	if errs := trainingv1alpha1.ValidateSpec(&job.Spec); len(errs) > 0 {
+	errs := trainingv1alpha1.ValidateSpec(&job.Spec)
+	if len(errs) == 0 && !meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionCreated) {
+		errs = podSizeErrors(job) // once: it builds and encodes a pod
+	}
+	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		if p.setCondition(trainingv1alpha1.ConditionCreated, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidSpec, msg) {
 			p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "%s", msg)

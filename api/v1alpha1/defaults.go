@@ -136,7 +136,7 @@ func (s *ZayaTrainingJobSpec) HCAs() []string {
 		return nil
 	}
 	n := s.NICsPerNode()
-	hcas := make([]string, 0, n)
+	hcas := make([]string, 0, max(n, 0)) // the CRD refuses n < 0; never panic on it
 	for i := range n {
 		hcas = append(hcas, fmt.Sprintf("ionic_%d", i))
 	}

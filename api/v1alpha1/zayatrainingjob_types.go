@@ -229,10 +229,11 @@ type NetworkSpec struct {
 	// +optional
 	CollectiveTimeout *metav1.Duration `json:"collectiveTimeout,omitempty"`
 
-	// env overrides or adds RCCL/NCCL variables (at most 64); it wins over the profile. Names
-	// must be C identifiers. Rendezvous variables (MASTER_ADDR, RANK, WORLD_SIZE, PET_*,
-	// ZAYA_*, ...) belong to the operator and are refused.
+	// env overrides or adds RCCL/NCCL variables (at most 64, values at most 4096 bytes); it
+	// wins over the profile. Names must be C identifiers. Rendezvous variables (MASTER_ADDR,
+	// RANK, WORLD_SIZE, PET_*, ZAYA_*, ...) belong to the operator and are refused.
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.value) || size(e.value) <= 4096)",message="network.env values must be at most 4096 bytes"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'NNODES', 'GPUS_PER_NODE', 'LOCAL_WORLD_SIZE']) && !e.name.startsWith('PET_') && !e.name.startsWith('ZAYA_'))",message="network.env must not set rendezvous variables (MASTER_*, RANK, WORLD_SIZE, NODE_RANK, NNODES, *_WORLD_SIZE, GPUS_PER_NODE, PET_*, ZAYA_*)"
 	// +listType=map
 	// +listMapKey=name

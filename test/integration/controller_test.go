@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,13 @@ func startManager(t *testing.T) {
 // startStoppableManager runs the operator's manager until the returned stop is called or the
 // test ends.
 func startStoppableManager(t *testing.T) (stop func()) {
+	t.Helper()
+	return startManagerAs(t, cfg)
+}
+
+// startManagerAs runs the manager with the given client config (another identity, a
+// recording transport) until the returned stop is called or the test ends.
+func startManagerAs(t *testing.T, cfg *rest.Config) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
