@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -46,6 +48,12 @@ type ZayaTrainingJobReconciler struct {
 	Clock    clock.PassiveClock
 	// CreateParallelism bounds concurrent pod creations per job (default 128).
 	CreateParallelism int
+	// ProgressInterval spaces a job's status writes that only report launch progress
+	// (readyNodes ticking up while ranks start); 0 means 1 s. Condition changes are
+	// written at once.
+	ProgressInterval time.Duration
+
+	lastWrite sync.Map // types.NamespacedName → time.Time of the job's last status write
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), never a live get;
@@ -63,6 +71,9 @@ type ZayaTrainingJobReconciler struct {
 func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := &trainingv1alpha1.ZayaTrainingJob{}
 	if err := r.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.lastWrite.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !job.DeletionTimestamp.IsZero() || !job.ManagedByOperator() {
@@ -85,6 +96,17 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	sortConditions(job.Status.Conditions)
 
 	if !apiequality.Semantic.DeepEqual(oldStatus, &job.Status) {
+		if wait := r.progressWait(req.NamespacedName, oldStatus, &job.Status, p.now); wait > 0 {
+			// At 1024 ranks a write per rank coming up would be ~1000 requests for a number
+			// nobody reads that fast: write it at most once per interval.
+			if result.RequeueAfter == 0 || wait < result.RequeueAfter {
+				result.RequeueAfter = wait
+			}
+			for _, e := range p.events {
+				r.Recorder.Eventf(job, nil, e.eventType, e.reason, e.action, "%s", e.note)
+			}
+			return result, err
+		}
 		if uerr := r.Status().Update(ctx, job); uerr != nil {
 			if apierrors.IsNotFound(uerr) {
 				return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
@@ -96,12 +118,41 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			}
 			return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
 		}
+		r.lastWrite.Store(req.NamespacedName, p.now)
 		p.observe(oldStatus)
 	}
 	for _, e := range p.events {
 		r.Recorder.Eventf(job, nil, e.eventType, e.reason, e.action, "%s", e.note)
 	}
 	return result, err
+}
+
+// progressWait is how long to hold back a status write that only reports launch progress
+// (readyNodes and the message of an unchanged Running=False condition) because the job's
+// status was written less than ProgressInterval ago; 0 means write now.
+func (r *ZayaTrainingJobReconciler) progressWait(key types.NamespacedName, old, cur *trainingv1alpha1.ZayaTrainingJobStatus, now time.Time) time.Duration {
+	last, ok := r.lastWrite.Load(key)
+	if !ok || !progressOnly(old, cur) {
+		return 0
+	}
+	interval := r.ProgressInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return max(last.(time.Time).Add(interval).Sub(now), 0)
+}
+
+// progressOnly reports whether cur differs from old only in launch progress.
+func progressOnly(old, cur *trainingv1alpha1.ZayaTrainingJobStatus) bool {
+	a, b := old.DeepCopy(), cur.DeepCopy()
+	a.ReadyNodes, b.ReadyNodes = 0, 0
+	ra := meta.FindStatusCondition(a.Conditions, trainingv1alpha1.ConditionRunning)
+	rb := meta.FindStatusCondition(b.Conditions, trainingv1alpha1.ConditionRunning)
+	if ra == nil || rb == nil || ra.Status != metav1.ConditionFalse || rb.Status != metav1.ConditionFalse || ra.Reason != rb.Reason {
+		return false
+	}
+	ra.Message, rb.Message = "", ""
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
 // pendingEvent is an event to emit once the status it describes is stored.

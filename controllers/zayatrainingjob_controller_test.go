@@ -436,3 +436,45 @@ func reqFor(job *trainingv1alpha1.ZayaTrainingJob) ctrl.Request {
 }
 
 func slicesSort(s []string) { slices.Sort(s) }
+
+func TestLaunchProgressWritesAreCoalesced(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(8).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	clk := clockAt(now)
+	h.r.Clock = clk
+	h.mustReconcile(t, job) // creates the gang and writes status
+	names := []string{}
+	for r := range 8 {
+		names = append(names, fmt.Sprintf("llm-0-%d", r))
+	}
+
+	// Ranks come up one by one within the same second: their progress is held back.
+	version := h.get(t, job).ResourceVersion
+	for _, name := range names[:5] {
+		h.setPod(t, name, running("node-"+name))
+		res := h.mustReconcile(t, job)
+		if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+			t.Fatalf("a held-back progress write should requeue within the interval, got %v", res.RequeueAfter)
+		}
+	}
+	if got := h.get(t, job); got.ResourceVersion != version || got.Status.ReadyNodes != 0 {
+		t.Errorf("5 progress-only passes within 1 s wrote status (readyNodes %d)", got.Status.ReadyNodes)
+	}
+
+	// Once the interval has passed, the next pass writes the progress.
+	clk.SetTime(now.Add(1100 * time.Millisecond))
+	h.mustReconcile(t, job)
+	if got := h.get(t, job).Status.ReadyNodes; got != 5 {
+		t.Errorf("after the interval: readyNodes %d, want 5", got)
+	}
+
+	// The last rank flips Running: a condition change is written at once.
+	for _, name := range names[5:] {
+		h.setPod(t, name, running("node-"+name))
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning) || got.Status.ReadyNodes != 8 {
+		t.Errorf("all ranks running but status %+v", got.Status)
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,13 +71,30 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "waiting for the CRD: %v\n", err)
 		return 1
 	}
-	stop, err := startOperator()
+	op, err := startOperator()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the operator: %v\n", err)
 		return 1
 	}
-	defer stop()
+	suiteOperator = op
+	defer func() { suiteOperator.stop() }()
 	return m.Run()
+}
+
+// suiteOperator reconciles for every test; a test that runs operators of its own pauses it.
+var suiteOperator *operatorProcess
+
+// pauseSuiteOperator stops the suite's operator until the test ends.
+func pauseSuiteOperator(t *testing.T) {
+	t.Helper()
+	suiteOperator.stop()
+	t.Cleanup(func() {
+		op, err := startOperator()
+		if err != nil {
+			t.Fatalf("restarting the suite's operator: %v", err)
+		}
+		suiteOperator = op
+	})
 }
 
 // waitEstablished polls the CRD until it is served (kubectl wait fails at once while the
@@ -107,8 +126,42 @@ func kubectlIn(stdin string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// startOperator runs the operator binary and waits for its readiness probe.
-func startOperator() (func(), error) {
+// operatorProcess is a running operator binary.
+type operatorProcess struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	waitErr error // set before exited closes
+	stopped sync.Once
+	logFile *os.File
+}
+
+// stop interrupts the operator (it releases its lease) and waits for it.
+func (o *operatorProcess) stop() { o.end(os.Interrupt) }
+
+// kill is a crash: SIGKILL, no lease released.
+func (o *operatorProcess) kill() { o.end(syscall.SIGKILL) }
+
+func (o *operatorProcess) end(sig os.Signal) {
+	o.stopped.Do(func() {
+		_ = o.cmd.Process.Signal(sig)
+		select {
+		case <-o.exited:
+		case <-time.After(10 * time.Second):
+			_ = o.cmd.Process.Kill()
+			<-o.exited
+		}
+		_ = o.logFile.Close()
+	})
+}
+
+func (o *operatorProcess) log() string {
+	b, _ := os.ReadFile(o.logPath)
+	return string(b)
+}
+
+// startOperator runs the operator binary with extra flags and waits for its readiness probe.
+func startOperator(extra ...string) (*operatorProcess, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -116,50 +169,38 @@ func startOperator() (func(), error) {
 	probe := l.Addr().String()
 	_ = l.Close()
 
-	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("zaya-e2e-operator-%d.log", os.Getpid()))
-	logFile, err := os.Create(logPath)
+	logFile, err := os.CreateTemp("", fmt.Sprintf("zaya-e2e-operator-%d-*.log", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(operatorBin, "--kubeconfig", kubeconfig, "--metrics-bind-address=0",
-		"--health-probe-bind-address="+probe, "--zap-log-level=info")
+	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
+		"--health-probe-bind-address=" + probe, "--zap-log-level=info"}, extra...)
+	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	var waitErr error // set before exited closes
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logFile.Close()
-	}
+	o := &operatorProcess{cmd: cmd, logPath: logFile.Name(), exited: make(chan struct{}), logFile: logFile}
+	go func() { o.waitErr = cmd.Wait(); close(o.exited) }()
 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("operator exited (%w):\n%s", waitErr, log)
+		case <-o.exited:
+			return nil, fmt.Errorf("operator exited (%w):\n%s", o.waitErr, o.log())
 		default:
 		}
 		if resp, err := http.Get("http://" + probe + "/readyz"); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				fmt.Fprintf(os.Stderr, "operator ready; log: %s\n", logPath)
-				return stop, nil
+				fmt.Fprintf(os.Stderr, "operator ready; log: %s\n", o.logPath)
+				return o, nil
 			}
 		}
 		time.Sleep(interval)
 	}
-	stop()
-	return nil, fmt.Errorf("operator not ready within %v; log: %s", timeout, logPath)
+	o.stop()
+	return nil, fmt.Errorf("operator not ready within %v; log: %s", timeout, o.logPath)
 }
 
 // newNamespace makes a namespace of its own for one test.
