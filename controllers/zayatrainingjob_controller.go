@@ -19,14 +19,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -53,7 +56,8 @@ type ZayaTrainingJobReconciler struct {
 	// written at once.
 	ProgressInterval time.Duration
 
-	lastWrite sync.Map // types.NamespacedName → time.Time of the job's last status write
+	lastWrite sync.Map  // types.NamespacedName → time.Time of the job's last status write
+	creations creations // pods created but not yet in the cache
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), never a live get;
@@ -73,6 +77,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.lastWrite.Delete(req.NamespacedName)
+			r.creations.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -260,10 +265,12 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if wait := p.backoffLeft(); wait > 0 {
 		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline()), nil
 	}
-	if err := p.createMissing(ctx, gang); err != nil {
+	recheck, err := p.createMissing(ctx, gang)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return soonest(soonest(p.updateProgress(gang), p.requeueForDeadline()), ctrl.Result{RequeueAfter: releaseIn}), nil
+	return soonest(soonest(soonest(p.updateProgress(gang), p.requeueForDeadline()), ctrl.Result{RequeueAfter: releaseIn}),
+		ctrl.Result{RequeueAfter: recheck}), nil
 }
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
@@ -545,6 +552,49 @@ func truncate(s string) string {
 }
 
 // SetupWithManager registers the reconciler, its pod index and metrics with mgr.
+// progressBatch is how long a job's pass waits after a pod event that only reports progress
+// (created, scheduled, started, ready): during a launch of N ranks such events arrive by the
+// thousand and each pass walks every pod, so one pass per batch keeps the cost linear.
+const progressBatch = 200 * time.Millisecond
+
+// podEvents enqueues a pod's job: at once when the pod failed, finished or is going away
+// (recovery must not wait), after progressBatch otherwise (the queue merges the waits).
+type podEvents struct{}
+
+func (podEvents) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, progressBatch)
+}
+
+func (podEvents) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	delay := progressBatch
+	if pod, ok := e.ObjectNew.(*corev1.Pod); ok && (!pod.DeletionTimestamp.IsZero() ||
+		pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Reason != "") {
+		delay = 0
+	}
+	enqueueOwner(e.ObjectNew, q, delay)
+}
+
+func (podEvents) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, 0)
+}
+
+func (podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, 0)
+}
+
+func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], delay time.Duration) {
+	owner := metav1.GetControllerOf(obj)
+	if owner == nil || owner.Kind != "ZayaTrainingJob" || owner.APIVersion != trainingv1alpha1.GroupVersion.String() {
+		return
+	}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: owner.Name}}
+	if delay > 0 {
+		q.AddAfter(req, delay)
+		return
+	}
+	q.Add(req)
+}
+
 func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
 		return err
@@ -555,7 +605,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 	registerMetrics(mgr.GetClient())
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&trainingv1alpha1.ZayaTrainingJob{}).
-		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, podEvents{}).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).

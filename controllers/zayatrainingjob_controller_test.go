@@ -23,11 +23,14 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -315,6 +318,7 @@ func TestOnlyMissingPodsAreRecreated(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
+	h.mustReconcile(t, job) // the pass the pods' creation brings: the cache shows them
 	if err := h.r.Delete(context.Background(), h.pods(t)["llm-0-2"]); err != nil {
 		t.Fatal(err)
 	}
@@ -476,5 +480,93 @@ func TestLaunchProgressWritesAreCoalesced(t *testing.T) {
 	got := h.get(t, job)
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning) || got.Status.ReadyNodes != 8 {
 		t.Errorf("all ranks running but status %+v", got.Status)
+	}
+}
+
+func TestPodsTheCacheHasNotShownYetAreNotCreatedTwice(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Generation(1).Defaulted().Obj()
+	var stale atomic.Bool
+	var creates atomic.Int32
+	h := newHarness(t, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, pods := list.(*corev1.PodList); pods && stale.Load() {
+				return nil // a cache that has not caught up with the creations yet
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}, job)
+	clk := clockAt(now)
+	h.r.Clock = clk
+	inner := h.r.Client
+	h.r.Client = interceptor.NewClient(inner.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				creates.Add(1)
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	h.mustReconcile(t, job)
+	if n := creates.Load(); n != 4 {
+		t.Fatalf("first pass created %d pods, want 4", n)
+	}
+	stale.Store(true)
+	res := h.mustReconcile(t, job)
+	if n := creates.Load(); n != 4 {
+		t.Errorf("a pass on a stale cache tried %d creates again", n-4)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > expectationTTL {
+		t.Errorf("RequeueAfter %v: want a look once the expectations expire", res.RequeueAfter)
+	}
+	// Still unseen after the TTL: the pods may have gone, so the ranks count as missing again.
+	clk.SetTime(now.Add(expectationTTL))
+	h.mustReconcile(t, job)
+	if n := creates.Load(); n != 8 {
+		t.Errorf("after the TTL %d creates, want 8 (4 retried)", n)
+	}
+}
+
+func TestPodProgressIsBatchedAndFailuresAreNot(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
+	job.UID = "u1"
+	owned := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-0-0", Namespace: "ns",
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, trainingv1alpha1.GroupVersion.WithKind("ZayaTrainingJob"))}}}
+		mutate(p)
+		return p
+	}
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		immediate bool
+	}{
+		{"started", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), false},
+		{"failed", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), true},
+		{"evicted", owned(func(p *corev1.Pod) { p.Status.Reason = "Evicted" }), true},
+		{"deleting", owned(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			podEvents{}.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.pod, ObjectNew: tc.pod}, q)
+			if got := q.Len() == 1; got != tc.immediate {
+				t.Fatalf("queued at once: %v, want %v", got, tc.immediate)
+			}
+			if !tc.immediate {
+				time.Sleep(progressBatch + 100*time.Millisecond)
+				if q.Len() != 1 {
+					t.Fatal("a progress event never enqueued its job")
+				}
+			}
+			if item, _ := q.Get(); item.Name != "llm" || item.Namespace != "ns" {
+				t.Errorf("enqueued %v, want ns/llm", item)
+			}
+		})
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	podEvents{}.Delete(context.Background(), event.DeleteEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: "ns"}}}, q)
+	if q.Len() != 0 {
+		t.Error("a pod no job owns enqueued something")
 	}
 }
