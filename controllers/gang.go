@@ -280,8 +280,8 @@ func activePods(pods []corev1.Pod) []*corev1.Pod {
 
 // expectationTTL is how long a created pod that the cache has not shown yet is trusted to
 // exist; after it the rank counts as missing again (the pod may have been deleted before any
-// pass saw it). Watches lag by milliseconds to a few seconds under a 2048-pod launch.
-const expectationTTL = 10 * time.Second
+// pass saw it). Watches lag by milliseconds, and by over 10 s in a 2048-pod launch on 2 cores.
+const expectationTTL = 30 * time.Second
 
 // creations remembers the pods this process created that its cache has not shown yet, so a
 // pass that runs before the watch catches up does not create them again: at 2048 ranks that
