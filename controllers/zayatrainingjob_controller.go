@@ -551,7 +551,6 @@ func truncate(s string) string {
 	return s[:cut] + "..."
 }
 
-// SetupWithManager registers the reconciler, its pod index and metrics with mgr.
 // progressBatch is how long a job's pass waits after a pod event that only reports progress
 // (created, scheduled, started, ready): during a launch of N ranks such events arrive by the
 // thousand and each pass walks every pod, so one pass per batch keeps the cost linear.
@@ -595,6 +594,7 @@ func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reco
 	q.Add(req)
 }
 
+// SetupWithManager registers the reconciler, its pod index and metrics with mgr.
 func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
 		return err
