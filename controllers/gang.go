@@ -46,13 +46,18 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant requirement cannot fail
 	}
 	ours := cache.ByObject{Label: labels.NewSelector().Add(*req)}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                   ours,
-		&corev1.Service{}:               ours,
-		&corev1.PersistentVolumeClaim{}: ours,
-		// Nodes are watched for health only: drop what is big and unused.
-		&corev1.Node{}: {Transform: slimNode},
-	}}
+	return cache.Options{
+		// Nothing here reads managedFields, a large share of every object; updates leave
+		// them as they are when the request omits them.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   ours,
+			&corev1.Service{}:               ours,
+			&corev1.PersistentVolumeClaim{}: ours,
+			// Nodes are watched for health only: drop what is big and unused.
+			&corev1.Node{}: {Transform: slimNode},
+		},
+	}
 }
 
 // slimNode keeps what nodeProblem and tainting need.
