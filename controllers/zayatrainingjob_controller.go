@@ -104,27 +104,22 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if wait := r.progressWait(req.NamespacedName, oldStatus, &job.Status, p.now); wait > 0 {
 			// At 1024 ranks a write per rank coming up would be ~1000 requests for a number
 			// nobody reads that fast: write it at most once per interval.
-			if result.RequeueAfter == 0 || wait < result.RequeueAfter {
-				result.RequeueAfter = wait
+			result = soonest(result, ctrl.Result{RequeueAfter: wait})
+		} else {
+			if uerr := r.Status().Update(ctx, job); uerr != nil {
+				if apierrors.IsNotFound(uerr) {
+					return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
+				}
+				if apierrors.IsConflict(uerr) {
+					// A newer version is on its way through the watch; it triggers the next pass.
+					logger.V(1).Info("status update conflicted, waiting for the newer version")
+					return ctrl.Result{}, err
+				}
+				return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
 			}
-			for _, e := range p.events {
-				r.Recorder.Eventf(job, nil, e.eventType, e.reason, e.action, "%s", e.note)
-			}
-			return result, err
+			r.lastWrite.Store(req.NamespacedName, p.now)
+			p.observe(oldStatus)
 		}
-		if uerr := r.Status().Update(ctx, job); uerr != nil {
-			if apierrors.IsNotFound(uerr) {
-				return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
-			}
-			if apierrors.IsConflict(uerr) {
-				// A newer version is on its way through the watch; it triggers the next pass.
-				logger.V(1).Info("status update conflicted, waiting for the newer version")
-				return ctrl.Result{}, err
-			}
-			return ctrl.Result{}, fmt.Errorf("updating status: %w", uerr)
-		}
-		r.lastWrite.Store(req.NamespacedName, p.now)
-		p.observe(oldStatus)
 	}
 	for _, e := range p.events {
 		r.Recorder.Eventf(job, nil, e.eventType, e.reason, e.action, "%s", e.note)

@@ -97,7 +97,8 @@ func jobPodCount(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) int {
 	return n
 }
 
-// waitRunningWithin is waitRunning with its own deadline.
+// waitRunningWithin waits, up to within, for the job to run attempt `attempt` with every
+// rank ready.
 func waitRunningWithin(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32, within time.Duration) *trainingv1alpha1.ZayaTrainingJob {
 	var got *trainingv1alpha1.ZayaTrainingJob
 	g.Eventually(func(g Gomega) {

@@ -38,14 +38,7 @@ func runningJob(t *testing.T, ns, name string, mutate func(*trainingv1alpha1.Zay
 
 // waitRunning waits for the job to run attempt `attempt` with every rank ready.
 func waitRunning(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) *trainingv1alpha1.ZayaTrainingJob {
-	got := &trainingv1alpha1.ZayaTrainingJob{}
-	g.Eventually(func(g Gomega) {
-		g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())
-		g.Expect(got.Status.Restarts).To(Equal(attempt))
-		g.Expect(got.Status.ReadyNodes).To(Equal(job.Spec.Nodes))
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
-	}, gangTimeout, interval).Should(Succeed())
-	return got
+	return waitRunningWithin(g, job, attempt, gangTimeout)
 }
 
 // rankPods are the live pods of one attempt by rank.

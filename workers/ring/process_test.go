@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
@@ -70,16 +71,6 @@ func childRank() error {
 	return os.WriteFile(os.Getenv("ZAYA_OUT"), b, 0o600)
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 // TestRingAcrossProcessesOverTCP runs P real processes that rendezvous through
 // MASTER_ADDR:MASTER_PORT and pass key/value blocks over TCP, and checks every rank's slice
 // against full attention.
@@ -89,7 +80,7 @@ func TestRingAcrossProcessesOverTCP(t *testing.T) {
 		causal        bool
 	}{{1, 6, 5, true}, {2, 12, 7, true}, {3, 18, 4, false}, {4, 24, 9, true}} {
 		t.Run(fmt.Sprintf("P=%d/causal=%v", c.ranks, c.causal), func(t *testing.T) {
-			dir, port := t.TempDir(), freePort(t)
+			dir, port := t.TempDir(), testnet.FreePort(t)
 			cmds := make([]*exec.Cmd, c.ranks)
 			for rank := range c.ranks {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -8,16 +8,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/hip"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
@@ -202,22 +201,12 @@ func clonePartial(p attention.Partial) attention.Partial {
 	return out
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 // TestRCCLTransportRingsAndAllReduce: 4 ranks in rings of 2 exchange messages of different
 // sizes (including empty) with their ring neighbours and all-reduce over the world.
 func TestRCCLTransportRingsAndAllReduce(t *testing.T) {
 	libs, _ := setup(t)
 	const world, ring = 4, 2
-	master := "127.0.0.1:" + freePort(t)
+	master := "127.0.0.1:" + testnet.FreePort(t)
 	var wg sync.WaitGroup
 	errs := make([]error, world)
 	for rank := range world {
@@ -262,7 +251,7 @@ func TestRCCLTransportRingsAndAllReduce(t *testing.T) {
 func trainOnce(t *testing.T, transportName, backend string, libs rocm.Libraries, kdir string) ([]byte, train.Result) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "params")
-	cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 4, ContextParallel: 2, Master: "127.0.0.1:" + freePort(t),
+	cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 4, ContextParallel: 2, Master: "127.0.0.1:" + testnet.FreePort(t),
 		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: 30, Seq: 8, Dim: 4, LR: 0.5, Seed: 7,
 		ParamsOut: out, Transport: transportName, Backend: backend, KernelDir: kdir, Libraries: libs}
 	res, err := train.Run(context.Background(), cfg)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
 )
 
@@ -33,16 +33,6 @@ func TestMain(m *testing.M) {
 		os.Exit(Main(strings.Fields(os.Getenv("ZAYA_ARGS")), os.Getenv, os.Stderr))
 	}
 	os.Exit(m.Run())
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
 // job is a gang of worker processes sharing a checkpoint directory.
@@ -115,7 +105,7 @@ func waitAll(t *testing.T, cmds []*exec.Cmd, logs []*syncBuffer) {
 }
 
 func TestLossFalls(t *testing.T) {
-	j := job{nodes: 2, gpus: 2, cp: 2, args: "-steps=40 -seq=16 -dim=6 -lr=0.5", dir: t.TempDir(), port: freePort(t)}
+	j := job{nodes: 2, gpus: 2, cp: 2, args: "-steps=40 -seq=16 -dim=6 -lr=0.5", dir: t.TempDir(), port: testnet.FreePort(t)}
 	logs := j.logs()
 	waitAll(t, j.start(t, filepath.Join(j.dir, "params"), logs), logs)
 	var losses []float64
@@ -144,7 +134,7 @@ func TestLossFalls(t *testing.T) {
 // uninterrupted is the final parameters of a 2-node gang that runs args without a fault.
 func uninterrupted(t *testing.T, args string) []byte {
 	t.Helper()
-	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
+	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: testnet.FreePort(t)}
 	out := filepath.Join(ref.dir, "params")
 	logs := ref.logs()
 	waitAll(t, ref.start(t, out, logs), logs)
@@ -162,7 +152,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	const args = "-steps=24 -seq=16 -dim=6"
 	want := uninterrupted(t, args)
 
-	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: freePort(t)}
+	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: testnet.FreePort(t)}
 	out := filepath.Join(j.dir, "params")
 	logs := j.logs()
 	cmds := j.start(t, out, logs)
@@ -187,7 +177,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 		}
 	}
 
-	j.port = freePort(t) // a new gang: new pods
+	j.port = testnet.FreePort(t) // a new gang: new pods
 	logs = j.logs()
 	waitAll(t, j.start(t, out, logs), logs)
 	if !strings.Contains(logs[0].String(), "resumed from step") {
@@ -205,7 +195,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 func TestMetricsReportProgressAndSaves(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 2, Master: "127.0.0.1:" + freePort(t),
+	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 2, Master: "127.0.0.1:" + testnet.FreePort(t),
 		Listen: "127.0.0.1:0", CheckpointDir: t.TempDir(), CheckpointEvery: 5, Keep: 2,
 		Steps: 20, Seq: 8, Dim: 4, LR: 0.3, Seed: 3, Metrics: m}
 	if _, err := Run(context.Background(), cfg); err != nil {
@@ -290,7 +280,7 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 // TestSIGTERMSavesAFinalCheckpoint: when the gang is deleted every worker gets SIGTERM; the
 // ranks agree on a step through their all-reduce, save it, and exit 143.
 func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
-	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: freePort(t)}
+	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: testnet.FreePort(t)}
 	logs := j.logs()
 	cmds := j.start(t, filepath.Join(j.dir, "params"), logs)
 	deadline := time.Now().Add(60 * time.Second)
@@ -340,7 +330,7 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 	out := filepath.Join(j.dir, "params")
 	kills := 0
 	for round := 0; ; round++ {
-		j.port = freePort(t)
+		j.port = testnet.FreePort(t)
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
 		if round < 4 {
@@ -400,7 +390,7 @@ func waitMidSave(t *testing.T, dir string) {
 func TestDurationIntervalCheckpointsByRankZerosClock(t *testing.T) {
 	env := map[string]string{
 		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
-		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": freePort(t), "ZAYA_CHECKPOINT_INTERVAL": "1ns",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": testnet.FreePort(t), "ZAYA_CHECKPOINT_INTERVAL": "1ns",
 		"ZAYA_CHECKPOINT_DIR": t.TempDir(), "ZAYA_CHECKPOINT_KEEP": "100",
 	}
 	cfg, err := FromEnv(Config{Steps: 6, Seq: 8, Dim: 4, LR: 0.1, Seed: 1, Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second},

@@ -3,28 +3,19 @@ package transport
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-)
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
+)
 
 // group dials world ranks concurrently (in any order, as pods start) and runs f on each.
 func group(t *testing.T, world int, f func(t *TCP) error) {
 	t.Helper()
-	master := freeAddr(t)
+	master := testnet.FreeAddr(t)
 	var wg sync.WaitGroup
 	errs := make([]error, world)
 	for r := world - 1; r >= 0; r-- { // the master comes up last
@@ -69,7 +60,7 @@ func TestExchangePassesAroundTheRing(t *testing.T) {
 }
 
 func TestRingsOfAGroupStayInTheGroup(t *testing.T) {
-	master := freeAddr(t)
+	master := testnet.FreeAddr(t)
 	const world, size = 6, 3
 	var wg sync.WaitGroup
 	errs := make([]error, world)
@@ -132,7 +123,7 @@ func TestAllReduceGivesEveryRankTheSameSum(t *testing.T) {
 }
 
 func TestDialFailsClearlyWhenARankNeverComes(t *testing.T) {
-	master := freeAddr(t)
+	master := testnet.FreeAddr(t)
 	_, err := Dial(context.Background(), Config{Rank: 1, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "rank 1 reaching the master") {
 		t.Errorf("err = %v, want a rendezvous timeout naming the rank", err)
