@@ -170,17 +170,20 @@ func quarantines(reason string) bool {
 }
 
 // quarantine adds a node to the job's exclusion list (oldest entries go when it is full) and,
-// if asked, taints it.
+// if asked, taints it. The taint is checked even when the node is listed already: a pass whose
+// taint request failed still writes the list, and the retry must not stop at it.
 func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) error {
 	st := &p.job.Status
-	if f.Node == "" || slices.ContainsFunc(st.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == f.Node }) {
+	if f.Node == "" {
 		return nil
 	}
-	st.QuarantinedNodes = append(st.QuarantinedNodes, trainingv1alpha1.QuarantinedNode{Name: f.Node, Reason: f.Reason, Since: metav1.Time{Time: p.now}})
-	if over := len(st.QuarantinedNodes) - int(p.job.Spec.FaultTolerance.Quarantine.MaxNodes); over > 0 {
-		st.QuarantinedNodes = st.QuarantinedNodes[over:]
+	if !slices.ContainsFunc(st.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == f.Node }) {
+		st.QuarantinedNodes = append(st.QuarantinedNodes, trainingv1alpha1.QuarantinedNode{Name: f.Node, Reason: f.Reason, Since: metav1.Time{Time: p.now}})
+		if over := len(st.QuarantinedNodes) - int(p.job.Spec.FaultTolerance.Quarantine.MaxNodes); over > 0 {
+			st.QuarantinedNodes = st.QuarantinedNodes[over:]
+		}
+		p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Quarantine", "quarantined node %s for this job: %s", f.Node, f.Message)
 	}
-	p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Quarantine", "quarantined node %s for this job: %s", f.Node, f.Message)
 	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule {
 		return nil
 	}

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,6 +135,45 @@ func TestNodeLossQuarantinesAndTaintsWhenAsked(t *testing.T) {
 	wantTaint := []corev1.Taint{{Key: "training.zaya.dev/quarantined", Value: "ns.llm", Effect: corev1.TaintEffectNoSchedule}}
 	if diff := cmp.Diff(wantTaint, n.Spec.Taints); diff != "" {
 		t.Errorf("taints (-want +got):\n%s", diff)
+	}
+}
+
+// TestAFailedTaintIsRetried: the pass whose taint request fails still records the quarantine;
+// the next pass, finding the node listed, must still taint it (the flaky-API test found it
+// stopping there).
+func TestAFailedTaintIsRetried(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	job.Spec.FaultTolerance.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
+	failOnce := true
+	h := newHarness(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok && failOnce {
+				failOnce = false
+				return apierrors.NewServiceUnavailable("injected")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", running("n0"))
+	h.mustReconcile(t, job)
+	h.setNode(t, "n0", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	if _, err := h.reconcile(t, job); err == nil {
+		t.Fatal("the failed taint was not reported")
+	}
+	if got := h.get(t, job); len(got.Status.QuarantinedNodes) != 1 || got.Status.Restarts != 0 {
+		t.Fatalf("after the failed taint: quarantine %v, restarts %d", got.Status.QuarantinedNodes, got.Status.Restarts)
+	}
+	h.mustReconcile(t, job)
+	n := &corev1.Node{}
+	if err := h.r.Get(context.Background(), client.ObjectKey{Name: "n0"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == trainingv1alpha1.QuarantineTaintKey }) {
+		t.Errorf("node not tainted after the retry: %v", n.Spec.Taints)
+	}
+	if got := h.get(t, job); got.Status.Restarts != 1 {
+		t.Errorf("restarts = %d, want 1", got.Status.Restarts)
 	}
 }
 

@@ -70,8 +70,12 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 		count()
 		return c.Update(ctx, obj, opts...)
 	}
+	patch := funcs.Patch // a test's own interception, counted too
 	funcs.Patch = func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 		count()
+		if patch != nil {
+			return patch(ctx, c, obj, p, opts...)
+		}
 		return c.Patch(ctx, obj, p, opts...)
 	}
 	funcs.Delete = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {

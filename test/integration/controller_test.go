@@ -37,7 +37,15 @@ func startStoppableManager(t *testing.T) (stop func()) {
 // recording transport) until the returned stop is called or the test ends.
 func startManagerAs(t *testing.T, cfg *rest.Config) (stop func()) {
 	t.Helper()
+	return startManagerWith(t, cfg, nil)
+}
+
+// startManagerWith is startManagerAs whose manager builds its client with newClient (nil:
+// the default).
+func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc) (stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewClient:              newClient,
 		Scheme:                 scheme,
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
