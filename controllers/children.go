@@ -227,7 +227,12 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	if nics := s.NICsPerNode(); nics > 0 {
 		setDevice(&w.Resources, "amd.com/nic", int64(nics))
 	}
-	if needsRDMA(s.Network.Profile) {
+	for _, list := range [][]corev1.Container{ps.InitContainers, ps.Containers} {
+		for i := range list {
+			restrictByDefault(&list[i], ps.SecurityContext)
+		}
+	}
+	if ipcLock(&s.Network) {
 		addCapability(w, "IPC_LOCK")
 	}
 	if w.LivenessProbe == nil && s.FaultTolerance.HangTimeout != nil {
@@ -281,6 +286,52 @@ func setDevice(r *corev1.ResourceRequirements, name corev1.ResourceName, n int64
 		r.Limits = corev1.ResourceList{}
 	}
 	r.Requests[name], r.Limits[name] = q, q
+}
+
+// restrictByDefault fills in what Pod Security "restricted" asks of a container wherever the
+// template leaves it open and doing so cannot take anything from the worker: no privilege
+// escalation (no setuid binaries), and no capabilities for a container that does not run as
+// root (a non-root process holds none that take effect). Running as non-root and the seccomp
+// profile stay the template's call: only it knows the image, and ROCm's container guides run
+// without the runtime's default seccomp profile. docs/security.md has the whole picture.
+func restrictByDefault(c *corev1.Container, pod *corev1.PodSecurityContext) {
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &corev1.SecurityContext{}
+	}
+	mayEscalate := ptr.Deref(sc.Privileged, false) ||
+		(sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Add, func(c corev1.Capability) bool {
+			return c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN" // the API refuses allowPrivilegeEscalation=false with these
+		}))
+	if sc.AllowPrivilegeEscalation == nil && !mayEscalate {
+		sc.AllowPrivilegeEscalation = ptr.To(false)
+	}
+	if nonRoot(sc, pod) && !ptr.Deref(sc.Privileged, false) && (sc.Capabilities == nil || len(sc.Capabilities.Drop) == 0) {
+		if sc.Capabilities == nil {
+			sc.Capabilities = &corev1.Capabilities{}
+		}
+		sc.Capabilities.Drop = []corev1.Capability{"ALL"}
+	}
+	if *sc != (corev1.SecurityContext{}) {
+		c.SecurityContext = sc
+	}
+}
+
+// nonRoot reports whether the template promises the container does not run as root.
+func nonRoot(sc *corev1.SecurityContext, pod *corev1.PodSecurityContext) bool {
+	if sc.RunAsUser != nil {
+		return *sc.RunAsUser != 0
+	}
+	if sc.RunAsNonRoot != nil {
+		return *sc.RunAsNonRoot
+	}
+	if pod == nil {
+		return false
+	}
+	if pod.RunAsUser != nil {
+		return *pod.RunAsUser != 0
+	}
+	return ptr.Deref(pod.RunAsNonRoot, false)
 }
 
 func addCapability(c *corev1.Container, capability corev1.Capability) {

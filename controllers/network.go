@@ -82,7 +82,16 @@ func overrideEnv(base, overrides []corev1.EnvVar) []corev1.EnvVar {
 	return out
 }
 
-// needsRDMA reports whether the profile talks RDMA, which pins memory (IPC_LOCK).
+// needsRDMA reports whether the profile talks RDMA, which pins memory.
 func needsRDMA(p trainingv1alpha1.NetworkProfile) bool {
 	return p == trainingv1alpha1.NetworkPollaraAINIC || p == trainingv1alpha1.NetworkRoCE
+}
+
+// ipcLock reports whether the worker container gets IPC_LOCK: network.ipcLock, else whether
+// the profile talks RDMA.
+func ipcLock(n *trainingv1alpha1.NetworkSpec) bool {
+	if n.IPCLock != nil {
+		return *n.IPCLock
+	}
+	return needsRDMA(n.Profile)
 }

@@ -229,6 +229,15 @@ type NetworkSpec struct {
 	// +optional
 	CollectiveTimeout *metav1.Duration `json:"collectiveTimeout,omitempty"`
 
+	// ipcLock says whether the worker container gets the IPC_LOCK capability, which lets RDMA
+	// pin memory past the container's locked-memory limit. Unset means yes for PollaraAINIC
+	// and RoCE, no for Socket. Set false where the container runtime already allows unlimited
+	// locked memory (RLIMIT_MEMLOCK, as RDMA-ready node images configure): Pod Security
+	// baseline and restricted refuse IPC_LOCK. The capability only takes effect for workers
+	// running as root; non-root workers rely on the runtime's limit either way.
+	// +optional
+	IPCLock *bool `json:"ipcLock,omitempty"`
+
 	// env overrides or adds RCCL/NCCL variables (at most 64, values at most 4096 bytes); it
 	// wins over the profile. Names must be C identifiers. Rendezvous variables (MASTER_ADDR,
 	// RANK, WORLD_SIZE, PET_*, ZAYA_*, ...) belong to the operator and are refused.

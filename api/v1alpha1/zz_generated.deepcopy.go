@@ -242,6 +242,11 @@ func (in *NetworkSpec) DeepCopyInto(out *NetworkSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.IPCLock != nil {
+		in, out := &in.IPCLock, &out.IPCLock
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Env != nil {
 		in, out := &in.Env, &out.Env
 		*out = make([]corev1.EnvVar, len(*in))

@@ -61,9 +61,12 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 		out, err := kubectl("create", "namespace", ns)
 		g.Expect(err).NotTo(HaveOccurred(), out)
 	}
-	out, err := kubectl("label", "namespace", "zaya-system", "pod-security.kubernetes.io/enforce=restricted",
-		"pod-security.kubernetes.io/enforce-version=latest")
-	g.Expect(err).NotTo(HaveOccurred(), out)
+	// The operator and the smoke sample's worker pods both pass Pod Security "restricted".
+	for _, ns := range []string{"zaya-system", "team-a"} {
+		out, err := kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+			"pod-security.kubernetes.io/enforce-version=latest")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
 
 	operatorLog := func() string {
 		pods, err := cs.CoreV1().Pods("zaya-system").List(ctx, metav1.ListOptions{})
@@ -85,7 +88,7 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 
 	// Cluster-scoped install; --wait returns once the pod passed its readiness probe.
 	start := time.Now()
-	out, err = helmRun("install", "zaya-operator", chartDir, "-n", "zaya-system", "-f", values, "--wait", "--timeout", "3m")
+	out, err := helmRun("install", "zaya-operator", chartDir, "-n", "zaya-system", "-f", values, "--wait", "--timeout", "3m")
 	g.Expect(err).NotTo(HaveOccurred(), "%s\n%s", out, operatorLog())
 	t.Logf("helm install --wait: %v", time.Since(start).Round(time.Millisecond))
 	out, err = kubectl("get", "crd", "zayatrainingjobs.training.zaya.dev", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)

@@ -87,6 +87,12 @@ func newNamespace(t *testing.T) string {
 	if err := k8sClient.Create(context.Background(), ns); err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	t.Cleanup(func() {
+		// envtest runs no namespace controller: without this the jobs would live on, and every
+		// later test's operator would reconcile them (and fail to create in a terminating
+		// namespace) next to the job it is testing.
+		_ = k8sClient.DeleteAllOf(context.Background(), &trainingv1alpha1.ZayaTrainingJob{}, client.InNamespace(ns.Name))
+		_ = k8sClient.Delete(context.Background(), ns)
+	})
 	return ns.Name
 }
