@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -56,29 +53,5 @@ func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
 		if len(errs) > 0 && !strings.Contains(errs[0].Error(), "spec.template") {
 			t.Errorf("the error should name the field: %v", errs[0])
 		}
-	}
-}
-
-func TestCacheKeepsNoManagedFields(t *testing.T) {
-	opts := CacheOptions()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
-	out, err := opts.DefaultTransform(pod)
-	if err != nil || len(out.(*corev1.Pod).ManagedFields) != 0 {
-		t.Errorf("managedFields kept in the cache: %v %v", out, err)
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
-	var slim func(any) (any, error)
-	for obj, by := range opts.ByObject { // keyed by pointer: look it up by type
-		if _, ok := obj.(*corev1.Node); ok {
-			slim = by.Transform
-		}
-	}
-	if slim == nil {
-		t.Fatal("nodes have no transform")
-	}
-	out, err = slim(node)
-	if err != nil || len(out.(*corev1.Node).ManagedFields) != 0 || len(out.(*corev1.Node).Status.Images) != 0 {
-		t.Errorf("node not slimmed: %v %v", out, err)
 	}
 }

@@ -51,13 +51,32 @@ func CacheOptions() cache.Options {
 		// them as they are when the request omits them.
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   ours,
-			&corev1.Service{}:               ours,
+			&corev1.Pod{}:                   {Label: ours.Label, Transform: slimPod},
+			&corev1.Service{}:               ours, // metadata only: see metadataOf
 			&corev1.PersistentVolumeClaim{}: ours,
 			// Nodes are watched for health only: drop what is big and unused.
 			&corev1.Node{}: {Transform: slimNode},
 		},
 	}
+}
+
+// slimPod keeps what the reconciler reads of its pods: metadata, status, the node, the grace
+// period and the containers' names. The rest of the spec (the RCCL environment, probes,
+// volumes, affinity) is most of a worker pod and is never read back: the operator creates and
+// deletes pods but never updates one, so nothing dropped here can be written back.
+func slimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	p.ManagedFields = nil
+	containers := make([]corev1.Container, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name}
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
+		Containers: containers}
+	return p, nil
 }
 
 // slimNode keeps what nodeProblem and tainting need.

@@ -365,9 +365,17 @@ func (p *pass) resume() {
 	}
 }
 
+// metadataOf is an empty core object of kind to Get into: the operator only needs to know that
+// its Service and claim exist, so their informers hold metadata alone.
+func metadataOf(kind string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	return m
+}
+
 func (p *pass) ensureService(ctx context.Context) error {
 	svc := newService(p.job)
-	if err := p.r.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); !apierrors.IsNotFound(err) {
+	if err := p.r.Get(ctx, client.ObjectKeyFromObject(svc), metadataOf("Service")); !apierrors.IsNotFound(err) {
 		return err
 	}
 	if err := p.r.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -381,7 +389,7 @@ func (p *pass) ensureCheckpointClaim(ctx context.Context) error {
 	if pvc == nil {
 		return nil
 	}
-	if err := p.r.Get(ctx, client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+	if err := p.r.Get(ctx, client.ObjectKeyFromObject(pvc), metadataOf("PersistentVolumeClaim")); !apierrors.IsNotFound(err) {
 		return err
 	}
 	if err := p.r.Create(ctx, pvc); err != nil {
@@ -601,7 +609,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&trainingv1alpha1.ZayaTrainingJob{}).
 		Watches(&corev1.Pod{}, podEvents{}).
-		Owns(&corev1.Service{}).
+		Owns(&corev1.Service{}, builder.OnlyMetadata).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("zayatrainingjob").

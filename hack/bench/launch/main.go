@@ -6,12 +6,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -32,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/scrape"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -286,39 +285,16 @@ func operatorCPU() float64 {
 	if operatorPID == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", operatorPID))
+	s, err := scrape.CPUSeconds(operatorPID)
 	check(err)
-	// Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, err := strconv.ParseFloat(f[11], 64)
-	check(err)
-	stime, err := strconv.ParseFloat(f[12], 64)
-	check(err)
-	return (utime + stime) / 100 // USER_HZ
+	return s
 }
 
-// requests sums the operator's client-go request counter.
+// requests counts the operator's API requests so far (0 without -metrics).
 func requests(url string) float64 {
-	if url == "" {
-		return 0
-	}
-	resp, err := http.Get(url)
+	m, err := scrape.Get(url)
 	check(err)
-	defer func() { _ = resp.Body.Close() }()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		check(err)
-		total += v
-	}
-	return total
+	return m.Requests()
 }
 
 func check(err error) {

@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// byType finds the cache's per-type options (keyed by pointer) by the object's type.
+func byType[T any](opts map[client.Object]cache.ByObject) (cache.ByObject, bool) {
+	for obj, by := range opts {
+		if _, ok := obj.(T); ok {
+			return by, true
+		}
+	}
+	return cache.ByObject{}, false
+}
+
+func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
+	opts := CacheOptions()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
+	out, err := opts.DefaultTransform(svc)
+	if err != nil || len(out.(*corev1.Service).ManagedFields) != 0 {
+		t.Errorf("managedFields kept in the cache: %v %v", out, err)
+	}
+
+	// A worker pod as the API server returns it: everything the operator wrote, plus what the
+	// scheduler and kubelet add. The cache keeps metadata, status, node, grace period and
+	// container names, and drops the rest.
+	job := testjob.MakeZayaTrainingJob("j", "ns").Nodes(4).NewCheckpoint("1Ti", "").Defaulted().Obj()
+	job.Spec.FaultTolerance.HangTimeout = &metav1.Duration{Duration: time.Hour}
+	pod := newWorkerPod(job, networkEnv(&job.Spec), 2)
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "zaya-operator"}}
+	pod.Spec.NodeName = "node-7"
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "worker",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "zaya: checkpoint 40"}}}}}
+	want := pod.DeepCopy()
+	want.ManagedFields = nil
+	want.Spec = corev1.PodSpec{NodeName: "node-7", TerminationGracePeriodSeconds: ptr.To[int64](30),
+		Containers: []corev1.Container{{Name: "worker"}}}
+	by, ok := byType[*corev1.Pod](opts.ByObject)
+	if !ok || by.Transform == nil || by.Label == nil || by.Label.Empty() {
+		t.Fatalf("pods are cached without a label selector and transform: %+v", by)
+	}
+	out, err = by.Transform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("cached pod (-want +got):\n%s", diff)
+	}
+	if !by.Label.Matches(labels.Set(want.Labels)) || by.Label.Matches(labels.Set{"app": "other"}) {
+		t.Errorf("selector %v: our pods must match, others must not", by.Label)
+	}
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
+	nodes, ok := byType[*corev1.Node](opts.ByObject)
+	if !ok || nodes.Transform == nil {
+		t.Fatal("nodes have no transform")
+	}
+	out, err = nodes.Transform(node)
+	if err != nil || len(out.(*corev1.Node).ManagedFields) != 0 || len(out.(*corev1.Node).Status.Images) != 0 {
+		t.Errorf("node not slimmed: %v %v", out, err)
+	}
+}

@@ -1,0 +1,294 @@
+// Command jobs measures the operator under many concurrent jobs on a live cluster: it creates
+// N jobs at once, waits until every one reports Running, then watches a quiet steady state,
+// and reports the operator's CPU time, peak memory, reconcile latency, API requests per job and
+// the writes it makes while nothing changes (there should be none).
+//
+//	go run ./hack/bench/jobs -jobs 1000 -metrics http://127.0.0.1:8080/metrics -operator-pid PID
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/scrape"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+const controllerName = "zayatrainingjob"
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	jobs := flag.Int("jobs", 100, "jobs to run at once")
+	nodes := flag.Int("nodes", 8, "nodes (pods) per job; each rank takes 1 GPU so 8 ranks share a fake node")
+	metricsURL := flag.String("metrics", "", "the operator's /metrics URL")
+	pid := flag.Int("operator-pid", 0, "the operator's process id, for CPU and memory (Linux /proc)")
+	steady := flag.Duration("steady", 60*time.Second, "how long to watch the steady state once every job runs")
+	foreign := flag.Int("foreign-pods", 0, "pods not the operator's to create after the steady state, to show its cache ignores them")
+	ns := flag.String("namespace", "bench-jobs", "namespace for the jobs")
+	label := flag.String("label", "", "first column of the row (default: the job count)")
+	flag.Parse()
+	log.SetLogger(logr.Discard())
+	if *label == "" {
+		*label = strconv.Itoa(*jobs)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	check(err)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	scheme := runtime.NewScheme()
+	check(clientgoscheme.AddToScheme(scheme))
+	check(trainingv1alpha1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	check(err)
+	ctx := context.Background()
+	for _, n := range []string{*ns, *ns + "-foreign"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); client.IgnoreAlreadyExists(err) != nil {
+			check(err)
+		}
+	}
+	// Only the jobs are watched here: a pod informer would put this client's own cost on the
+	// same cores as the operator's.
+	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{*ns: {}}})
+	check(err)
+	jobInf, err := informers.GetInformer(ctx, &trainingv1alpha1.ZayaTrainingJob{})
+	check(err)
+	go func() { check(informers.Start(ctx)) }()
+	informers.WaitForCacheSync(ctx)
+
+	t := newTracker(*jobs)
+	onJob := func(obj any) {
+		if j, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning) {
+			t.running(j.Name)
+		}
+	}
+	_, err = jobInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: onJob, UpdateFunc: func(_, n any) { onJob(n) }})
+	check(err)
+
+	m0 := metrics(*metricsURL)
+	cpu0 := cpu(*pid)
+	suffix := strconv.FormatInt(rand.Int64N(1<<30), 36) // kwok acts on pods by name: never reuse one
+	start := time.Now()
+	createAll(ctx, c, t, *ns, suffix, *jobs, int32(*nodes))
+	created := time.Since(start)
+	t.wait(30 * time.Minute)
+	allRunning := time.Since(start)
+	m1 := metrics(*metricsURL)
+	cpu1 := cpu(*pid)
+
+	time.Sleep(*steady)
+	m2 := metrics(*metricsURL)
+	cpu2 := cpu(*pid)
+	peak := peakMemory(*pid)
+	heap := m2.Sum("go_memstats_heap_inuse_bytes", nil)
+
+	foreignHeap := ""
+	if *foreign > 0 {
+		createForeign(ctx, c, *ns+"-foreign", suffix, *foreign)
+		time.Sleep(10 * time.Second)
+		m3 := metrics(*metricsURL)
+		foreignHeap = fmt.Sprintf(" | %.0f MiB with %d foreign pods (%+.0f writes)", m3.Sum("go_memstats_heap_inuse_bytes", nil)/(1<<20), *foreign, m3.Writes()-m2.Writes())
+		check(c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(*ns+"-foreign"), client.GracePeriodSeconds(0)))
+	}
+
+	launch := m1.Histogram("controller_runtime_reconcile_time_seconds", map[string]string{"controller": controllerName}).
+		Since(m0.Histogram("controller_runtime_reconcile_time_seconds", map[string]string{"controller": controllerName}))
+	reconciles := m1.Sum("controller_runtime_reconcile_total", map[string]string{"controller": controllerName}) -
+		m0.Sum("controller_runtime_reconcile_total", map[string]string{"controller": controllerName})
+	steadyReconciles := m2.Sum("controller_runtime_reconcile_total", map[string]string{"controller": controllerName}) -
+		m1.Sum("controller_runtime_reconcile_total", map[string]string{"controller": controllerName})
+	lat := t.latencies()
+	n := float64(*jobs)
+	fmt.Fprintf(os.Stderr, "%d jobs: created in %.1fs, all Running after %.1fs; %0.f reconciles, %.0f requests, %.0f writes; steady %v: %.0f writes, %.0f reconciles, %.2fs CPU\n",
+		*jobs, created.Seconds(), allRunning.Seconds(), reconciles, m1.Requests()-m0.Requests(), m1.Writes()-m0.Writes(),
+		*steady, m2.Writes()-m1.Writes(), steadyReconciles, cpu2-cpu1)
+
+	// | jobs | pods | create → all Running | job create → Running p50/p90/p99 | reconciles/job | reconcile p50/p99 | requests/job | writes/job | CPU | CPU/job | steady writes | steady reconciles | steady CPU | peak RSS | heap |
+	fmt.Printf("| %s | %d | %.1f s | %.1f / %.1f / %.1f s | %.1f | %.0f / %.0f ms | %.1f | %.1f | %.1f s | %.1f ms | %.0f | %.0f | %.2f s | %.0f MiB | %.0f MiB%s |\n",
+		*label, *jobs**nodes, allRunning.Seconds(),
+		quantile(lat, 0.5), quantile(lat, 0.9), quantile(lat, 0.99),
+		reconciles/n, launch.Quantile(0.5)*1000, launch.Quantile(0.99)*1000,
+		(m1.Requests()-m0.Requests())/n, (m1.Writes()-m0.Writes())/n,
+		cpu1-cpu0, (cpu1-cpu0)/n*1000,
+		m2.Writes()-m1.Writes(), steadyReconciles, cpu2-cpu1,
+		peak/(1<<20), heap/(1<<20), foreignHeap)
+
+	check(c.DeleteAllOf(ctx, &trainingv1alpha1.ZayaTrainingJob{}, client.InNamespace(*ns), client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	waitNoPods(ctx, c, *ns)
+	waitNoPods(ctx, c, *ns+"-foreign")
+}
+
+// tracker records when each job first reports Running.
+type tracker struct {
+	mu      sync.Mutex
+	created map[string]time.Time
+	ran     map[string]time.Duration
+	want    int
+	done    chan struct{}
+}
+
+func newTracker(want int) *tracker {
+	return &tracker{created: map[string]time.Time{}, ran: map[string]time.Duration{}, want: want, done: make(chan struct{})}
+}
+
+func (t *tracker) create(name string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.created[name] = at
+}
+
+func (t *tracker) running(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.created[name]
+	if _, seen := t.ran[name]; !ok || seen {
+		return
+	}
+	t.ran[name] = time.Since(at)
+	if len(t.ran) == t.want {
+		close(t.done)
+	}
+}
+
+func (t *tracker) wait(limit time.Duration) {
+	deadline := time.After(limit)
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-tick.C:
+			t.mu.Lock()
+			fmt.Fprintf(os.Stderr, "  %d of %d jobs Running\n", len(t.ran), t.want)
+			t.mu.Unlock()
+		case <-deadline:
+			check(fmt.Errorf("not every job Running after %v", limit))
+		}
+	}
+}
+
+func (t *tracker) latencies() []float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]float64, 0, len(t.ran))
+	for _, d := range t.ran {
+		out = append(out, d.Seconds())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// quantile of sorted values (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	return sorted[min(len(sorted)-1, int(math.Ceil(q*float64(len(sorted))))-1)]
+}
+
+// createAll creates the jobs 32 at a time, as a burst of users would.
+func createAll(ctx context.Context, c client.Client, t *tracker, ns, suffix string, jobs int, nodes int32) {
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for name := range names {
+				job := testjob.MakeZayaTrainingJob(name, ns).Nodes(nodes).GPUsPerNode(1).Obj()
+				job.Spec.Placement.NodeSharing = trainingv1alpha1.NodeSharingShared
+				t.create(name, time.Now())
+				check(c.Create(ctx, job))
+			}
+		})
+	}
+	for i := range jobs {
+		names <- fmt.Sprintf("j%s-%d", suffix, i)
+	}
+	close(names)
+	wg.Wait()
+}
+
+// createForeign creates pods the operator does not own (no job label).
+func createForeign(ctx context.Context, c client.Client, ns, suffix string, n int) {
+	names := make(chan int)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range names {
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%s-%d", suffix, i), Namespace: ns,
+					Labels: map[string]string{"app": "bystander"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+				check(c.Create(ctx, pod))
+			}
+		})
+	}
+	for i := range n {
+		names <- i
+	}
+	close(names)
+	wg.Wait()
+}
+
+func waitNoPods(ctx context.Context, c client.Client, ns string) {
+	for range 3000 {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+		check(c.List(ctx, list, client.InNamespace(ns), client.Limit(1)))
+		if len(list.Items) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	check(fmt.Errorf("pods in %s not gone after 10 minutes", ns))
+}
+
+func metrics(url string) scrape.Metrics {
+	m, err := scrape.Get(url)
+	check(err)
+	return m
+}
+
+func cpu(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	s, err := scrape.CPUSeconds(pid)
+	check(err)
+	return s
+}
+
+func peakMemory(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	_, peak, err := scrape.Memory(pid)
+	check(err)
+	return peak
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jobs:", err)
+		os.Exit(1)
+	}
+}
