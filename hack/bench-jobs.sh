@@ -14,6 +14,7 @@ export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-bench-jobs}
 jobs_list=${JOBS_LIST:-"1 10 100"}
 flags_list=${FLAGS_LIST:-""}
 steady=${STEADY:-60s}
+settle=${SETTLE:-40s}
 foreign=${FOREIGN_PODS:-0}
 
 "$root/hack/tools.sh" cluster
@@ -44,7 +45,8 @@ for operator in $operators; do
 			[ -z "$flags" ] || label="$label, \`$flags\`"
 			[ -z "${OPERATORS:-}" ] || label="$label, $(basename "$operator")"
 			rows+=("$("$bin/bench-jobs" -jobs "$n" -metrics "http://127.0.0.1:$port/metrics" -operator-pid "$operator_pid" \
-				-steady "$steady" -foreign-pods "$foreign" -label "$label")")
+				-steady "$steady" -settle "$settle" -foreign-pods "$foreign" -label "$label")")
+			echo "${rows[-1]}" >&2 # a later row's failure keeps this one
 			stop_operator
 		done
 	done
