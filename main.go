@@ -22,13 +22,14 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, namespaces, leaderElectionNamespace, leaderElectionID string
-		leaderElect                                                                   bool
-		concurrency, burst                                                            int
-		qps                                                                           float64
+		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID string
+		leaderElect                                                                              bool
+		concurrency, burst                                                                       int
+		qps                                                                                      float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it (the default: never expose it beyond the pod)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
 	flag.StringVar(&leaderElectionID, "leader-election-id", "zaya-operator", "name of the leader-election Lease; operators installed side by side (one per team) need their own")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
@@ -64,6 +65,7 @@ func main() {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: leaderElectionNamespace,

@@ -62,11 +62,21 @@ func nodeProblem(name string, node *corev1.Node) (reason, message string) {
 				fmt.Sprintf("node %s has %s %s allocatable of %s: a device went unhealthy", name, alloc.String(), r, capacity.String())
 		}
 	}
-	for _, k := range sortedKeys(node.Labels) {
-		device := strings.HasPrefix(k, amdExporterGPUPrefix) || strings.HasPrefix(k, amdExporterNICPrefix)
-		if device && strings.HasSuffix(k, amdExporterSuffix) && node.Labels[k] == "unhealthy" {
-			return trainingv1alpha1.FailureReasonDeviceUnhealthy, fmt.Sprintf("node %s is labelled %s=unhealthy", name, k)
+	// The lowest unhealthy device label, so the message does not change between passes. No
+	// sorting: this runs for every rank of every pass and every node update, and copying and
+	// sorting each node's labels was a fifth of the operator's CPU in a 2048-node launch.
+	unhealthy := ""
+	for k, v := range node.Labels {
+		if v != "unhealthy" { // most labels stop here
+			continue
 		}
+		device := strings.HasPrefix(k, amdExporterGPUPrefix) || strings.HasPrefix(k, amdExporterNICPrefix)
+		if device && strings.HasSuffix(k, amdExporterSuffix) && (unhealthy == "" || k < unhealthy) {
+			unhealthy = k
+		}
+	}
+	if unhealthy != "" {
+		return trainingv1alpha1.FailureReasonDeviceUnhealthy, fmt.Sprintf("node %s is labelled %s=unhealthy", name, unhealthy)
 	}
 	for _, c := range node.Status.Conditions {
 		if strings.HasPrefix(string(c.Type), amdConditionPrefix) && c.Status == corev1.ConditionTrue {
@@ -74,15 +84,6 @@ func nodeProblem(name string, node *corev1.Node) (reason, message string) {
 		}
 	}
 	return "", ""
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // unhealthyRank finds the lowest rank of the current attempt whose node can no longer run it

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -218,6 +219,40 @@ func TestQuarantineJoinsEveryTemplateAffinityTerm(t *testing.T) {
 	for i, term := range ps.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 		if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 2 {
 			t.Errorf("term %d = %+v, want its own expression and both exclusions", i, term)
+		}
+	}
+}
+
+// TestNodeProblemNamesTheLowestUnhealthyLabel: the message must not change from one pass to
+// the next (labels are a map), or every pass would rewrite the failure.
+func TestNodeProblemNamesTheLowestUnhealthyLabel(t *testing.T) {
+	n := healthyNode("n1")
+	n.Labels = map[string]string{"kubernetes.io/hostname": "n1", "metricsexporter.amd.com.gpu.1.state": "healthy"}
+	for _, k := range []string{"metricsexporter.amd.com.gpu.7.state", "metricsexporter.amd.com.gpu.2.state", "metricsexporter.amd.com.nic.0000:05:00.0.state"} {
+		n.Labels[k] = "unhealthy"
+	}
+	for range 20 {
+		if _, msg := nodeProblem("n1", n); msg != "node n1 is labelled metricsexporter.amd.com.gpu.2.state=unhealthy" {
+			t.Fatalf("message %q", msg)
+		}
+	}
+}
+
+// BenchmarkNodeProblem is the health check paid for every rank of every pass and twice for
+// every node update, on a healthy node with the labels a real GPU node carries.
+func BenchmarkNodeProblem(b *testing.B) {
+	n := healthyNode("n1")
+	n.Labels = map[string]string{}
+	for i := range 40 {
+		n.Labels[fmt.Sprintf("feature.node.kubernetes.io/feature-%d", i)] = "true"
+	}
+	for i := range 8 {
+		n.Labels[fmt.Sprintf("metricsexporter.amd.com.gpu.%d.state", i)] = "healthy"
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := nodeProblem("n1", n); r != "" {
+			b.Fatal(r)
 		}
 	}
 }
