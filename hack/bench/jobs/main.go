@@ -217,66 +217,53 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(len(sorted)-1, int(math.Ceil(q*float64(len(sorted))))-1)]
 }
 
-// createAll creates the jobs 32 at a time, as a burst of users would.
-func createAll(ctx context.Context, c client.Client, t *tracker, ns, suffix string, jobs int, nodes int32) {
-	names := make(chan string)
+// inParallel calls f(0) … f(n-1), 32 at a time, as a burst of users would.
+func inParallel(n int, f func(i int)) {
+	next := make(chan int)
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
-			for name := range names {
-				job := testjob.MakeZayaTrainingJob(name, ns).Nodes(nodes).GPUsPerNode(1).Obj()
-				job.Spec.Placement.NodeSharing = trainingv1alpha1.NodeSharingShared
-				t.create(name, time.Now())
-				check(c.Create(ctx, job))
-			}
-		})
-	}
-	for i := range jobs {
-		names <- fmt.Sprintf("j%s-%d", suffix, i)
-	}
-	close(names)
-	wg.Wait()
-}
-
-// createForeign creates pods the operator does not own (no job label).
-func createForeign(ctx context.Context, c client.Client, ns, suffix string, n int) {
-	names := make(chan int)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range names {
-				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%s-%d", suffix, i), Namespace: ns,
-					Labels: map[string]string{"app": "bystander"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-				check(c.Create(ctx, pod))
+			for i := range next {
+				f(i)
 			}
 		})
 	}
 	for i := range n {
-		names <- i
+		next <- i
 	}
-	close(names)
+	close(next)
 	wg.Wait()
 }
 
-// deleteJobs deletes the jobs one by one, 32 at a time: a single deletecollection of 1000
-// jobs outlasts the API server's request timeout on 2 cores.
+func jobName(suffix string, i int) string { return fmt.Sprintf("j%s-%d", suffix, i) }
+
+// createAll creates the jobs, each 8 ranks of 1 GPU that may share nodes.
+func createAll(ctx context.Context, c client.Client, t *tracker, ns, suffix string, jobs int, nodes int32) {
+	inParallel(jobs, func(i int) {
+		job := testjob.MakeZayaTrainingJob(jobName(suffix, i), ns).Nodes(nodes).GPUsPerNode(1).Obj()
+		job.Spec.Placement.NodeSharing = trainingv1alpha1.NodeSharingShared
+		t.create(job.Name, time.Now())
+		check(c.Create(ctx, job))
+	})
+}
+
+// createForeign creates pods the operator does not own (no job label).
+func createForeign(ctx context.Context, c client.Client, ns, suffix string, n int) {
+	inParallel(n, func(i int) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%s-%d", suffix, i), Namespace: ns,
+			Labels: map[string]string{"app": "bystander"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		check(c.Create(ctx, pod))
+	})
+}
+
+// deleteJobs deletes the jobs one by one: a single deletecollection of 1000 jobs outlasts the
+// API server's request timeout on 2 cores.
 func deleteJobs(ctx context.Context, c client.Client, ns, suffix string, jobs int) {
-	names := make(chan string)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for name := range names {
-				job := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-				check(client.IgnoreNotFound(c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))))
-			}
-		})
-	}
-	for i := range jobs {
-		names <- fmt.Sprintf("j%s-%d", suffix, i)
-	}
-	close(names)
-	wg.Wait()
+	inParallel(jobs, func(i int) {
+		job := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: metav1.ObjectMeta{Name: jobName(suffix, i), Namespace: ns}}
+		check(client.IgnoreNotFound(c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))))
+	})
 }
 
 func waitNoPods(ctx context.Context, c client.Client, ns string) {
