@@ -53,7 +53,7 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours.Label, Transform: slimPod},
 			&corev1.Service{}:               ours, // metadata only: see metadataOf
-			&corev1.PersistentVolumeClaim{}: ours,
+			&corev1.PersistentVolumeClaim{}: ours, // metadata only, likewise
 			// Nodes are watched for health only: drop what is big and unused.
 			&corev1.Node{}: {Transform: slimNode},
 		},

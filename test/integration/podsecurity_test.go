@@ -6,7 +6,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -21,10 +20,7 @@ import (
 func TestWorkerPodsPassRestrictedPodSecurity(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ztj-restricted-",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
-	g.Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	ns := newNamespaceEnforcing(t, "restricted")
 	startManager(t)
 
 	nonRoot := func(w *testjob.Wrapper) *trainingv1alpha1.ZayaTrainingJob {
@@ -36,12 +32,12 @@ func TestWorkerPodsPassRestrictedPodSecurity(t *testing.T) {
 		j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "fetch", Image: "busybox"}}
 		return j
 	}
-	socket := nonRoot(testjob.MakeZayaTrainingJob("socket", ns.Name).Profile(trainingv1alpha1.NetworkSocket))
-	pollara := nonRoot(testjob.MakeZayaTrainingJob("pollara", ns.Name))
+	socket := nonRoot(testjob.MakeZayaTrainingJob("socket", ns).Profile(trainingv1alpha1.NetworkSocket))
+	pollara := nonRoot(testjob.MakeZayaTrainingJob("pollara", ns))
 	pollara.Spec.Network.IPCLock = ptr.To(false)
 	for _, j := range []*trainingv1alpha1.ZayaTrainingJob{socket, pollara} {
 		g.Expect(k8sClient.Create(ctx, j)).To(Succeed())
-		pods := waitPods(g, ns.Name, j.Name, 2)
+		pods := waitPods(g, ns, j.Name, 2)
 		for _, p := range pods {
 			g.Expect(p.Spec.Containers[0].SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
 		}

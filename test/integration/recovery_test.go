@@ -126,17 +126,14 @@ func TestKubeletRejectedRankRestartsTheGang(t *testing.T) {
 func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ztj-psa-",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}
-	g.Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), ns) })
+	ns := newNamespaceEnforcing(t, "baseline")
 	startManager(t)
 
-	job := testjob.MakeZayaTrainingJob("rdma", ns.Name).Nodes(2).Profile(trainingv1alpha1.NetworkPollaraAINIC).Obj()
+	job := testjob.MakeZayaTrainingJob("rdma", ns).Nodes(2).Profile(trainingv1alpha1.NetworkPollaraAINIC).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		events := &eventsv1.EventList{}
-		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns.Name))).To(Succeed())
+		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns))).To(Succeed())
 		var notes []string
 		for _, e := range events.Items {
 			if e.Reason == trainingv1alpha1.ReasonFailedCreate && e.Regarding.Name == "rdma" {
@@ -148,5 +145,5 @@ func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
 	got := getJob(g, job)
 	g.Expect(got.Status.Restarts).To(BeZero())
 	g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse())
-	g.Expect(jobPods(g, ns.Name, "rdma")).To(BeEmpty())
+	g.Expect(jobPods(g, ns, "rdma")).To(BeEmpty())
 }

@@ -83,7 +83,18 @@ func zapLevel() zapLevelEnabler {
 // newNamespace makes a namespace of its own for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ztj-"}}
+	return newNamespaceLabelled(t, nil)
+}
+
+// newNamespaceEnforcing is a fresh namespace whose Pod Security admission enforces level.
+func newNamespaceEnforcing(t *testing.T, level string) string {
+	t.Helper()
+	return newNamespaceLabelled(t, map[string]string{"pod-security.kubernetes.io/enforce": level})
+}
+
+func newNamespaceLabelled(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ztj-", Labels: labels}}
 	if err := k8sClient.Create(context.Background(), ns); err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}

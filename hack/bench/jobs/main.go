@@ -18,19 +18,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/hack/bench/internal/connect"
 	"github.com/zaya-operator/zaya-operator/internal/scrape"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -49,29 +44,15 @@ func main() {
 	ns := flag.String("namespace", "bench-jobs", "namespace for the jobs")
 	label := flag.String("label", "", "first column of the row (default: the job count)")
 	flag.Parse()
-	log.SetLogger(logr.Discard())
 	if *label == "" {
 		*label = strconv.Itoa(*jobs)
 	}
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	check(err)
-	cfg.QPS, cfg.Burst = 1000, 2000
-	scheme := runtime.NewScheme()
-	check(clientgoscheme.AddToScheme(scheme))
-	check(trainingv1alpha1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	check(err)
 	ctx := context.Background()
-	for _, n := range []string{*ns, *ns + "-foreign"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); client.IgnoreAlreadyExists(err) != nil {
-			check(err)
-		}
-	}
+	c, informers, err := connect.Cluster(ctx, *kubeconfig, *ns, *ns+"-foreign")
+	check(err)
 	// Only the jobs are watched here: a pod informer would put this client's own cost on the
 	// same cores as the operator's.
-	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{*ns: {}}})
-	check(err)
 	jobInf, err := informers.GetInformer(ctx, &trainingv1alpha1.ZayaTrainingJob{})
 	check(err)
 	go func() { check(informers.Start(ctx)) }()

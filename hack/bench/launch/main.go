@@ -13,23 +13,18 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/hack/bench/internal/connect"
 	"github.com/zaya-operator/zaya-operator/internal/scrape"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -52,23 +47,11 @@ func main() {
 	recoverToo := flag.Bool("recover", false, "measure a gang restart after one rank fails, not the launch")
 	flag.IntVar(&operatorPID, "operator-pid", 0, "the operator's process id, for its CPU time (Linux /proc)")
 	flag.Parse()
-	log.SetLogger(logr.Discard()) // the informers' watch restarts are expected, not news
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	check(err)
-	cfg.QPS, cfg.Burst = 1000, 2000
-	scheme := runtime.NewScheme()
-	check(clientgoscheme.AddToScheme(scheme))
-	check(trainingv1alpha1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	check(err)
 	ctx := context.Background()
-	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{*ns: {}}})
+	c, informers, err := connect.Cluster(ctx, *kubeconfig, *ns)
 	check(err)
 	go func() { check(informers.Start(ctx)) }()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: *ns}}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		check(err)
-	}
 
 	suffix := strconv.FormatInt(rand.Int64N(1<<30), 36)
 	var samples []sample
