@@ -266,7 +266,11 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
-		return err
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// Created between our Get and Create (a fresh cluster's controllers may): renew it.
+		l, err = leases.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return err
