@@ -2,8 +2,14 @@ package controllers
 
 import (
 	"bytes"
-	"strings"
+	"encoding/json"
+	"strconv"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -11,7 +17,10 @@ import (
 
 // FuzzConstructors feeds jobs built from fuzz input (edge and hostile values included)
 // through defaulting, the operator's own validation and the pod, Service and claim
-// constructors: nothing may panic. Whether the API server accepts what they build is
+// constructors, and checks what must hold for every job: the constructors are pure (same
+// input, same output; the job is not changed), every pod of a job the operator accepts fits
+// in etcd, round-trips through JSON, names its rank and attempt consistently and carries the
+// contract exactly once. Whether the API server accepts what they build is
 // test/integration's TestConstructorsOutputPassesAPIServerValidation, on the same generator.
 // make fuzz runs it for a while; go test runs the seeds.
 func FuzzConstructors(f *testing.F) {
@@ -21,37 +30,89 @@ func FuzzConstructors(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		job := testjob.Random(&testjob.Bytes{Data: data}, "llm", "ns")
 		job.Default()
-		_ = trainingv1alpha1.ValidateSpec(&job.Spec)
+		accepted := len(trainingv1alpha1.ValidateSpec(&job.Spec)) == 0
+		before := job.DeepCopy()
+
 		network := networkEnv(&job.Spec)
-		_ = newService(job)
-		if job.Spec.Checkpoint != nil && job.Spec.Checkpoint.Volume.Size != nil {
-			_ = newCheckpointClaim(job)
+		if !apiequality.Semantic.DeepEqual(network, networkEnv(&job.Spec)) {
+			t.Fatal("networkEnv is not deterministic")
+		}
+		seen := map[string]bool{}
+		for _, e := range network {
+			if seen[e.Name] {
+				t.Errorf("networkEnv sets %s twice", e.Name)
+			}
+			seen[e.Name] = true
+		}
+		if svc := newService(job); svc.Name != job.Name || svc.Spec.Selector[trainingv1alpha1.JobNameLabel] != job.Name {
+			t.Errorf("service %s selects %v, want the job's pods", svc.Name, svc.Spec.Selector)
+		}
+		if c := job.Spec.Checkpoint; c != nil && c.Volume.Size != nil {
+			pvc := newCheckpointClaim(job)
+			if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(*c.Volume.Size) != 0 {
+				t.Errorf("claim requests %s, spec asks %s", got.String(), c.Volume.Size.String())
+			}
 		}
 		if job.Spec.Nodes > 0 {
-			_ = newWorkerPod(job, network, 0)
-			_ = newWorkerPod(job, network, job.Spec.Nodes-1)
+			for _, rank := range []int32{0, job.Spec.Nodes - 1} {
+				checkWorkerPod(t, job, network, rank, accepted && len(podSizeErrors(job)) == 0)
+			}
+		}
+		if diff := cmp.Diff(before, job); diff != "" {
+			t.Errorf("the constructors changed the job (-before +after):\n%s", diff)
 		}
 	})
 }
 
-func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
-	for _, tc := range []struct {
-		valueBytes int
-		sidecar    bool
-		refused    bool
-	}{{100 << 10, false, false}, {600 << 10, false, false}, {600 << 10, true, true}, {1100 << 10, false, true}} {
-		w := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1024).WorkerEnv("BLOB", strings.Repeat("x", tc.valueBytes))
-		job := w.Defaulted().Obj()
-		if tc.sidecar {
-			job.Spec.Template.Spec.Containers = append(job.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers[0])
-			job.Spec.Template.Spec.Containers[1].Name = "sidecar"
+// checkWorkerPod checks what every worker pod of job must satisfy; fits says the operator
+// accepted the job, so the pod must also be small enough to store.
+func checkWorkerPod(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32, fits bool) {
+	t.Helper()
+	pod := newWorkerPod(job, network, rank)
+	if !apiequality.Semantic.DeepEqual(pod, newWorkerPod(job, network, rank)) {
+		t.Fatalf("rank %d: newWorkerPod is not deterministic", rank)
+	}
+	b, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatalf("rank %d: %v", rank, err)
+	}
+	if fits && len(b) > maxPodBytes {
+		t.Errorf("rank %d: an accepted job's pod is %d bytes, over %d", rank, len(b), maxPodBytes)
+	}
+	back := &corev1.Pod{}
+	if err := json.Unmarshal(b, back); err != nil || !apiequality.Semantic.DeepEqual(pod, back) {
+		t.Errorf("rank %d: the pod does not survive a JSON round trip (%v)", rank, err)
+	}
+	if got, ok := podRank(pod); !ok || got != rank || pod.Labels[trainingv1alpha1.AttemptLabel] != strconv.Itoa(int(job.Status.Restarts)) ||
+		pod.Name != podName(job, job.Status.Restarts, rank) {
+		t.Errorf("pod %s labelled rank %q attempt %q, want rank %d attempt %d", pod.Name,
+			pod.Labels[trainingv1alpha1.RankLabel], pod.Labels[trainingv1alpha1.AttemptLabel], rank, job.Status.Restarts)
+	}
+	if owner, ok := owningJob(pod); !ok || owner != job.Name {
+		t.Errorf("pod %s is controlled by %q, want %s", pod.Name, owner, job.Name)
+	}
+	w := &pod.Spec.Containers[workerContainer(&pod.Spec)]
+	if gpus := w.Resources.Limits["amd.com/gpu"]; gpus.Cmp(*resource.NewQuantity(int64(job.Spec.GPUsPerNode), resource.DecimalSI)) != 0 {
+		t.Errorf("rank %d: worker limits %s GPUs, spec asks %d", rank, gpus.String(), job.Spec.GPUsPerNode)
+	}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		n := 0
+		for _, e := range c.Env {
+			if e.Name == trainingv1alpha1.EnvNodeRank {
+				n++
+				if fits && e.Value != strconv.Itoa(int(rank)) {
+					t.Errorf("rank %d: container %s has %s=%s", rank, c.Name, e.Name, e.Value)
+				}
+			}
 		}
-		errs := podSizeErrors(job)
-		if (len(errs) > 0) != tc.refused {
-			t.Errorf("%d KiB value, sidecar %v: errors %v, want refused=%v", tc.valueBytes>>10, tc.sidecar, errs, tc.refused)
-		}
-		if len(errs) > 0 && !strings.Contains(errs[0].Error(), "spec.template") {
-			t.Errorf("the error should name the field: %v", errs[0])
+		if fits && n != 1 { // the API refuses templates that set it themselves
+			t.Errorf("rank %d: container %s sets %s %d times", rank, c.Name, trainingv1alpha1.EnvNodeRank, n)
 		}
 	}
+	if pod.Spec.AutomountServiceAccountToken == nil ||
+		(*pod.Spec.AutomountServiceAccountToken && !ptrTrue(job.Spec.Template.Spec.AutomountServiceAccountToken)) {
+		t.Errorf("rank %d: service-account token mounted without the template asking", rank)
+	}
 }
+
+func ptrTrue(b *bool) bool { return b != nil && *b }

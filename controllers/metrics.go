@@ -2,11 +2,10 @@ package controllers
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -14,6 +13,9 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
+// The operator's own metrics, registered with controller-runtime's registry when the package
+// loads. Decisions (restarts, recoveries, first runs) are counted only once the status that
+// records them is stored: see pass.whenStored.
 var (
 	podsCreated = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "zaya_worker_pods_created_total",
@@ -33,32 +35,33 @@ var (
 		Help:    "Seconds from a failure being seen to every rank of the new attempt running.",
 		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
 	})
-	registerOnce sync.Once
 )
+
+func init() {
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds)
+}
+
+// jobsDesc describes the gauge of jobs by True condition.
+var jobsDesc = prometheus.NewDesc("zaya_jobs", "ZayaTrainingJobs whose condition is True, by condition.", []string{"condition"}, nil)
 
 // jobsCollector reports how many jobs have each condition True, read from the cache at scrape
 // time so it can never drift from the objects.
 type jobsCollector struct {
 	reader client.Reader
-	desc   *prometheus.Desc
 }
 
-func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	jobs := &trainingv1alpha1.ZayaTrainingJobList{}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.reader.List(ctx, jobs); err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		ch <- prometheus.NewInvalidMetric(jobsDesc, err)
 		return
 	}
-	counts := map[string]int{}
-	for _, t := range []string{
-		trainingv1alpha1.ConditionCreated, trainingv1alpha1.ConditionRunning, trainingv1alpha1.ConditionRestarting,
-		trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ConditionSuspended,
-		trainingv1alpha1.ConditionSucceeded, trainingv1alpha1.ConditionFailed,
-	} {
+	counts := make(map[string]int, len(conditionTypes))
+	for _, t := range conditionTypes {
 		counts[t] = 0
 	}
 	for i := range jobs.Items {
@@ -69,25 +72,21 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for t, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), t)
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), t)
 	}
 }
 
-// registerMetrics adds the operator's metrics to controller-runtime's registry (once per process).
-func registerMetrics(reader client.Reader) {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, &jobsCollector{
-			reader: reader,
-			desc:   prometheus.NewDesc("zaya_jobs", "ZayaTrainingJobs whose condition is True, by condition.", []string{"condition"}, nil),
-		})
-	})
-}
-
-// observe records metrics for status transitions that were just stored.
-func (p *pass) observe(old *trainingv1alpha1.ZayaTrainingJobStatus) {
-	wasRunning := meta.IsStatusConditionTrue(old.Conditions, trainingv1alpha1.ConditionRunning)
-	isRunning := meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionRunning)
-	if !wasRunning && isRunning && p.job.Status.Restarts == 0 {
-		timeToRunning.Observe(p.now.Sub(p.job.CreationTimestamp.Time).Seconds())
+// registerJobsCollector makes reg's jobs gauge read from reader, replacing the collector of
+// an earlier manager in the same process (tests start several) rather than keeping its client.
+func registerJobsCollector(reg prometheus.Registerer, reader client.Reader) error {
+	c := &jobsCollector{reader: reader}
+	if err := reg.Register(c); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if !errors.As(err, &dup) {
+			return err
+		}
+		reg.Unregister(dup.ExistingCollector)
+		return reg.Register(c)
 	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -19,7 +18,6 @@ func TestJobsCollectorCountsTrueConditions(t *testing.T) {
 	failed.Status.Conditions = []metav1.Condition{{Type: "Failed", Status: "True"}, {Type: "Running", Status: "False"}, {Type: "Created", Status: "True"}}
 	c := &jobsCollector{
 		reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(running, failed).Build(),
-		desc:   prometheus.NewDesc("zaya_jobs", "ZayaTrainingJobs whose condition is True, by condition.", []string{"condition"}, nil),
 	}
 	want := `
 # HELP zaya_jobs ZayaTrainingJobs whose condition is True, by condition.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -94,4 +95,18 @@ func ipcLock(n *trainingv1alpha1.NetworkSpec) bool {
 		return *n.IPCLock
 	}
 	return needsRDMA(n.Profile)
+}
+
+// formatEnv renders variables as NAME=value pairs for events.
+func formatEnv(env []corev1.EnvVar) string {
+	parts := make([]string, 0, len(env))
+	for _, e := range env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = "<from a reference>"
+		}
+		parts = append(parts, e.Name+"="+v)
+	}
+	slices.Sort(parts)
+	return "network environment: " + strings.Join(parts, " ")
 }

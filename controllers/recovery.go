@@ -11,7 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -19,85 +20,6 @@ import (
 
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).
 const maxRecentFailures = 8
-
-// verdict is what a failure does to the job.
-type verdict struct {
-	failure trainingv1alpha1.JobFailure
-	fatal   bool // fail the job, no restart
-	counted bool // the restart counts against maxRestarts
-}
-
-// disruptionReasons are pod failures caused by the cluster rather than the worker.
-var disruptionReasons = map[string]string{
-	"Evicted":                trainingv1alpha1.FailureReasonEvicted,
-	"Preempting":             trainingv1alpha1.FailureReasonPreempted,
-	"PreemptionByScheduler":  trainingv1alpha1.FailureReasonPreempted,
-	"EvictionByEvictionAPI":  trainingv1alpha1.FailureReasonEvicted,
-	"DeletionByTaintManager": trainingv1alpha1.FailureReasonNodeLost,
-	"DeletionByPodGC":        trainingv1alpha1.FailureReasonNodeLost,
-	"TerminationByKubelet":   trainingv1alpha1.FailureReasonEvicted,
-	"NodeShutdown":           trainingv1alpha1.FailureReasonNodeLost,
-	"Shutdown":               trainingv1alpha1.FailureReasonNodeLost,
-	"Terminated":             trainingv1alpha1.FailureReasonNodeLost,
-}
-
-// judge classifies the failure of a pod of the current attempt: a disruption by the cluster,
-// a worker exit code (fatal, retryable or other, by spec.faultTolerance.exitCodes), or a pod
-// deleted under the running gang.
-func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time.Time, attempt int32) verdict {
-	f := failureOf(pod, now, attempt)
-	ft := &spec.FaultTolerance
-	disruption := func(reason string) verdict {
-		f.Reason = reason
-		return verdict{failure: f, counted: ft.DisruptionRestarts == trainingv1alpha1.DisruptionRestartsCounted}
-	}
-	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
-		if r, ok := disruptionReasons[c.Reason]; ok {
-			return disruption(r)
-		}
-		return disruption(trainingv1alpha1.FailureReasonEvicted)
-	}
-	if r, ok := disruptionReasons[pod.Status.Reason]; ok {
-		return disruption(r)
-	}
-	if !pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodFailed {
-		f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
-		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
-	}
-	if hung(pod) {
-		f.Reason = trainingv1alpha1.FailureReasonHang
-		return verdict{failure: f, counted: true}
-	}
-	if f.ExitCode == nil {
-		return verdict{failure: f, counted: true}
-	}
-	code := *f.ExitCode
-	switch {
-	case slices.Contains(ft.ExitCodes.Fatal, code):
-		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode
-		return verdict{failure: f, fatal: true}
-	case slices.Contains(ft.ExitCodes.Retryable, code):
-		return verdict{failure: f, counted: true}
-	case ft.ExitCodes.Other == trainingv1alpha1.ExitCodeFail:
-		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode
-		return verdict{failure: f, fatal: true}
-	}
-	return verdict{failure: f, counted: true}
-}
-
-// hung reports whether the heartbeat probe killed the worker.
-func hung(pod *corev1.Pod) bool {
-	s := workerStatus(pod)
-	if s == nil || s.State.Terminated == nil {
-		return false
-	}
-	for line := range strings.Lines(s.State.Terminated.Message) {
-		if strings.HasPrefix(strings.TrimSpace(line), trainingv1alpha1.TerminationMessageHangPrefix) {
-			return true
-		}
-	}
-	return false
-}
 
 // recover acts on the first failure of the current attempt: it fails the job, or starts a
 // gang restart by moving to the next attempt. It only changes status: the next pass (which
@@ -132,7 +54,7 @@ func (p *pass) recover(ctx context.Context, v verdict) {
 	st.RestartTimes = recent
 	st.Restarts++
 	st.ReadyNodes = 0
-	restartsTotal.WithLabelValues(f.Reason).Inc()
+	p.whenStored(func() { restartsTotal.WithLabelValues(f.Reason).Inc() })
 	msg := fmt.Sprintf("restarting the whole gang as attempt %d after: %s", st.Restarts, f.Message)
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
 	p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRestarting, msg)
@@ -167,16 +89,24 @@ func (p *pass) backoffLeft() time.Duration {
 	if !ok {
 		return 0
 	}
-	b := p.job.Spec.FaultTolerance.Backoff
-	k := len(p.job.Status.RestartTimes)
-	if b.Initial == nil || b.Initial.Duration <= 0 || k == 0 {
+	return since.Add(restartBackoff(p.job.Spec.FaultTolerance.Backoff, len(p.job.Status.RestartTimes))).Sub(p.now)
+}
+
+// restartBackoff is the wait before the k-th counted restart (k from 1).
+func restartBackoff(spec trainingv1alpha1.BackoffSpec, k int) time.Duration {
+	if spec.Initial == nil || spec.Initial.Duration <= 0 || k <= 0 {
 		return 0
 	}
-	d := time.Duration(float64(b.Initial.Duration) * math.Pow(2, float64(k-1)))
-	if b.Max != nil && (d > b.Max.Duration || d <= 0) {
-		d = b.Max.Duration
+	limit := trainingv1alpha1.DefaultBackoffMax
+	if spec.Max != nil {
+		limit = spec.Max.Duration
 	}
-	return since.Add(d).Sub(p.now)
+	b := wait.Backoff{Duration: spec.Initial.Duration, Factor: 2, Steps: k, Cap: limit}
+	var d time.Duration
+	for range min(k, 64) { // any initial of 1ns or more meets a cap of at most 1h within 42 doublings
+		d = b.Step()
+	}
+	return min(d, limit)
 }
 
 // finishRecovery closes a gang restart once every rank of the new attempt runs.
@@ -188,7 +118,7 @@ func (p *pass) finishRecovery() {
 	took := p.now.Sub(since)
 	secs := int32(math.Ceil(took.Seconds()))
 	p.job.Status.LastRecoverySeconds = &secs
-	recoverySeconds.Observe(took.Seconds())
+	p.whenStored(func() { recoverySeconds.Observe(took.Seconds()) })
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,
 		fmt.Sprintf("attempt %d running %ds after the failure", p.job.Status.Restarts, secs))
 	p.normal(trainingv1alpha1.ReasonRecovered, "Restart", "recovered: attempt %d has all %d ranks running, %ds after the failure",
@@ -201,20 +131,22 @@ func (p *pass) finishRecovery() {
 func (p *pass) clearStuck(ctx context.Context, draining []*corev1.Pod) (time.Duration, error) {
 	timeout := p.job.Spec.FaultTolerance.TerminatingTimeout.Duration
 	var next time.Duration
+	var stuck []*corev1.Pod
 	for _, pod := range draining {
-		due := pod.DeletionTimestamp.Add(timeout).Sub(p.now)
-		if due > 0 {
+		if due := pod.DeletionTimestamp.Add(timeout).Sub(p.now); due > 0 {
 			if next == 0 || due < next {
 				next = due
 			}
 			continue
 		}
-		err := p.r.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
-		if client.IgnoreNotFound(err) != nil {
-			return 0, fmt.Errorf("force-deleting pod %s: %w", pod.Name, err)
-		}
-		p.warning(trainingv1alpha1.ReasonForceDeleted, "Delete", "force-deleted pod %s on %s: terminating for more than %s",
-			pod.Name, pod.Spec.NodeName, timeout)
+		stuck = append(stuck, pod)
+	}
+	if err := p.deletePods(ctx, stuck, ptr.To[int64](0)); err != nil {
+		return 0, err
+	}
+	for _, pod := range stuck {
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonForceDeleted, "Delete",
+			"force-deleted pod %s on %s: terminating for more than %s", pod.Name, pod.Spec.NodeName, timeout)
 	}
 	return next, nil
 }

@@ -3,12 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -117,16 +114,6 @@ func (p *pass) unhealthyRank(ctx context.Context, g gang) (*trainingv1alpha1.Job
 	return nil, nil
 }
 
-// podNodeKey indexes the operator's pods by the node they are bound to.
-const podNodeKey = "spec.nodeName"
-
-func indexPodNode(o client.Object) []string {
-	if pod, ok := o.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
-		return []string{pod.Spec.NodeName}
-	}
-	return nil
-}
-
 // jobsOnNode maps a node event to the jobs with a rank on that node.
 func (r *ZayaTrainingJobReconciler) jobsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
 	pods := &corev1.PodList{}
@@ -163,107 +150,4 @@ var nodeHealthChanged = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return true },
 	GenericFunc: func(event.GenericEvent) bool { return false },
-}
-
-// quarantines reports whether a failure reason keeps the job off the node from now on.
-func quarantines(reason string) bool {
-	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy
-}
-
-// quarantine adds a node to the job's exclusion list (oldest entries go when it is full) and,
-// if asked, taints it. The taint is checked even when the node is listed already: a pass whose
-// taint request failed still writes the list, and the retry must not stop at it.
-func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) error {
-	st := &p.job.Status
-	if f.Node == "" {
-		return nil
-	}
-	if !slices.ContainsFunc(st.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == f.Node }) {
-		st.QuarantinedNodes = append(st.QuarantinedNodes, trainingv1alpha1.QuarantinedNode{Name: f.Node, Reason: f.Reason, Since: metav1.Time{Time: p.now}})
-		if over := len(st.QuarantinedNodes) - int(p.job.Spec.FaultTolerance.Quarantine.MaxNodes); over > 0 {
-			st.QuarantinedNodes = st.QuarantinedNodes[over:]
-		}
-		p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Quarantine", "quarantined node %s for this job: %s", f.Node, f.Message)
-	}
-	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule {
-		return nil
-	}
-	return p.taintNode(ctx, f.Node)
-}
-
-// taintNode adds training.zaya.dev/quarantined:NoSchedule to a node, once.
-func (p *pass) taintNode(ctx context.Context, name string) error {
-	node := &corev1.Node{}
-	if err := p.r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == trainingv1alpha1.QuarantineTaintKey }) {
-		return nil
-	}
-	base := node.DeepCopy()
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
-		Key: trainingv1alpha1.QuarantineTaintKey, Value: p.job.Namespace + "." + p.job.Name, Effect: corev1.TaintEffectNoSchedule,
-	})
-	if err := p.r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("tainting node %s: %w", name, err)
-	}
-	p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Taint", "tainted node %s %s:NoSchedule", name, trainingv1alpha1.QuarantineTaintKey)
-	return nil
-}
-
-// expireQuarantine releases nodes quarantined longer than quarantine.expireAfter, so a repaired
-// node can come back, and returns when the next one is due (0 for none).
-func (p *pass) expireQuarantine() time.Duration {
-	after := p.job.Spec.FaultTolerance.Quarantine.ExpireAfter.Duration
-	var next time.Duration
-	kept := p.job.Status.QuarantinedNodes[:0:0]
-	for _, q := range p.job.Status.QuarantinedNodes {
-		due := q.Since.Add(after).Sub(p.now)
-		if due <= 0 {
-			p.normal(trainingv1alpha1.ReasonNodeReleased, "Quarantine", "released node %s from quarantine after %s", q.Name, after)
-			continue
-		}
-		if next == 0 || due < next {
-			next = due
-		}
-		kept = append(kept, q)
-	}
-	if len(kept) != len(p.job.Status.QuarantinedNodes) {
-		p.job.Status.QuarantinedNodes = kept
-	}
-	return next
-}
-
-// avoidQuarantined keeps a pod off the job's quarantined nodes: a NotIn on each node's name
-// (the apiserver allows one value per node-name field requirement) is added to every required
-// node-affinity term of the template (terms are ORed, so each needs them).
-func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.QuarantinedNode) {
-	if len(quarantined) == 0 {
-		return
-	}
-	reqs := make([]corev1.NodeSelectorRequirement, 0, len(quarantined))
-	for _, q := range quarantined {
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{q.Name}})
-	}
-	if ps.Affinity == nil {
-		ps.Affinity = &corev1.Affinity{}
-	}
-	if ps.Affinity.NodeAffinity == nil {
-		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := ps.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		terms = []corev1.NodeSelectorTerm{{}}
-	}
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, reqs...)
-	}
-	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
 }

@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func TestAPodGrownWhileSuspendedIsRefusedBeforeResume(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Suspend(true).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	if !meta.IsStatusConditionTrue(h.get(t, job).Status.Conditions, trainingv1alpha1.ConditionCreated) {
+		t.Fatal("the job was not accepted")
+	}
+
+	// While suspended the template may change: it grows past what a pod can hold.
+	stored := h.get(t, job)
+	c := &stored.Spec.Template.Spec.Containers[0]
+	c.Env = append(c.Env, env("BLOB", strings.Repeat("x", maxPodBytes+1))...)
+	stored.Generation = 2
+	if err := h.r.Update(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	created := condition(got, trainingv1alpha1.ConditionCreated)
+	if created.Status != metav1.ConditionFalse || created.Reason != trainingv1alpha1.ReasonInvalidSpec ||
+		!strings.Contains(created.Message, "spec.template") || created.ObservedGeneration != 2 {
+		t.Fatalf("Created = %+v, want False/InvalidSpec naming spec.template for generation 2", created)
+	}
+
+	// Resuming the oversized job creates nothing and keeps saying why.
+	got.Spec.Suspend = false
+	got.Generation = 3
+	if err := h.r.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	if n := len(h.pods(t)); n != 0 {
+		t.Errorf("%d pods created for a job whose pods cannot be stored", n)
+	}
+	if c := condition(h.get(t, job), trainingv1alpha1.ConditionCreated); c.Reason != trainingv1alpha1.ReasonInvalidSpec {
+		t.Errorf("Created = %+v after resume", c)
+	}
+}
+
+func TestThePodSizeIsCheckedOncePerGeneration(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	stored := h.get(t, job)
+	p := &pass{r: h.r, job: stored, now: now}
+	if p.needsSizeCheck() {
+		t.Error("an accepted generation is checked again on every pass")
+	}
+	stored.Generation++
+	if !p.needsSizeCheck() {
+		t.Error("a new generation is not checked")
+	}
+}
+func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
+	for _, tc := range []struct {
+		valueBytes int
+		sidecar    bool
+		refused    bool
+	}{{100 << 10, false, false}, {600 << 10, false, false}, {600 << 10, true, true}, {1100 << 10, false, true}} {
+		w := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1024).WorkerEnv("BLOB", strings.Repeat("x", tc.valueBytes))
+		job := w.Defaulted().Obj()
+		if tc.sidecar {
+			job.Spec.Template.Spec.Containers = append(job.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers[0])
+			job.Spec.Template.Spec.Containers[1].Name = "sidecar"
+		}
+		errs := podSizeErrors(job)
+		if (len(errs) > 0) != tc.refused {
+			t.Errorf("%d KiB value, sidecar %v: errors %v, want refused=%v", tc.valueBytes>>10, tc.sidecar, errs, tc.refused)
+		}
+		if len(errs) > 0 && !strings.Contains(errs[0].Error(), "spec.template") {
+			t.Errorf("the error should name the field: %v", errs[0])
+		}
+	}
+}

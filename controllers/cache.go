@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// jobKind is the kind whose controller references mark the operator's children.
+const jobKind = "ZayaTrainingJob"
+
+// Field indexes on the cached worker pods.
+const (
+	// podOwnerKey indexes pods by the name of the ZayaTrainingJob that controls them.
+	podOwnerKey = ".metadata.controller.zayatrainingjob"
+	// podNodeKey indexes pods by the node they are bound to.
+	podNodeKey = "spec.nodeName"
+)
+
+// owningJob is the name of the ZayaTrainingJob that controls obj, if one does.
+func owningJob(obj metav1.Object) (string, bool) {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != jobKind || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
+		return "", false
+	}
+	return ref.Name, true
+}
+
+func indexPodOwner(o client.Object) []string {
+	if name, ok := owningJob(o); ok {
+		return []string{name}
+	}
+	return nil
+}
+
+func indexPodNode(o client.Object) []string {
+	if pod, ok := o.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+		return []string{pod.Spec.NodeName}
+	}
+	return nil
+}
+
+// addIndexes registers the field indexes the reconciler lists by.
+func addIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &corev1.Pod{}, podNodeKey, indexPodNode)
+}
+
+// CacheOptions makes the manager cache only the pods, services and claims this operator
+// labels, so its memory grows with its own jobs, not with the cluster.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(trainingv1alpha1.JobNameLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant requirement cannot fail
+	}
+	ours := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	return cache.Options{
+		// Nothing here reads managedFields, a large share of every object; updates leave
+		// them as they are when the request omits them.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   {Label: ours.Label, Transform: slimPod},
+			&corev1.Service{}:               ours, // metadata only: see metadataOf
+			&corev1.PersistentVolumeClaim{}: ours, // metadata only, likewise
+			// Nodes are watched for health only: drop what is big and unused.
+			&corev1.Node{}: {Transform: slimNode},
+		},
+	}
+}
+
+// slimPod keeps what the reconciler reads of its pods: metadata, status, the node, the grace
+// period and the containers' names. The rest of the spec (the RCCL environment, probes,
+// volumes, affinity) is most of a worker pod and is never read back: the operator creates and
+// deletes pods but never updates one, so nothing dropped here can be written back.
+func slimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	p.ManagedFields = nil
+	containers := make([]corev1.Container, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name}
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
+		Containers: containers}
+	return p, nil
+}
+
+// slimNode keeps what nodeProblem and tainting need.
+func slimNode(o any) (any, error) {
+	if n, ok := o.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Status.Images = nil
+		n.Status.VolumesAttached = nil
+		n.Status.VolumesInUse = nil
+	}
+	return o, nil
+}
+
+// metadataOf is an empty core object of kind to Get into: the operator only needs to know that
+// its Service and claim exist, so their informers hold metadata alone.
+func metadataOf(kind string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	return m
+}

@@ -1,0 +1,57 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// progressBatch is how long a job's pass waits after a pod event that only reports progress
+// (created, scheduled, started, ready): during a launch of N ranks such events arrive by the
+// thousand and each pass walks every pod, so one pass per batch keeps the cost linear.
+const progressBatch = 200 * time.Millisecond
+
+// podEvents enqueues a pod's job: at once when the pod failed, finished or is going away
+// (recovery must not wait), after progressBatch otherwise (the queue merges the waits).
+type podEvents struct{}
+
+func (podEvents) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, progressBatch)
+}
+
+func (podEvents) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	delay := progressBatch
+	if pod, ok := e.ObjectNew.(*corev1.Pod); ok && (!pod.DeletionTimestamp.IsZero() ||
+		pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Reason != "") {
+		delay = 0
+	}
+	enqueueOwner(e.ObjectNew, q, delay)
+}
+
+func (podEvents) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, 0)
+}
+
+func (podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	enqueueOwner(e.Object, q, 0)
+}
+
+// enqueueOwner queues the job that controls obj, after delay.
+func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], delay time.Duration) {
+	name, ok := owningJob(obj)
+	if !ok {
+		return
+	}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}
+	if delay > 0 {
+		q.AddAfter(req, delay)
+		return
+	}
+	q.Add(req)
+}

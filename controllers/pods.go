@@ -1,0 +1,113 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// defaultCreateParallelism bounds concurrent pod creations and deletions of one job.
+const defaultCreateParallelism = 128
+
+// restartGracePeriod caps how long the pods of a failed gang may take to stop: its workers
+// are stuck in collectives and cannot checkpoint anyway.
+const restartGracePeriod = 10 * time.Second
+
+func (r *ZayaTrainingJobReconciler) createParallelism() int {
+	if r.CreateParallelism > 0 {
+		return r.CreateParallelism
+	}
+	return defaultCreateParallelism
+}
+
+// createMissing creates the pods of every missing rank concurrently. A pod the apiserver
+// refuses as invalid fails the job: retrying cannot fix the template. It returns when to look
+// again for ranks whose fresh pods the cache has not shown yet.
+func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error) {
+	ranks, recheck := p.r.creations.pending(p.job, g, g.missing(), p.now)
+	if len(ranks) == 0 {
+		return recheck, nil
+	}
+	network := networkEnv(&p.job.Spec)
+	var created atomic.Int32
+	var mu sync.Mutex
+	var invalid error
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(p.r.createParallelism())
+	for _, rank := range ranks {
+		eg.Go(func() error {
+			pod := newWorkerPod(p.job, network, rank)
+			err := p.r.Create(ctx, pod)
+			switch {
+			case err == nil:
+				created.Add(1)
+				podsCreated.Inc()
+				g.ranks[rank] = pod
+				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now()) // not p.now: a big pass takes seconds
+			case apierrors.IsAlreadyExists(err):
+				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now())
+			case apierrors.IsInvalid(err):
+				mu.Lock()
+				invalid = err
+				mu.Unlock()
+			default:
+				return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+			}
+			return nil
+		})
+	}
+	err := eg.Wait()
+	if n := created.Load(); n > 0 {
+		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Restarts)
+		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Restarts)
+	}
+	if invalid != nil {
+		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// Admission refusals (Pod Security, quota, webhooks) say what to change: show them
+		// where users look, not only in the operator's log.
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonFailedCreate, "Create", "%v (retrying)", err)
+	}
+	return recheck, err
+}
+
+// deletePods deletes pods concurrently, each given at most maxGrace seconds to stop (nil: the
+// pod's own grace period, so healthy workers can save on SIGTERM; 0 removes the object at once,
+// for pods whose kubelet will never confirm). Pods already gone or replaced are fine.
+func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int64) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(p.r.createParallelism())
+	for _, pod := range pods {
+		eg.Go(func() error {
+			opts := []client.DeleteOption{client.Preconditions{UID: &pod.UID}}
+			if maxGrace != nil {
+				opts = append(opts, client.GracePeriodSeconds(min(*maxGrace, ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, *maxGrace))))
+			}
+			err := p.r.Delete(ctx, pod, opts...)
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
+}
+
+// briefly is the grace period for the pods of a broken gang.
+func briefly() *int64 { return ptr.To(int64(restartGracePeriod.Seconds())) }

@@ -1,0 +1,34 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// heartbeatProbe fails when the worker has not touched ZAYA_HEARTBEAT_FILE for timeout (or
+// never did, timeout after start). Before failing it appends a "zaya: hang" line to the
+// termination log so the operator can tell a hang from a crash. Templates that bring their own
+// liveness probe (or images without a shell) keep theirs.
+func heartbeatProbe(timeout time.Duration, terminationLog string) *corev1.Probe {
+	secs := int32(timeout.Seconds())
+	period := min(max(secs/6, 10), 60)
+	return &corev1.Probe{
+		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs, terminationLog)}}},
+		InitialDelaySeconds: secs,
+		PeriodSeconds:       period,
+		TimeoutSeconds:      10,
+		FailureThreshold:    1,
+	}
+}
+
+// heartbeatScript checks the heartbeat file's age and, when it is too old, appends the hang
+// line to terminationLog and fails.
+func heartbeatScript(secs int32, terminationLog string) string {
+	return fmt.Sprintf(`f="$%s"; [ -f "$f" ] && [ $(( $(date +%%s) - $(stat -c %%Y "$f") )) -lt %d ] || `+
+		`{ echo "%s no heartbeat for %ds" >> %s; exit 1; }`,
+		trainingv1alpha1.EnvHeartbeatFile, secs, trainingv1alpha1.TerminationMessageHangPrefix, secs, terminationLog)
+}

@@ -1,0 +1,58 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// capacityGrace is how long the scheduler must have found no room for a rank before the job
+// reports WaitingForCapacity: a claim still binding or a node still registering is not news.
+const capacityGrace = 10 * time.Second
+
+// recordCheckpoint keeps the newest checkpoint step the workers reported.
+func (p *pass) recordCheckpoint(g gang) {
+	last := p.job.Status.LastCheckpoint
+	if g.checkpointStep < 0 || (last != nil && last.Step >= g.checkpointStep) {
+		return
+	}
+	p.job.Status.LastCheckpoint = &trainingv1alpha1.CheckpointStatus{Step: g.checkpointStep, Time: &metav1.Time{Time: p.now}}
+}
+
+// updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods, and
+// asks to be called again when a pending capacity verdict becomes reportable.
+func (p *pass) updateProgress(g gang) ctrl.Result {
+	job := p.job
+	n := job.Spec.Nodes
+	job.Status.ReadyNodes = g.ready
+	if g.ready == n {
+		p.finishRecovery()
+		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
+			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())
+			if job.Status.Restarts == 0 {
+				took := p.now.Sub(job.CreationTimestamp.Time)
+				p.whenStored(func() { timeToRunning.Observe(took.Seconds()) })
+			}
+		}
+	} else {
+		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonStarting,
+			fmt.Sprintf("%d/%d ranks running", g.ready, n))
+	}
+
+	if g.unschedulable == 0 {
+		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.scheduled, n))
+		return ctrl.Result{}
+	}
+	if wait := g.unschedulableSince.Add(capacityGrace).Sub(p.now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}
+	}
+	msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage())
+	if p.becameTrue(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonUnschedulable, msg) {
+		p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
+	}
+	return ctrl.Result{}
+}

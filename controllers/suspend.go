@@ -1,0 +1,38 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// suspend deletes every pod and keeps everything else (checkpoints, service, budget).
+func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
+	job := p.job
+	if err := p.deletePods(ctx, activePods(pods), nil); err != nil {
+		return err
+	}
+	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
+		p.normal(trainingv1alpha1.ReasonSuspended, "Suspend", "suspended: deleted the worker pods, kept checkpoints")
+		if job.Status.StartTime != nil {
+			// Resuming starts a new attempt, so the pods being deleted now never pass for it.
+			job.Status.Restarts++
+		}
+	}
+	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	job.Status.ReadyNodes = 0
+	job.Status.StartTime = nil
+	return nil
+}
+
+// resume marks a suspended job as resumed; its pods are recreated by this pass.
+func (p *pass) resume() {
+	if p.clearCondition(trainingv1alpha1.ConditionSuspended, trainingv1alpha1.ReasonResumed, "spec.suspend is false") {
+		p.normal(trainingv1alpha1.ReasonResumed, "Resume", "resumed: recreating the worker pods")
+	}
+}

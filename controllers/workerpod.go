@@ -1,0 +1,223 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// workerContainer is the index of the container that gets the GPUs: the one named "worker",
+// else the first.
+func workerContainer(spec *corev1.PodSpec) int {
+	if i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "worker" }); i >= 0 {
+		return i
+	}
+	return 0
+}
+
+// contractEnv is the rendezvous and job part of the worker contract for one rank.
+func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []corev1.EnvVar {
+	s := &job.Spec
+	itoa := func(v int32) string { return strconv.FormatInt(int64(v), 10) }
+	env := []corev1.EnvVar{
+		{Name: trainingv1alpha1.EnvMasterAddr, Value: masterAddr(job)},
+		{Name: trainingv1alpha1.EnvMasterPort, Value: itoa(trainingv1alpha1.MasterPort)},
+		{Name: trainingv1alpha1.EnvWorldSize, Value: itoa(s.WorldSize())},
+		{Name: trainingv1alpha1.EnvNNodes, Value: itoa(s.Nodes)},
+		{Name: trainingv1alpha1.EnvNodeRank, Value: itoa(rank)},
+		{Name: trainingv1alpha1.EnvGPUsPerNode, Value: itoa(s.GPUsPerNode)},
+		{Name: trainingv1alpha1.EnvLocalWorldSize, Value: itoa(s.GPUsPerNode)},
+		// torchrun reads its arguments from PET_<FLAG>, so `torchrun train.py` works unchanged.
+		{Name: "PET_NNODES", Value: itoa(s.Nodes)},
+		{Name: "PET_NODE_RANK", Value: itoa(rank)},
+		{Name: "PET_NPROC_PER_NODE", Value: itoa(s.GPUsPerNode)},
+		{Name: "PET_MASTER_ADDR", Value: masterAddr(job)},
+		{Name: "PET_MASTER_PORT", Value: itoa(trainingv1alpha1.MasterPort)},
+		{Name: trainingv1alpha1.EnvJobName, Value: job.Name},
+		{Name: trainingv1alpha1.EnvRestartAttempt, Value: itoa(attempt)},
+		{Name: trainingv1alpha1.EnvContextParallel, Value: itoa(s.Parallelism.ContextParallel)},
+		{Name: trainingv1alpha1.EnvHeartbeatFile, Value: trainingv1alpha1.HeartbeatFile},
+	}
+	if c := s.Checkpoint; c != nil {
+		every := ""
+		if c.Interval != nil && c.Interval.Steps != nil {
+			every = itoa(*c.Interval.Steps)
+		} else if c.Interval != nil && c.Interval.Duration != nil {
+			every = c.Interval.Duration.Duration.String()
+		}
+		env = append(env,
+			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointDir, Value: c.MountPath},
+			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointEvery, Value: every},
+			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointKeep, Value: itoa(c.Keep)},
+		)
+	}
+	return env
+}
+
+// terminationLogEnv tells a container where its termination message goes: its
+// terminationMessagePath, the kubelet's default unless the template sets one.
+func terminationLogEnv(c *corev1.Container) corev1.EnvVar {
+	path := c.TerminationMessagePath
+	if path == "" {
+		path = corev1.TerminationMessagePathDefault
+	}
+	return corev1.EnvVar{Name: trainingv1alpha1.EnvTerminationLog, Value: path}
+}
+
+// containerEnv is what a container of the worker pod sees: the contract, then the network
+// environment minus the names the template's container sets itself (the template wins),
+// then the template's own variables, which may refer to the others as $(NODE_RANK).
+func containerEnv(contract, network []corev1.EnvVar, c *corev1.Container) []corev1.EnvVar {
+	own := make(map[string]bool, len(c.Env))
+	for _, e := range c.Env {
+		own[e.Name] = true
+	}
+	env := make([]corev1.EnvVar, 0, len(contract)+len(network)+len(c.Env))
+	env = append(env, contract...)
+	for _, e := range network {
+		if !own[e.Name] {
+			env = append(env, e)
+		}
+	}
+	return append(env, c.Env...)
+}
+
+// newWorkerPod is rank's pod of the job's current attempt (status.restarts). The template is
+// copied and only added to: GPU and NIC requests on the worker container, the contract's
+// environment, /dev/shm and the checkpoint volume, hostname and subdomain, labels, and
+// placement rules. ValidateSpec refuses templates that would collide with any of these.
+func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
+	s := &job.Spec
+	attempt := job.Status.Restarts
+	tmpl := s.Template.DeepCopy()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            podName(job, attempt, rank),
+			Namespace:       job.Namespace,
+			Labels:          tmpl.Labels,
+			Annotations:     tmpl.Annotations,
+			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
+		},
+		Spec: tmpl.Spec,
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[trainingv1alpha1.JobNameLabel] = job.Name
+	pod.Labels[trainingv1alpha1.RankLabel] = strconv.FormatInt(int64(rank), 10)
+	pod.Labels[trainingv1alpha1.AttemptLabel] = strconv.FormatInt(int64(attempt), 10)
+
+	ps := &pod.Spec
+	ps.RestartPolicy = corev1.RestartPolicyNever
+	ps.Hostname = hostname(job, rank)
+	ps.Subdomain = job.Name
+	if ps.AutomountServiceAccountToken == nil {
+		ps.AutomountServiceAccountToken = ptr.To(false)
+	}
+
+	ps.Volumes = append(ps.Volumes, corev1.Volume{
+		Name:         trainingv1alpha1.ShmVolumeName,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}},
+	})
+	mounts := []corev1.VolumeMount{{Name: trainingv1alpha1.ShmVolumeName, MountPath: trainingv1alpha1.ShmMountPath}}
+	if c := s.Checkpoint; c != nil {
+		ps.Volumes = append(ps.Volumes, corev1.Volume{
+			Name: trainingv1alpha1.CheckpointVolumeName,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+				ClaimName: checkpointClaimName(job),
+			}},
+		})
+		mounts = append(mounts, corev1.VolumeMount{Name: trainingv1alpha1.CheckpointVolumeName, MountPath: c.MountPath})
+	}
+
+	contract := contractEnv(job, attempt, rank)
+	for _, list := range [][]corev1.Container{ps.InitContainers, ps.Containers} {
+		for i := range list {
+			c := &list[i]
+			c.Env = containerEnv(append(contract[:len(contract):len(contract)], terminationLogEnv(c)), network, c)
+			c.VolumeMounts = append(c.VolumeMounts, mounts...)
+		}
+	}
+
+	w := &ps.Containers[workerContainer(ps)]
+	setDevice(&w.Resources, "amd.com/gpu", int64(s.GPUsPerNode))
+	if nics := s.NICsPerNode(); nics > 0 {
+		setDevice(&w.Resources, "amd.com/nic", int64(nics))
+	}
+	for _, list := range [][]corev1.Container{ps.InitContainers, ps.Containers} {
+		for i := range list {
+			restrictByDefault(&list[i], ps.SecurityContext)
+		}
+	}
+	if ipcLock(&s.Network) {
+		addCapability(w, "IPC_LOCK")
+	}
+	if w.LivenessProbe == nil && s.FaultTolerance.HangTimeout != nil {
+		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration, terminationLogEnv(w).Value)
+	}
+
+	if s.Placement.GPUNodeSelector == trainingv1alpha1.GPUNodeSelectorNFD {
+		if ps.NodeSelector == nil {
+			ps.NodeSelector = map[string]string{}
+		}
+		ps.NodeSelector["feature.node.kubernetes.io/amd-gpu"] = "true"
+	}
+	if s.Placement.NodeSharing == trainingv1alpha1.NodeSharingExclusive && s.GPUsPerNode < 8 {
+		addRankAntiAffinity(ps, job.Name)
+	}
+	avoidQuarantined(ps, job.Status.QuarantinedNodes)
+	return pod
+}
+
+// setDevice requests and limits n of an extended resource (they must be equal).
+func setDevice(r *corev1.ResourceRequirements, name corev1.ResourceName, n int64) {
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = corev1.ResourceList{}
+	}
+	r.Requests[name], r.Limits[name] = q, q
+}
+
+// addRankAntiAffinity keeps two ranks of the job off one node, next to the template's own rules.
+func addRankAntiAffinity(ps *corev1.PodSpec, job string) {
+	if ps.Affinity == nil {
+		ps.Affinity = &corev1.Affinity{}
+	}
+	if ps.Affinity.PodAntiAffinity == nil {
+		ps.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	a := ps.Affinity.PodAntiAffinity
+	a.RequiredDuringSchedulingIgnoredDuringExecution = append(a.RequiredDuringSchedulingIgnoredDuringExecution, corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{trainingv1alpha1.JobNameLabel: job}},
+		TopologyKey:   corev1.LabelHostname,
+	})
+}
+
+// maxPodBytes keeps worker pods well inside what the API server stores: etcd refuses
+// requests over 1.5 MiB by default, and a job near the API's 3 MiB limit (long env values,
+// say) would otherwise be accepted and then never get a pod.
+const maxPodBytes = 1 << 20
+
+// podSizeErrors refuses a spec whose worker pod (the last rank's: the longest names) would
+// be too large to store.
+func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
+	b, err := json.Marshal(newWorkerPod(job, networkEnv(&job.Spec), job.Spec.Nodes-1))
+	if err != nil || len(b) <= maxPodBytes {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
+		"the worker pod would be %d bytes, more than the %d the operator creates (etcd stores at most 1.5 MiB per object): shorten env values, annotations or the template",
+		len(b), maxPodBytes))}
+}
