@@ -52,10 +52,12 @@ docker-build: ## Build the operator image (needs a Docker engine).
 test: verify lint test-unit test-integration test-e2e test-helm ## Run everything CI runs.
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated files or formatting are out of date.
+verify: manifests generate ## Fail when generated files or formatting are out of date, or a tracked file is binary or over 1 MiB without a reason.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@git diff --exit-code -- config api charts docs || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- config api charts docs)" || { echo "untracked generated files:"; git status --porcelain -- config api charts docs; exit 1; }
+	@hack/check-tracked-files.sh
+	@hack/check-tracked-files-test.sh
 
 .PHONY: lint
 lint: ## go vet and golangci-lint.
