@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the operator's main job on a local cluster of fake MI300X nodes. Builds what it
-# needs (about 15 minutes the first time, seconds after), starts the cluster, installs the CRD,
-# runs the operator, applies the smoke sample and shows what happened.
+# needs (slow the first time: it compiles Kubernetes; README.md, "Time and disk"), starts the
+# cluster, installs the CRD, runs the operator, applies the smoke sample and shows what happened.
 # DEMO_KEEP=1 leaves the cluster running afterwards and prints how to use and remove it.
 # Step titles are bold only on a terminal and without NO_COLOR (https://no-color.org).
 set -euo pipefail
