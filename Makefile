@@ -9,9 +9,17 @@ GO_TEST_FLAGS ?=
 # Packages with unit tests: everything but the envtest and cluster suites under test/.
 UNIT_PKGS = $(shell go list ./... | grep -v -e /test/integration -e /test/e2e)
 
+##@ General
+
+# Every target with a `## ` description, under its `##@` section. README.md holds a copy of the
+# output that make verify keeps equal.
+HELP = awk 'BEGIN { FS = ":.*\#\# "; print "Usage: make <target>" } \
+	/^\#\#@ / { printf "\n%s\n", substr($$0, 5) } \
+	/^[a-zA-Z0-9_.-]+:.*\#\# / { printf "  %-18s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
+
 .PHONY: help
 help: ## Show the targets.
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@$(HELP)
 
 ##@ Build
 
@@ -52,10 +60,14 @@ docker-build: ## Build the operator image (needs a Docker engine).
 test: verify lint test-unit test-integration test-e2e test-helm ## Run everything CI runs.
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated files or formatting are out of date.
+verify: manifests generate ## Fail on stale generated files, formatting or README's make help, and on tracked files that are binary or over 1 MiB without a reason.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@git diff --exit-code -- config api charts docs || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- config api charts docs)" || { echo "untracked generated files:"; git status --porcelain -- config api charts docs; exit 1; }
+	@hack/check-tracked-files.sh
+	@hack/check-tracked-files-test.sh
+	@diff -u <(sed -n '/^<!-- BEGIN make help -->$$/,/^<!-- END make help -->$$/{/^<!--/d;/^```/d;p;}' README.md) <($(HELP)) || \
+		{ echo "README.md's make help block is stale: paste 'make -s help' between its markers"; exit 1; }
 
 .PHONY: lint
 lint: ## go vet and golangci-lint.

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # make demo: the operator's main job on a local cluster of fake MI300X nodes. Builds what it
-# needs (about 15 minutes the first time, seconds after), starts the cluster, installs the CRD,
-# runs the operator, applies the smoke sample and shows what happened.
-# DEMO_KEEP=1 leaves the cluster running afterwards (hack/cluster.sh down removes it).
+# needs (slow the first time: it compiles Kubernetes; README.md, "Time and disk"), starts the
+# cluster, installs the CRD, runs the operator, applies the smoke sample and shows what happened.
+# DEMO_KEEP=1 leaves the cluster running afterwards and prints how to use and remove it.
+# Step titles are bold only on a terminal and without NO_COLOR (https://no-color.org).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-demo}
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then
+	step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+	step() { printf '\n== %s\n' "$*"; }
+fi
 
 step "building pinned tools and control plane (cached under bin/)"
 "$root/hack/tools.sh" cluster
@@ -20,7 +25,22 @@ export KUBECONFIG
 cleanup() {
 	stop_operator
 	if [ "${DEMO_KEEP:-}" = 1 ]; then
-		echo "cluster kept: export KUBECONFIG=$KUBECONFIG; remove it with ZAYA_CLUSTER=$ZAYA_CLUSTER hack/cluster.sh down"
+		local q_root q_kc q_name
+		printf -v q_root %q "$root"
+		printf -v q_kc %q "$KUBECONFIG"
+		printf -v q_name %q "$ZAYA_CLUSTER"
+		cat <<-EOF
+
+			The cluster $ZAYA_CLUSTER is still running (DEMO_KEEP=1). Use the pinned kubectl in bin/
+			(built for this cluster's version; another kubectl may not match it):
+			  cd $q_root
+			  export KUBECONFIG=$q_kc
+			  bin/kubectl get ztj,pods
+			The operator has stopped, so nothing reconciles the jobs; to run it again:
+			  bin/zaya-operator --kubeconfig "\$KUBECONFIG" --metrics-bind-address=0 --health-probe-bind-address=0
+			Remove the cluster (from the same folder):
+			  ZAYA_CLUSTER=$q_name hack/cluster.sh down
+		EOF
 	else
 		"$root/hack/cluster.sh" down >/dev/null 2>&1 || true
 	fi

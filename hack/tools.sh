@@ -23,7 +23,7 @@ log() { echo "tools: $*" >&2; }
 build_k8s() {
 	local key; key="$gov $KUBE_VERSION $(hash_of "$root/hack/tools/k8s/go.mod" "$root/hack/tools/k8s/go.sum")"
 	fresh k8s "$key" kube-apiserver kube-scheduler kube-controller-manager kubectl && return
-	log "building kubernetes $KUBE_VERSION control plane (about 5 minutes cold)"
+	log "building kubernetes $KUBE_VERSION control plane (the slow part of a cold build: README.md, \"Time and disk\")"
 	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 	local ld="-s -w"
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
