@@ -235,3 +235,20 @@ func reqFor(job *trainingv1alpha1.ZayaTrainingJob) ctrl.Request {
 }
 
 func slicesSort(s []string) { slices.Sort(s) }
+
+// expectQuiet runs passes reconciles of job and fails if any of them wrote to the API server
+// or emitted an event.
+func (h *harness) expectQuiet(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, passes int) {
+	t.Helper()
+	h.drainEvents()
+	h.writes.Store(0)
+	for range passes {
+		h.mustReconcile(t, job)
+	}
+	if w := h.writes.Load(); w != 0 {
+		t.Errorf("%d passes with nothing changed made %d writes, want 0", passes, w)
+	}
+	if ev := h.drainEvents(); len(ev) != 0 {
+		t.Errorf("%d passes with nothing changed emitted %q", passes, ev)
+	}
+}

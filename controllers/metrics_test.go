@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -32,5 +33,31 @@ zaya_jobs{condition="WaitingForCapacity"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestTheJobsGaugeReadsTheLatestManagersCache(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first := testjob.MakeZayaTrainingJob("a", "ns").Defaulted().Obj()
+	first.Status.Conditions = []metav1.Condition{{Type: "Running", Status: "True"}}
+	if err := registerJobsCollector(reg, fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(first).Build()); err != nil {
+		t.Fatal(err)
+	}
+	// A second manager in the same process (tests start many) reads its own cluster.
+	if err := registerJobsCollector(reg, fake.NewClientBuilder().WithScheme(testScheme()).Build()); err != nil {
+		t.Fatalf("registering again: %v", err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP zaya_jobs ZayaTrainingJobs whose condition is True, by condition.
+# TYPE zaya_jobs gauge
+zaya_jobs{condition="Created"} 0
+zaya_jobs{condition="Failed"} 0
+zaya_jobs{condition="Restarting"} 0
+zaya_jobs{condition="Running"} 0
+zaya_jobs{condition="Succeeded"} 0
+zaya_jobs{condition="Suspended"} 0
+zaya_jobs{condition="WaitingForCapacity"} 0
+`), "zaya_jobs"); err != nil {
+		t.Errorf("the gauge still reads the first manager's client: %v", err)
 	}
 }

@@ -83,17 +83,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, "Running") || got.Status.ReadyNodes != 4 {
 		t.Fatalf("not Running with 4 ready nodes: %+v", got.Status)
 	}
-	h.drainEvents()
-	h.writes.Store(0)
-	for range 3 {
-		h.mustReconcile(t, job)
-	}
-	if w := h.writes.Load(); w != 0 {
-		t.Errorf("steady state made %d writes, want 0", w)
-	}
-	if ev := h.drainEvents(); len(ev) != 0 {
-		t.Errorf("steady state emitted events: %v", ev)
-	}
+	h.expectQuiet(t, job, 3)
 }
 
 func TestConditionsAreOrderedForTheStatusColumn(t *testing.T) {
