@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/ring"
@@ -28,7 +29,7 @@ import (
 )
 
 // ExitConfig is the worker contract's exit code for a configuration error: fatal, no restart.
-const ExitConfig = 78
+const ExitConfig = contract.ExitConfig
 
 // ConfigError is a configuration problem; the worker exits with ExitConfig.
 type ConfigError struct{ Msg string }
@@ -79,36 +80,39 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		name string
 		into *int
 		min  int
-	}{{"NODE_RANK", &cfg.NodeRank, 0}, {"NNODES", &cfg.Nodes, 1}, {"GPUS_PER_NODE", &cfg.GPUsPerNode, 1}, {"WORLD_SIZE", &world, 1}, {"ZAYA_CONTEXT_PARALLEL", &cfg.ContextParallel, 1}} {
+	}{
+		{contract.EnvNodeRank, &cfg.NodeRank, 0}, {contract.EnvNNodes, &cfg.Nodes, 1}, {contract.EnvGPUsPerNode, &cfg.GPUsPerNode, 1},
+		{contract.EnvWorldSize, &world, 1}, {contract.EnvContextParallel, &cfg.ContextParallel, 1},
+	} {
 		if err := num(f.name, f.into, f.min); err != nil {
 			return cfg, err
 		}
 	}
-	addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
+	addr, port := getenv(contract.EnvMasterAddr), getenv(contract.EnvMasterPort)
 	if addr == "" || port == "" {
-		return cfg, &ConfigError{"MASTER_ADDR and MASTER_PORT must be set (docs/worker-contract.md)"}
+		return cfg, &ConfigError{contract.EnvMasterAddr + " and " + contract.EnvMasterPort + " must be set (docs/worker-contract.md)"}
 	}
 	cfg.Master = net.JoinHostPort(addr, port)
 	if world != cfg.Nodes*cfg.GPUsPerNode {
-		return cfg, &ConfigError{fmt.Sprintf("WORLD_SIZE=%d is not NNODES x GPUS_PER_NODE = %d", world, cfg.Nodes*cfg.GPUsPerNode)}
+		return cfg, &ConfigError{fmt.Sprintf("%s=%d is not %s x %s = %d", contract.EnvWorldSize, world, contract.EnvNNodes, contract.EnvGPUsPerNode, cfg.Nodes*cfg.GPUsPerNode)}
 	}
-	cfg.CheckpointDir = getenv("ZAYA_CHECKPOINT_DIR")
-	if every := getenv("ZAYA_CHECKPOINT_INTERVAL"); every != "" {
+	cfg.CheckpointDir = getenv(contract.EnvCheckpointDir)
+	if every := getenv(contract.EnvCheckpointEvery); every != "" {
 		if n, err := strconv.Atoi(every); err == nil && n >= 1 {
 			cfg.CheckpointEvery = n
 		} else if d, err := time.ParseDuration(every); err == nil && d > 0 {
 			cfg.CheckpointPeriod = d
 		} else {
-			return cfg, &ConfigError{fmt.Sprintf("ZAYA_CHECKPOINT_INTERVAL=%q must be a positive number of steps (500) or a duration (30m0s)", every)}
+			return cfg, &ConfigError{fmt.Sprintf("%s=%q must be a positive number of steps (500) or a duration (30m0s)", contract.EnvCheckpointEvery, every)}
 		}
 	}
 	cfg.Keep = 3
-	if keep := getenv("ZAYA_CHECKPOINT_KEEP"); keep != "" {
-		if err := num("ZAYA_CHECKPOINT_KEEP", &cfg.Keep, 1); err != nil {
+	if keep := getenv(contract.EnvCheckpointKeep); keep != "" {
+		if err := num(contract.EnvCheckpointKeep, &cfg.Keep, 1); err != nil {
 			return cfg, err
 		}
 	}
-	cfg.HeartbeatFile = getenv("ZAYA_HEARTBEAT_FILE")
+	cfg.HeartbeatFile = getenv(contract.EnvHeartbeatFile)
 	return cfg, cfg.Validate()
 }
 
@@ -117,9 +121,9 @@ func (c Config) Validate() error {
 	world := c.Nodes * c.GPUsPerNode
 	switch {
 	case c.NodeRank < 0 || c.NodeRank >= c.Nodes:
-		return &ConfigError{fmt.Sprintf("NODE_RANK=%d is outside 0..%d", c.NodeRank, c.Nodes-1)}
+		return &ConfigError{fmt.Sprintf("%s=%d is outside 0..%d", contract.EnvNodeRank, c.NodeRank, c.Nodes-1)}
 	case c.ContextParallel < 1 || world%c.ContextParallel != 0:
-		return &ConfigError{fmt.Sprintf("ZAYA_CONTEXT_PARALLEL=%d must divide the world size %d", c.ContextParallel, world)}
+		return &ConfigError{fmt.Sprintf("%s=%d must divide the world size %d", contract.EnvContextParallel, c.ContextParallel, world)}
 	case c.Seq < 2*c.ContextParallel || c.Seq%(2*c.ContextParallel) != 0:
 		return &ConfigError{fmt.Sprintf("sequence length %d must be a multiple of 2 x context parallel %d", c.Seq, c.ContextParallel)}
 	case c.Dim < 1 || c.Steps < 0 || c.LR <= 0:
@@ -131,7 +135,7 @@ func (c Config) Validate() error {
 	case (c.Transport == "rccl" || c.Backend == "hip") && !rocm.Built:
 		return &ConfigError{fmt.Sprintf("-transport=%s -backend=%s: %v", c.Transport, c.Backend, rocm.ErrNotBuilt)}
 	case (c.CheckpointEvery > 0 || c.CheckpointPeriod > 0) && c.CheckpointDir == "":
-		return &ConfigError{"ZAYA_CHECKPOINT_INTERVAL is set without ZAYA_CHECKPOINT_DIR"}
+		return &ConfigError{contract.EnvCheckpointEvery + " is set without " + contract.EnvCheckpointDir}
 	}
 	return nil
 }
@@ -162,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	res := results[0]
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
-		appendLine(cfg.TerminationLog, fmt.Sprintf("checkpoint-step=%d", res.CheckpointStep))
+		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
 	return res, errors.Join(errs...)
 }
