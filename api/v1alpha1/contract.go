@@ -1,38 +1,41 @@
 package v1alpha1
 
+import "github.com/zaya-operator/zaya-operator/api/contract"
+
 // The worker contract (docs/worker-contract.md): what the operator gives every worker
-// container and what it expects back.
+// container and what it expects back. The values live in api/contract, which the worker
+// imports without linking Kubernetes; these names keep the operator's code unchanged.
 const (
 	// MasterPort is the rendezvous port on rank 0 (MASTER_PORT), exposed by the job's Service.
-	MasterPort = 29500
+	MasterPort = contract.MasterPort
 	// HeartbeatFile is where workers touch a file every step (ZAYA_HEARTBEAT_FILE).
-	HeartbeatFile = "/dev/shm/zaya-heartbeat"
+	HeartbeatFile = contract.HeartbeatFile
 	// TerminationMessageCheckpointPrefix starts the termination-message line that reports
 	// the last committed checkpoint step: "checkpoint-step=1200".
-	TerminationMessageCheckpointPrefix = "checkpoint-step="
+	TerminationMessageCheckpointPrefix = contract.TerminationMessageCheckpointPrefix
 	// TerminationMessageHangPrefix starts the line the heartbeat liveness probe appends to the
 	// termination log before the kubelet kills a hung worker.
-	TerminationMessageHangPrefix = "zaya: hang:"
+	TerminationMessageHangPrefix = contract.TerminationMessageHangPrefix
 )
 
 // Environment variables of the worker contract.
 const (
-	EnvMasterAddr        = "MASTER_ADDR"
-	EnvMasterPort        = "MASTER_PORT"
-	EnvWorldSize         = "WORLD_SIZE"
-	EnvNNodes            = "NNODES"
-	EnvNodeRank          = "NODE_RANK"
-	EnvGPUsPerNode       = "GPUS_PER_NODE"
-	EnvLocalWorldSize    = "LOCAL_WORLD_SIZE"
-	EnvJobName           = "ZAYA_JOB_NAME"
-	EnvRestartAttempt    = "ZAYA_RESTART_ATTEMPT"
-	EnvContextParallel   = "ZAYA_CONTEXT_PARALLEL"
-	EnvCheckpointDir     = "ZAYA_CHECKPOINT_DIR"
-	EnvCheckpointEvery   = "ZAYA_CHECKPOINT_INTERVAL"
-	EnvCheckpointKeep    = "ZAYA_CHECKPOINT_KEEP"
-	EnvHeartbeatFile     = "ZAYA_HEARTBEAT_FILE"
-	EnvCollectiveTimeout = "ZAYA_COLLECTIVE_TIMEOUT"
+	EnvMasterAddr        = contract.EnvMasterAddr
+	EnvMasterPort        = contract.EnvMasterPort
+	EnvWorldSize         = contract.EnvWorldSize
+	EnvNNodes            = contract.EnvNNodes
+	EnvNodeRank          = contract.EnvNodeRank
+	EnvGPUsPerNode       = contract.EnvGPUsPerNode
+	EnvLocalWorldSize    = contract.EnvLocalWorldSize
+	EnvJobName           = contract.EnvJobName
+	EnvRestartAttempt    = contract.EnvRestartAttempt
+	EnvContextParallel   = contract.EnvContextParallel
+	EnvCheckpointDir     = contract.EnvCheckpointDir
+	EnvCheckpointEvery   = contract.EnvCheckpointEvery
+	EnvCheckpointKeep    = contract.EnvCheckpointKeep
+	EnvHeartbeatFile     = contract.EnvHeartbeatFile
+	EnvCollectiveTimeout = contract.EnvCollectiveTimeout
 	// EnvTerminationLog is the container's terminationMessagePath, where the worker appends
 	// the checkpoint-step line (and the heartbeat probe the hang line).
-	EnvTerminationLog = "ZAYA_TERMINATION_LOG"
+	EnvTerminationLog = contract.EnvTerminationLog
 )

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"unsafe"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/hip"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
@@ -75,7 +76,7 @@ func device(dev int) error {
 		return fmt.Errorf("rocm: no usable HIP device: %w", hipErr("hipGetDeviceCount", rc))
 	}
 	if dev < 0 || dev >= int(n) {
-		return fmt.Errorf("rocm: device %d requested, %d visible (GPUS_PER_NODE larger than the pod's amd.com/gpu?)", dev, int(n))
+		return fmt.Errorf("rocm: device %d requested, %d visible (%s larger than the pod's amd.com/gpu?)", dev, int(n), contract.EnvGPUsPerNode)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
 )
 
 // Main is the zaya-worker command: flags for the model, the worker contract's environment for
@@ -21,11 +23,11 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zaya-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := Config{Log: stderr, TerminationLog: "/dev/termination-log"}
-	if p := getenv("ZAYA_TERMINATION_LOG"); p != "" {
+	if p := getenv(contract.EnvTerminationLog); p != "" {
 		cfg.TerminationLog = p
 	}
 	fs.IntVar(&cfg.Steps, "steps", 100, "training steps")
-	fs.IntVar(&cfg.Seq, "seq", 32, "sequence length (a multiple of 2 x ZAYA_CONTEXT_PARALLEL)")
+	fs.IntVar(&cfg.Seq, "seq", 32, "sequence length (a multiple of 2 x "+contract.EnvContextParallel+")")
 	fs.IntVar(&cfg.Dim, "dim", 8, "model width")
 	fs.Float64Var(&cfg.LR, "lr", 0.2, "learning rate")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the model and the data")

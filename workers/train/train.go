@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/ring"
@@ -28,7 +29,7 @@ import (
 )
 
 // ExitConfig is the worker contract's exit code for a configuration error: fatal, no restart.
-const ExitConfig = 78
+const ExitConfig = contract.ExitConfig
 
 // ConfigError is a configuration problem; the worker exits with ExitConfig.
 type ConfigError struct{ Msg string }
@@ -79,36 +80,39 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		name string
 		into *int
 		min  int
-	}{{"NODE_RANK", &cfg.NodeRank, 0}, {"NNODES", &cfg.Nodes, 1}, {"GPUS_PER_NODE", &cfg.GPUsPerNode, 1}, {"WORLD_SIZE", &world, 1}, {"ZAYA_CONTEXT_PARALLEL", &cfg.ContextParallel, 1}} {
+	}{
+		{contract.EnvNodeRank, &cfg.NodeRank, 0}, {contract.EnvNNodes, &cfg.Nodes, 1}, {contract.EnvGPUsPerNode, &cfg.GPUsPerNode, 1},
+		{contract.EnvWorldSize, &world, 1}, {contract.EnvContextParallel, &cfg.ContextParallel, 1},
+	} {
 		if err := num(f.name, f.into, f.min); err != nil {
 			return cfg, err
 		}
 	}
-	addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
+	addr, port := getenv(contract.EnvMasterAddr), getenv(contract.EnvMasterPort)
 	if addr == "" || port == "" {
-		return cfg, &ConfigError{"MASTER_ADDR and MASTER_PORT must be set (docs/worker-contract.md)"}
+		return cfg, &ConfigError{contract.EnvMasterAddr + " and " + contract.EnvMasterPort + " must be set (docs/worker-contract.md)"}
 	}
 	cfg.Master = net.JoinHostPort(addr, port)
 	if world != cfg.Nodes*cfg.GPUsPerNode {
-		return cfg, &ConfigError{fmt.Sprintf("WORLD_SIZE=%d is not NNODES x GPUS_PER_NODE = %d", world, cfg.Nodes*cfg.GPUsPerNode)}
+		return cfg, &ConfigError{fmt.Sprintf("%s=%d is not %s x %s = %d", contract.EnvWorldSize, world, contract.EnvNNodes, contract.EnvGPUsPerNode, cfg.Nodes*cfg.GPUsPerNode)}
 	}
-	cfg.CheckpointDir = getenv("ZAYA_CHECKPOINT_DIR")
-	if every := getenv("ZAYA_CHECKPOINT_INTERVAL"); every != "" {
+	cfg.CheckpointDir = getenv(contract.EnvCheckpointDir)
+	if every := getenv(contract.EnvCheckpointEvery); every != "" {
 		if n, err := strconv.Atoi(every); err == nil && n >= 1 {
 			cfg.CheckpointEvery = n
 		} else if d, err := time.ParseDuration(every); err == nil && d > 0 {
 			cfg.CheckpointPeriod = d
 		} else {
-			return cfg, &ConfigError{fmt.Sprintf("ZAYA_CHECKPOINT_INTERVAL=%q must be a positive number of steps (500) or a duration (30m0s)", every)}
+			return cfg, &ConfigError{fmt.Sprintf("%s=%q must be a positive number of steps (500) or a duration (30m0s)", contract.EnvCheckpointEvery, every)}
 		}
 	}
 	cfg.Keep = 3
-	if keep := getenv("ZAYA_CHECKPOINT_KEEP"); keep != "" {
-		if err := num("ZAYA_CHECKPOINT_KEEP", &cfg.Keep, 1); err != nil {
+	if keep := getenv(contract.EnvCheckpointKeep); keep != "" {
+		if err := num(contract.EnvCheckpointKeep, &cfg.Keep, 1); err != nil {
 			return cfg, err
 		}
 	}
-	cfg.HeartbeatFile = getenv("ZAYA_HEARTBEAT_FILE")
+	cfg.HeartbeatFile = getenv(contract.EnvHeartbeatFile)
 	return cfg, cfg.Validate()
 }
 
@@ -117,9 +121,9 @@ func (c Config) Validate() error {
 	world := c.Nodes * c.GPUsPerNode
 	switch {
 	case c.NodeRank < 0 || c.NodeRank >= c.Nodes:
-		return &ConfigError{fmt.Sprintf("NODE_RANK=%d is outside 0..%d", c.NodeRank, c.Nodes-1)}
+		return &ConfigError{fmt.Sprintf("%s=%d is outside 0..%d", contract.EnvNodeRank, c.NodeRank, c.Nodes-1)}
 	case c.ContextParallel < 1 || world%c.ContextParallel != 0:
-		return &ConfigError{fmt.Sprintf("ZAYA_CONTEXT_PARALLEL=%d must divide the world size %d", c.ContextParallel, world)}
+		return &ConfigError{fmt.Sprintf("%s=%d must divide the world size %d", contract.EnvContextParallel, c.ContextParallel, world)}
 	case c.Seq < 2*c.ContextParallel || c.Seq%(2*c.ContextParallel) != 0:
 		return &ConfigError{fmt.Sprintf("sequence length %d must be a multiple of 2 x context parallel %d", c.Seq, c.ContextParallel)}
 	case c.Dim < 1 || c.Steps < 0 || c.LR <= 0:
@@ -131,7 +135,7 @@ func (c Config) Validate() error {
 	case (c.Transport == "rccl" || c.Backend == "hip") && !rocm.Built:
 		return &ConfigError{fmt.Sprintf("-transport=%s -backend=%s: %v", c.Transport, c.Backend, rocm.ErrNotBuilt)}
 	case (c.CheckpointEvery > 0 || c.CheckpointPeriod > 0) && c.CheckpointDir == "":
-		return &ConfigError{"ZAYA_CHECKPOINT_INTERVAL is set without ZAYA_CHECKPOINT_DIR"}
+		return &ConfigError{contract.EnvCheckpointEvery + " is set without " + contract.EnvCheckpointDir}
 	}
 	return nil
 }
@@ -162,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	res := results[0]
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
-		appendLine(cfg.TerminationLog, fmt.Sprintf("checkpoint-step=%d", res.CheckpointStep))
+		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
 	return res, errors.Join(errs...)
 }
@@ -226,211 +230,321 @@ func matmul(a, b attention.Matrix) attention.Matrix {
 
 // runRank is one rank's training loop.
 func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
+	r, err := setupRank(cfg, rank)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := r.connect(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = r.tr.Close() }()
+	if err := r.resume(); err != nil {
+		return r.res, err
+	}
+	r.startTraining()
+	for r.res.Step < int64(r.cfg.Steps) {
+		stop, periodDue, err := r.step(ctx)
+		if err != nil {
+			return r.res, err
+		}
+		if stop {
+			err = r.saveAndStop(ctx) // not in the return: r.res must be read after it
+			return r.res, err
+		}
+		if err := r.checkpointIfDue(periodDue); err != nil {
+			return r.res, err
+		}
+	}
+	err = r.finish() // before reading r.res, which it updates
+	return r.res, err
+}
+
+// rankState is one rank's place in the job, its model and its progress.
+type rankState struct {
+	cfg                  Config
+	rank, world, local   int
+	cpRank, dp, dpGroups int
+	be                   attention.Backend
+	tr                   transport.Transport
+	n                    int // parameters: Wq, Wk, Wv
+	m, teacher           model
+	layout               ring.Layout
+	pos                  []int // sequence positions of this rank's context-parallel slice
+	scale, norm          float64
+	res                  Result
+	resumed              int64 // the step training (re)started from
+	start, lastSave      time.Time
+	pending              *inflight
+}
+
+// setupRank places the rank in the job, opens its attention backend and seeds the models.
+func setupRank(cfg Config, rank int) (*rankState, error) {
 	world := cfg.Nodes * cfg.GPUsPerNode
 	cp := cfg.ContextParallel
-	cpRank, dp, dpGroups := rank%cp, rank/cp, world/cp
-	listen := cfg.Listen
-	if listen == "" {
-		listen = ":0"
+	r := &rankState{cfg: cfg, rank: rank, world: world, local: rank % cfg.GPUsPerNode,
+		cpRank: rank % cp, dp: rank / cp, dpGroups: world / cp, be: attention.CPU}
+	if r.cfg.Listen == "" {
+		r.cfg.Listen = ":0"
 	}
-	local := rank % cfg.GPUsPerNode
-	be := attention.CPU
+	if r.cfg.LogEvery == 0 {
+		r.cfg.LogEvery = 10
+	}
 	if cfg.Backend == "hip" {
-		var err error
-		if be, err = rocm.OpenBackend(cfg.Libraries, cfg.KernelDir, local); err != nil {
-			return Result{}, rocmError(err)
+		be, err := rocm.OpenBackend(cfg.Libraries, cfg.KernelDir, r.local)
+		if err != nil {
+			return nil, rocmError(err)
 		}
+		r.be = be
 	}
-	tcfg := transport.Config{Rank: rank, World: world, Master: cfg.Master, Listen: listen, RingSize: cp, Timeout: cfg.RendezvousTimeout}
-	var tr transport.Transport
+	r.n = 3 * cfg.Dim * cfg.Dim
+	r.m = model{dim: cfg.Dim, params: randomParams(cfg.Seed, 1, r.n, 0.5)}
+	r.teacher = model{dim: cfg.Dim, params: randomParams(cfg.Seed, 2, r.n, 1)}
+	r.layout = ring.Layout{Seq: cfg.Seq, Ranks: cp}
+	r.pos = r.layout.Positions(r.cpRank)
+	r.scale = 1 / math.Sqrt(float64(cfg.Dim))
+	r.norm = float64(cfg.Seq * cfg.Dim * r.dpGroups)
+	return r, nil
+}
+
+// connect joins the job's collectives: TCP, or RCCL on this rank's device.
+func (r *rankState) connect(ctx context.Context) error {
+	cfg := r.cfg
+	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, Listen: cfg.Listen, RingSize: cfg.ContextParallel, Timeout: cfg.RendezvousTimeout}
 	var err error
 	if cfg.Transport == "rccl" {
-		tr, err = rocm.DialRCCL(ctx, tcfg, local, cfg.Libraries)
+		r.tr, err = rocm.DialRCCL(ctx, tcfg, r.local, cfg.Libraries)
 	} else {
-		tr, err = transport.Dial(ctx, tcfg)
+		r.tr, err = transport.Dial(ctx, tcfg)
 	}
 	if err != nil {
-		return Result{}, rocmError(err)
+		return rocmError(err)
 	}
-	defer func() { _ = tr.Close() }()
+	return nil
+}
 
-	n := 3 * cfg.Dim * cfg.Dim
-	m := model{dim: cfg.Dim, params: randomParams(cfg.Seed, 1, n, 0.5)}
-	teacher := model{dim: cfg.Dim, params: randomParams(cfg.Seed, 2, n, 1)}
-	var res Result
-	if cfg.CheckpointDir != "" {
-		ck, skipped, err := checkpoint.Latest(cfg.CheckpointDir)
-		if err != nil {
-			return res, err
-		}
-		for _, s := range skipped {
-			if rank == 0 {
-				_, _ = fmt.Fprintf(cfg.Log, "skipping checkpoint %v\n", s)
-			}
-		}
-		if ck != nil {
-			p, err := ck.Read("params", 0, int64(n))
-			if err != nil {
-				return res, &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", ck.Manifest.Step, err)}
-			}
-			m.params = p
-			res.Step, res.CheckpointStep = ck.Manifest.Step, ck.Manifest.Step
-			if rank == 0 {
-				_, _ = fmt.Fprintf(cfg.Log, "resumed from step %d\n", ck.Manifest.Step)
-			}
+// resume loads the parameters of the newest good checkpoint, if there is one.
+func (r *rankState) resume() error {
+	if r.cfg.CheckpointDir == "" {
+		return nil
+	}
+	ck, skipped, err := checkpoint.Latest(r.cfg.CheckpointDir)
+	if err != nil {
+		return err
+	}
+	for _, s := range skipped {
+		if r.rank == 0 {
+			_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint %v\n", s)
 		}
 	}
-
-	l := ring.Layout{Seq: cfg.Seq, Ranks: cp}
-	pos := l.Positions(cpRank)
-	scale := 1 / math.Sqrt(float64(cfg.Dim))
-	norm := float64(cfg.Seq * cfg.Dim * dpGroups)
-	start, resumed := time.Now(), res.Step
-	local0 := local == 0 // reports this process's metrics
-	lastSave := time.Now()
-	var pending *inflight
-	if cfg.LogEvery == 0 {
-		cfg.LogEvery = 10
+	if ck == nil {
+		return nil
 	}
-	for res.Step < int64(cfg.Steps) {
-		if cfg.Pace > 0 {
-			time.Sleep(cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
-		}
-		x := batch(cfg.Seed, res.Step, dp, cfg.Seq, cfg.Dim)
-		xl := x.SelectRows(pos)
-		want, _ := attention.Reference(matmul(x, teacher.w(0)), matmul(x, teacher.w(1)), matmul(x, teacher.w(2)), true, scale)
+	p, err := ck.Read("params", 0, int64(r.n))
+	if err != nil {
+		return &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", ck.Manifest.Step, err)}
+	}
+	r.m.params = p
+	r.res.Step, r.res.CheckpointStep = ck.Manifest.Step, ck.Manifest.Step
+	if r.rank == 0 {
+		_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", ck.Manifest.Step)
+	}
+	return nil
+}
 
-		q, k, v := matmul(xl, m.w(0)), matmul(xl, m.w(1)), matmul(xl, m.w(2))
-		fwd, err := ring.Forward(be, l, cpRank, q, k, v, true, scale, ring.Over(tr))
-		if err != nil {
-			return res, err
+// startTraining starts the clocks of throughput and time-based checkpoints.
+func (r *rankState) startTraining() {
+	r.start, r.resumed = time.Now(), r.res.Step
+	r.lastSave = time.Now()
+}
+
+// step trains one step in lockstep with every rank and returns the ranks' stop and save calls.
+func (r *rankState) step(ctx context.Context) (stop, periodDue bool, err error) {
+	if r.cfg.Pace > 0 {
+		time.Sleep(r.cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
+	}
+	vec, err := r.gradients()
+	if err != nil {
+		return false, false, err
+	}
+	if err := r.vote(ctx, vec); err != nil {
+		return false, false, err
+	}
+	if err := r.tr.AllReduce(vec); err != nil {
+		return false, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
+	}
+	if err := r.apply(vec); err != nil {
+		return false, false, err
+	}
+	r.report()
+	n := r.n
+	return vec[1+n] > 0, vec[4+n] > 0, nil
+}
+
+// gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
+func (r *rankState) gradients() ([]float64, error) {
+	cfg, m, teacher, n := &r.cfg, r.m, r.teacher, r.n
+	x := batch(cfg.Seed, r.res.Step, r.dp, cfg.Seq, cfg.Dim)
+	xl := x.SelectRows(r.pos)
+	want, _ := attention.Reference(matmul(x, teacher.w(0)), matmul(x, teacher.w(1)), matmul(x, teacher.w(2)), true, r.scale)
+
+	q, k, v := matmul(xl, m.w(0)), matmul(xl, m.w(1)), matmul(xl, m.w(2))
+	fwd, err := ring.Forward(r.be, r.layout, r.cpRank, q, k, v, true, r.scale, ring.Over(r.tr))
+	if err != nil {
+		return nil, err
+	}
+	var loss float64
+	dout := attention.NewMatrix(fwd.Out.Rows, cfg.Dim)
+	for i, p := range r.pos {
+		for c := range cfg.Dim {
+			diff := float64(fwd.Out.Row(i)[c]) - want[p][c]
+			loss += diff * diff
+			dout.Row(i)[c] = float32(2 * diff / r.norm)
 		}
-		var loss float64
-		dout := attention.NewMatrix(fwd.Out.Rows, cfg.Dim)
-		for i, p := range pos {
-			for c := range cfg.Dim {
-				diff := float64(fwd.Out.Row(i)[c]) - want[p][c]
-				loss += diff * diff
-				dout.Row(i)[c] = float32(2 * diff / norm)
-			}
-		}
-		dq, dk, dv, err := ring.Backward(be, l, cpRank, q, k, v, fwd.Out, dout, fwd.LSE, true, scale, ring.OverBlocks(tr))
-		if err != nil {
-			return res, err
-		}
-		// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
-		// this rank's background save is written, the last step rank 0 committed, and rank 0's
-		// call (by its clock) that a time-based checkpoint is due after this step.
-		vec := make([]float64, 5+n)
-		vec[0] = loss / norm
-		for wi, g := range []attention.Grad{dq, dk, dv} {
-			for i := range xl.Rows {
-				for a := range cfg.Dim {
-					xa := float64(xl.Row(i)[a])
-					for b := range cfg.Dim {
-						vec[1+wi*cfg.Dim*cfg.Dim+a*cfg.Dim+b] += xa * g.Row(i)[b]
-					}
+	}
+	dq, dk, dv, err := ring.Backward(r.be, r.layout, r.cpRank, q, k, v, fwd.Out, dout, fwd.LSE, true, r.scale, ring.OverBlocks(r.tr))
+	if err != nil {
+		return nil, err
+	}
+	// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
+	// this rank's background save is written, the last step rank 0 committed, and rank 0's
+	// call (by its clock) that a time-based checkpoint is due after this step (see vote).
+	vec := make([]float64, 5+n)
+	vec[0] = loss / r.norm
+	for wi, g := range []attention.Grad{dq, dk, dv} {
+		for i := range xl.Rows {
+			for a := range cfg.Dim {
+				xa := float64(xl.Row(i)[a])
+				for b := range cfg.Dim {
+					vec[1+wi*cfg.Dim*cfg.Dim+a*cfg.Dim+b] += xa * g.Row(i)[b]
 				}
 			}
 		}
-		if ctx.Err() != nil {
-			vec[1+n] = 1
-		}
-		if pending != nil {
-			if written, err := pending.written(); err != nil {
-				return res, err
-			} else if written {
-				vec[2+n] = 1
-			}
-		}
-		if rank == 0 {
-			vec[3+n] = float64(res.CheckpointStep)
-			if cfg.CheckpointPeriod > 0 && time.Since(lastSave) >= cfg.CheckpointPeriod {
-				vec[4+n] = 1
-			}
-		}
-		if err := tr.AllReduce(vec); err != nil {
-			return res, fmt.Errorf("rank %d step %d: all-reduce: %w", rank, res.Step, err)
-		}
-		res.CheckpointStep = max(res.CheckpointStep, int64(vec[3+n]))
-		if pending != nil && int(vec[2+n]) == world {
-			// Every rank's shard is on disk: rank 0 commits, the others hear of it next step.
-			if rank == 0 {
-				if err := commit(cfg, world, pending.step); err != nil {
-					return res, err
-				}
-				res.CheckpointStep = pending.step
-			}
-			pending = nil
-		}
-		for i := range m.params {
-			m.params[i] = float32(float64(m.params[i]) - cfg.LR*vec[1+i])
-		}
-		res.Step++
-		res.Loss = vec[0]
-		if cfg.HeartbeatFile != "" {
-			touch(cfg.HeartbeatFile)
-		}
-		if local0 && cfg.Metrics != nil {
-			cfg.Metrics.Step.Set(float64(res.Step))
-			cfg.Metrics.Loss.Set(res.Loss)
-			cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds())
-		}
-		if rank == 0 && (res.Step%int64(max(cfg.LogEvery, 1)) == 0 || res.Step == int64(cfg.Steps)) {
-			tokens := float64(int64(cfg.Seq*dpGroups)*(res.Step-resumed)) / time.Since(start).Seconds()
-			_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
-		}
-		if local0 && cfg.Metrics != nil {
-			cfg.Metrics.CheckpointStep.Set(float64(res.CheckpointStep))
-		}
-		stop := vec[1+n] > 0
-		if stop {
-			// The ranks agreed to stop after this step: save it while the collectives work.
-			if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
-				return res, err
-			}
-			if cfg.CheckpointDir != "" {
-				if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
-					return res, err
-				}
-				res.CheckpointStep = res.Step
-			}
-			return res, ctx.Err()
-		}
-		due := (cfg.CheckpointEvery > 0 && res.Step%int64(cfg.CheckpointEvery) == 0) || vec[4+n] > 0
-		if cfg.CheckpointDir != "" && due {
-			lastSave = time.Now()
-			// A save still in flight is finished first: storage slower than the interval then
-			// holds training rather than let a fault lose more than one interval.
-			began := time.Now()
-			if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
-				return res, err
-			}
-			pending = startSave(cfg, rank, world, res.Step, m.params)
-			if local0 && cfg.Metrics != nil {
-				cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
-			}
+	}
+	return vec, nil
+}
+
+// vote adds the stop vote, the background save's state and rank 0's checkpoint calls to vec.
+func (r *rankState) vote(ctx context.Context, vec []float64) error {
+	n := r.n
+	if ctx.Err() != nil {
+		vec[1+n] = 1
+	}
+	if r.pending != nil {
+		if written, err := r.pending.written(); err != nil {
+			return err
+		} else if written {
+			vec[2+n] = 1
 		}
 	}
-	if err := finishSave(cfg, tr, rank, world, &pending, &res); err != nil {
-		return res, err
-	}
-	if cfg.CheckpointDir != "" && res.CheckpointStep < res.Step && res.Step > resumed {
-		// The job is done: its final state is worth a checkpoint too.
-		if err := save(cfg, tr, rank, world, res.Step, m.params); err != nil {
-			return res, err
+	if r.rank == 0 {
+		vec[3+n] = float64(r.res.CheckpointStep)
+		if r.cfg.CheckpointPeriod > 0 && time.Since(r.lastSave) >= r.cfg.CheckpointPeriod {
+			vec[4+n] = 1
 		}
-		res.CheckpointStep = res.Step
+	}
+	return nil
+}
+
+// apply commits a background save every rank has written and updates the parameters.
+func (r *rankState) apply(vec []float64) error {
+	n := r.n
+	r.res.CheckpointStep = max(r.res.CheckpointStep, int64(vec[3+n]))
+	if r.pending != nil && int(vec[2+n]) == r.world {
+		// Every rank's shard is on disk: rank 0 commits, the others hear of it next step.
+		if r.rank == 0 {
+			if err := commit(r.cfg, r.world, r.pending.step); err != nil {
+				return err
+			}
+			r.res.CheckpointStep = r.pending.step
+		}
+		r.pending = nil
+	}
+	for i := range r.m.params {
+		r.m.params[i] = float32(float64(r.m.params[i]) - r.cfg.LR*vec[1+i])
+	}
+	r.res.Step++
+	r.res.Loss = vec[0]
+	return nil
+}
+
+// report touches the heartbeat and publishes the step's progress in metrics and the log.
+func (r *rankState) report() {
+	cfg, res := &r.cfg, &r.res
+	local0 := r.local == 0 // reports this process's metrics
+	if cfg.HeartbeatFile != "" {
+		touch(cfg.HeartbeatFile)
+	}
+	if local0 && cfg.Metrics != nil {
+		cfg.Metrics.Step.Set(float64(res.Step))
+		cfg.Metrics.Loss.Set(res.Loss)
+		cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*r.dpGroups)*(res.Step-r.resumed)) / time.Since(r.start).Seconds())
+	}
+	if r.rank == 0 && (res.Step%int64(max(cfg.LogEvery, 1)) == 0 || res.Step == int64(cfg.Steps)) {
+		tokens := float64(int64(cfg.Seq*r.dpGroups)*(res.Step-r.resumed)) / time.Since(r.start).Seconds()
+		_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
 	}
 	if local0 && cfg.Metrics != nil {
 		cfg.Metrics.CheckpointStep.Set(float64(res.CheckpointStep))
 	}
-	if rank == 0 && cfg.ParamsOut != "" {
-		if err := os.WriteFile(cfg.ParamsOut, paramBytes(m.params), 0o644); err != nil {
-			return res, err
+}
+
+// saveAndStop checkpoints the step the ranks agreed to stop after and returns why they stopped.
+func (r *rankState) saveAndStop(ctx context.Context) error {
+	if err := finishSave(r.cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
+		return err
+	}
+	if r.cfg.CheckpointDir != "" {
+		if err := save(r.cfg, r.tr, r.rank, r.world, r.res.Step, r.m.params); err != nil {
+			return err
+		}
+		r.res.CheckpointStep = r.res.Step
+	}
+	return ctx.Err()
+}
+
+// checkpointIfDue starts a background save when the step or time interval says so.
+func (r *rankState) checkpointIfDue(periodDue bool) error {
+	cfg := r.cfg
+	due := (cfg.CheckpointEvery > 0 && r.res.Step%int64(cfg.CheckpointEvery) == 0) || periodDue
+	if cfg.CheckpointDir == "" || !due {
+		return nil
+	}
+	r.lastSave = time.Now()
+	// A save still in flight is finished first: storage slower than the interval then
+	// holds training rather than let a fault lose more than one interval.
+	began := time.Now()
+	if err := finishSave(cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
+		return err
+	}
+	r.pending = startSave(cfg, r.rank, r.world, r.res.Step, r.m.params)
+	if r.local == 0 && cfg.Metrics != nil {
+		cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
+	}
+	return nil
+}
+
+// finish completes the last save, checkpoints the final step and writes rank 0's parameters.
+func (r *rankState) finish() error {
+	cfg := r.cfg
+	if err := finishSave(cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
+		return err
+	}
+	if cfg.CheckpointDir != "" && r.res.CheckpointStep < r.res.Step && r.res.Step > r.resumed {
+		// The job is done: its final state is worth a checkpoint too.
+		if err := save(cfg, r.tr, r.rank, r.world, r.res.Step, r.m.params); err != nil {
+			return err
+		}
+		r.res.CheckpointStep = r.res.Step
+	}
+	if r.local == 0 && cfg.Metrics != nil {
+		cfg.Metrics.CheckpointStep.Set(float64(r.res.CheckpointStep))
+	}
+	if r.rank == 0 && cfg.ParamsOut != "" {
+		if err := os.WriteFile(cfg.ParamsOut, paramBytes(r.m.params), 0o644); err != nil {
+			return err
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // inflight is a checkpoint being written in the background from a snapshot of the parameters.

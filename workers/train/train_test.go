@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
+	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
 )
 
@@ -319,69 +320,140 @@ func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
 	}
 }
 
-// TestRandomKillsIncludingMidSave kills a random node's worker at random moments — once right
+// TestRandomKillsIncludingMidSave kills a random node's worker at a random step — once right
 // in the middle of a save — restarting the gang each time, and still ends bit-identical.
+// Each killed gang is held on a save that cannot finish (one rank's shard file is a FIFO
+// nobody reads), so no gang can finish before its kill, however fast or slow the machine.
 func TestRandomKillsIncludingMidSave(t *testing.T) {
-	const args = "-steps=160 -seq=16 -dim=6"
+	const steps, interval = 160, 4 // interval: ZAYA_CHECKPOINT_INTERVAL in job.env
+	args := fmt.Sprintf("-steps=%d -seq=16 -dim=6 -log-every=1", steps)
 	want := uninterrupted(t, args)
 
 	r := rand.New(rand.NewPCG(42, 42))
 	j := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir()}
+	ckpt := filepath.Join(j.dir, "ckpt")
 	out := filepath.Join(j.dir, "params")
-	kills := 0
-	for round := 0; ; round++ {
+	for round := range 4 {
+		from := committedStep(t, ckpt)
+		gate := from + interval*int64(1+r.IntN(6)) // a checkpoint step this gang cannot commit
+		if gate >= steps {
+			t.Fatalf("round %d: gate step %d is past the end of the job", round, gate)
+		}
+		gateRank := r.IntN(j.nodes * j.gpus)
+		fifo := holdSave(t, ckpt, gate, gateRank)
+
 		j.port = testnet.FreePort(t)
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
-		if round < 4 {
-			if round == 1 {
-				waitMidSave(t, filepath.Join(j.dir, "ckpt"))
-			} else {
-				time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
+		at := "mid-save"
+		if round == 1 {
+			waitSaveBegun(t, ckpt, gate, logs)
+		} else {
+			k := from + 1 + r.Int64N(gate-from)
+			waitStep(t, k, logs)
+			at = fmt.Sprintf("step >= %d", k)
+		}
+		victim := r.IntN(len(cmds))
+		if err := cmds[victim].Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Only now may the held rank's write go on (and fail): its node must not hang.
+		reader, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for node, cmd := range cmds {
+			err := cmd.Wait()
+			var exit *exec.ExitError
+			switch {
+			case node == victim && (!errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL):
+				t.Fatalf("round %d: node %d was not ended by the kill: %v\n%s", round, node, err, logs[node])
+			case node != victim && err == nil:
+				t.Fatalf("round %d: node %d finished although its gang was held and its peer killed\n%s", round, node, logs[node])
 			}
-			_ = cmds[r.IntN(len(cmds))].Process.Signal(syscall.SIGKILL)
 		}
-		failed := false
-		for _, cmd := range cmds {
-			if cmd.Wait() != nil {
-				failed = true
-			}
+		_ = reader.Close()
+		if err := os.Remove(fifo); err != nil {
+			t.Fatal(err)
 		}
-		if !failed {
-			break
+		if _, err := os.Stat(filepath.Join(ckpt, fmt.Sprintf("step-%012d", gate), "manifest.json")); err == nil {
+			t.Fatalf("round %d: the held save of step %d was committed", round, gate)
 		}
-		kills++
-		if round > 10 {
-			t.Fatal("the job never finished")
-		}
+		t.Logf("round %d: resumed from step %d, save of step %d held on rank %d, node %d killed at %s", round, from, gate, gateRank, victim, at)
 	}
-	if kills == 0 {
-		t.Fatal("no kill landed before the job finished: the test proved nothing")
+
+	j.port = testnet.FreePort(t)
+	logs := j.logs()
+	waitAll(t, j.start(t, out, logs), logs)
+	if ParseLog(logs[0].String()).Resumed == 0 {
+		t.Errorf("the last gang did not resume from a checkpoint:\n%s", logs[0])
 	}
 	got, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("after %d kills the parameters differ from the uninterrupted run", kills)
+		t.Fatal("after 4 kills the parameters differ from the uninterrupted run")
 	}
-	t.Logf("%d kills survived", kills)
 }
 
-// waitMidSave returns when some step has shard files but no manifest yet.
-func waitMidSave(t *testing.T, dir string) {
+// committedStep is the step of the newest checkpoint a gang would resume from (0: none).
+func committedStep(t *testing.T, dir string) int64 {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		steps, _ := filepath.Glob(filepath.Join(dir, "step-*"))
-		for _, s := range steps {
-			shards, _ := filepath.Glob(filepath.Join(s, "rank-*.bin"))
-			if _, err := os.Stat(filepath.Join(s, "manifest.json")); len(shards) > 0 && err != nil {
-				return
-			}
-		}
+	ck, _, err := checkpoint.Latest(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Log("never caught a save in flight; killing anyway")
+	if ck == nil {
+		return 0
+	}
+	return ck.Manifest.Step
+}
+
+// holdSave makes rank's shard of step a FIFO: the rank's save blocks opening it until a
+// reader comes, so the checkpoint cannot commit and the gang stops at its next save.
+func holdSave(t *testing.T, dir string, step int64, rank int) string {
+	t.Helper()
+	// step is past the last commit: anything there is a killed gang's unfinished save.
+	sd := filepath.Join(dir, fmt.Sprintf("step-%012d", step))
+	if err := os.RemoveAll(sd); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(sd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(sd, fmt.Sprintf("rank-%05d.bin", rank))
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fifo
+}
+
+// waitFor polls until done, failing with the gang's logs after a minute.
+func waitFor(t *testing.T, what string, logs []*syncBuffer, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never happened; logs:\n%s\n%s", what, logs[0], logs[1])
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitStep returns once rank 0 has logged step k.
+func waitStep(t *testing.T, k int64, logs []*syncBuffer) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("step %d", k), logs, func() bool { return ParseLog(logs[0].String()).Last >= k })
+}
+
+// waitSaveBegun returns once some rank has written its shard of step: the save is under way.
+func waitSaveBegun(t *testing.T, dir string, step int64, logs []*syncBuffer) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("a shard of step %d", step), logs, func() bool {
+		lists, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("step-%012d", step), "rank-*.json"))
+		return len(lists) > 0
+	})
 }
 
 // TestDurationIntervalCheckpointsByRankZerosClock: with ZAYA_CHECKPOINT_INTERVAL a duration,

@@ -1,0 +1,43 @@
+// Package contract is the worker contract (docs/worker-contract.md) shared by the operator
+// and the worker: what the operator gives every worker container and what it expects back.
+// It imports nothing but the standard library, so the worker binary can use it without
+// linking Kubernetes or controller-runtime.
+package contract
+
+const (
+	// MasterPort is the rendezvous port on rank 0 (MASTER_PORT), exposed by the job's Service.
+	MasterPort = 29500
+	// HeartbeatFile is where workers touch a file every step (ZAYA_HEARTBEAT_FILE).
+	HeartbeatFile = "/dev/shm/zaya-heartbeat"
+	// TerminationMessageCheckpointPrefix starts the termination-message line that reports
+	// the last committed checkpoint step: "checkpoint-step=1200".
+	TerminationMessageCheckpointPrefix = "checkpoint-step="
+	// TerminationMessageHangPrefix starts the line the heartbeat liveness probe appends to the
+	// termination log before the kubelet kills a hung worker.
+	TerminationMessageHangPrefix = "zaya: hang:"
+	// ExitConfig is the exit code (EX_CONFIG) of a worker whose configuration is wrong: a
+	// restart cannot help, so the operator treats it as fatal by default.
+	ExitConfig = 78
+)
+
+// Environment variables of the worker contract.
+const (
+	EnvMasterAddr        = "MASTER_ADDR"
+	EnvMasterPort        = "MASTER_PORT"
+	EnvWorldSize         = "WORLD_SIZE"
+	EnvNNodes            = "NNODES"
+	EnvNodeRank          = "NODE_RANK"
+	EnvGPUsPerNode       = "GPUS_PER_NODE"
+	EnvLocalWorldSize    = "LOCAL_WORLD_SIZE"
+	EnvJobName           = "ZAYA_JOB_NAME"
+	EnvRestartAttempt    = "ZAYA_RESTART_ATTEMPT"
+	EnvContextParallel   = "ZAYA_CONTEXT_PARALLEL"
+	EnvCheckpointDir     = "ZAYA_CHECKPOINT_DIR"
+	EnvCheckpointEvery   = "ZAYA_CHECKPOINT_INTERVAL"
+	EnvCheckpointKeep    = "ZAYA_CHECKPOINT_KEEP"
+	EnvHeartbeatFile     = "ZAYA_HEARTBEAT_FILE"
+	EnvCollectiveTimeout = "ZAYA_COLLECTIVE_TIMEOUT"
+	// EnvTerminationLog is the container's terminationMessagePath, where the worker appends
+	// the checkpoint-step line (and the heartbeat probe the hang line).
+	EnvTerminationLog = "ZAYA_TERMINATION_LOG"
+)
