@@ -2,7 +2,9 @@
 # A local Kubernetes cluster for tests and the demo: real etcd, kube-apiserver, scheduler and
 # controller-manager built by hack/tools.sh, plus kwok fake nodes that look like IBM Cloud
 # MI300X workers (amd.com/gpu: 8, amd.com/nic: 8, AMD and IBM labels) and a few shared
-# PersistentVolumes for checkpoint claims. No Docker needed.
+# PersistentVolumes for checkpoint claims. No Docker needed. kwok plays kubelet only for nodes
+# annotated kwok.x-k8s.io/node=fake (hack/cluster/kwokctl.yaml): the fake nodes carry it,
+# process-backed nodes (test/nodeagent) never do, so their pods are the agent's alone.
 #   hack/cluster.sh up [NODES]   start (or reuse) the cluster with NODES fake nodes (default 4, 1..2048)
 #   hack/cluster.sh scale NODES  set the number of fake nodes
 #   hack/cluster.sh down         delete the cluster
@@ -40,15 +42,26 @@ scale() {
 	[ "$ready" -ge "$1" ] || { log "only $ready of $1 nodes became Ready"; exit 1; }
 }
 
+# selective: kwok was started by this script's current config, managing only annotated nodes
+# (a cluster started before that managed every node, the agent's included).
+selective() {
+	grep -q -- '--manage-nodes-with-annotation-selector=' "$KWOK_WORKDIR/clusters/$name/kwok.yaml" 2>/dev/null
+}
+
 up() {
 	local nodes=${1:-4}
 	check_nodes "$nodes"
 	"$root/hack/tools.sh" cluster
+	if kubectl get --raw /readyz >/dev/null 2>&1 && ! selective; then
+		log "cluster $name runs kwok for every node: recreating it"
+		kwokctl delete cluster >/dev/null 2>&1 || true
+	fi
 	if ! kubectl get --raw /readyz >/dev/null 2>&1; then
 		kwokctl delete cluster >/dev/null 2>&1 || true
 		mkdir -p "$KWOK_WORKDIR"
 		log "starting control plane $KUBE_VERSION (etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
-		kwokctl -c "$root/hack/cluster/mi300x-node.yaml" -c "$root/hack/cluster/stages.yaml" create cluster \
+		kwokctl -c "$root/hack/cluster/kwokctl.yaml" -c "$root/hack/cluster/mi300x-node.yaml" \
+			-c "$root/hack/cluster/stages.yaml" create cluster \
 			--runtime binary \
 			--etcd-binary "$bin/etcd" \
 			--kube-apiserver-binary "$bin/kube-apiserver" \

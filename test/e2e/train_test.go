@@ -58,15 +58,7 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 	if worker == "" {
 		t.Fatal("ZAYA_E2E_WORKER (the zaya-worker binary) is not set: run through make test-e2e")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 100, 200
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t)
 	nodes := make([]string, n)
 	stamp := time.Now().UnixNano() % 100000
 	for i := range nodes {
@@ -77,7 +69,7 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
 		Labels:   map[string]string{agentLabel: "true"},
 		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-		Commands: map[string]string{"zaya-worker": worker},
+		Commands: map[string]string{"zaya-worker": worker, "sh": "/bin/sh"},
 		Logf:     t.Logf,
 	})
 	if err != nil {
@@ -91,6 +83,21 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		}
 	})
 	return a
+}
+
+// clientset is a typed client of the e2e cluster.
+func clientset(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // sharedClaim is a claim bound to a volume of its own (the agent backs it with a folder).

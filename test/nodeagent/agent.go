@@ -96,6 +96,14 @@ type run struct {
 
 const gpuCapacity = 8
 
+// FieldManager names the agent's writes (nodes, their status and Leases, pods' status), so
+// tests can tell them from anyone else's in managedFields.
+const FieldManager = "zaya-nodeagent"
+
+// KwokNodeAnnotation marks the nodes kwok plays kubelet for on the local cluster
+// (hack/cluster/kwokctl.yaml). The agent's nodes never carry it: they have one kubelet, this.
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
 // Start registers the nodes and starts playing their pods until ctx ends.
 func Start(ctx context.Context, opts Options) (*Agent, error) {
 	if opts.Logf == nil {
@@ -196,14 +204,15 @@ func (a *Agent) register(ctx context.Context, name string) error {
 	existing, err := c.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		if _, err := c.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		if _, err := c.Create(ctx, node, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
 			return err
 		}
 	case err != nil:
 		return err
-	default: // left by an earlier agent: take it over as it is declared now
+	default: // left by an earlier agent (or anyone): take it over as it is declared now
 		existing.Labels, existing.Spec.Taints = labels, a.opts.Taints
-		if _, err := c.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+		delete(existing.Annotations, KwokNodeAnnotation)
+		if _, err := c.Update(ctx, existing, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 			return err
 		}
 	}
@@ -252,7 +261,7 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 			}
 		}
 		n.Status = st
-		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: FieldManager})
 		return err
 	})
 	if err != nil {
@@ -264,8 +273,8 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-		}, metav1.CreateOptions{})
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](leaseSeconds), RenewTime: &now},
+		}, metav1.CreateOptions{FieldManager: FieldManager})
 		if !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -275,10 +284,14 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	// The node's Lease is its kubelet's: held by the node's name, as a kubelet holds it.
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(name), ptr.To[int32](leaseSeconds), &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager})
 	return err
 }
+
+// leaseSeconds is a kubelet's default node lease duration.
+const leaseSeconds = 40
 
 func (a *Agent) heartbeat(ctx context.Context) {
 	t := time.NewTicker(5 * time.Second)
@@ -616,7 +629,7 @@ func (a *Agent) updateStatus(ctx context.Context, pod *corev1.Pod, mutate func(*
 			return nil
 		}
 		mutate(&p.Status)
-		_, err = a.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		_, err = a.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -1013,7 +1026,7 @@ func (a *Agent) NodeDown(ctx context.Context, node string) error {
 					Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.", LastHeartbeatTime: n.Status.Conditions[i].LastHeartbeatTime, LastTransitionTime: now}
 			}
 		}
-		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: FieldManager})
 		return err
 	})
 }
@@ -1051,3 +1064,6 @@ func (a *Agent) NodeOf(ns, name string) string {
 	}
 	return ""
 }
+
+// Nodes are the names of the nodes the agent plays.
+func (a *Agent) Nodes() []string { return append([]string(nil), a.opts.Nodes...) }

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 )
 
 func TestExpandFollowsKubernetesRules(t *testing.T) {
@@ -102,5 +106,52 @@ func TestHTTPProbeUsesThePodAddressAndNamedPort(t *testing.T) {
 	status.Store(http.StatusFound)
 	if err := probe("/readyz", intstr.FromString("probes")); err != nil {
 		t.Errorf("a 302 failed: %v", err)
+	}
+}
+
+// A node and Lease that kwok (or anyone) left under the agent's node name become the agent's:
+// the node loses kwok's annotation, so kwok stops playing its kubelet, and the agent holds the
+// Lease under the node's name.
+func TestRegisterTakesOverANodeAndItsLease(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{KwokNodeAnnotation: "fake", "keep": "me"}}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: corev1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kwok-controller")}},
+	)
+	a := &Agent{opts: Options{Client: cs, Labels: map[string]string{"pool": "p"}}, gpus: map[string]int64{"n": gpuCapacity}, down: map[string]bool{}}
+	if err := a.register(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Annotations[KwokNodeAnnotation]; ok {
+		t.Errorf("the node still carries %s: kwok would manage it", KwokNodeAnnotation)
+	}
+	if n.Annotations["keep"] != "me" || n.Labels["pool"] != "p" {
+		t.Errorf("annotations %v, labels %v", n.Annotations, n.Labels)
+	}
+	if len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Type != corev1.NodeReady || n.Status.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("conditions %+v, want Ready", n.Status.Conditions)
+	}
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ptr.Deref(l.Spec.HolderIdentity, ""); got != "n" || l.Spec.RenewTime == nil {
+		t.Errorf("lease held by %q, renewed %v; want the node's name, renewed", got, l.Spec.RenewTime)
+	}
+
+	// A fresh node carries no kwok annotation either, and gets its Lease.
+	if err := a.register(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := cs.CoreV1().Nodes().Get(ctx, "m", metav1.GetOptions{}); err != nil || m.Annotations[KwokNodeAnnotation] != "" {
+		t.Errorf("new node: %v, annotations %v", err, m.Annotations)
+	}
+	if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "m", metav1.GetOptions{}); err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != "m" {
+		t.Errorf("new node's lease: %v %+v", err, l)
 	}
 }

@@ -9,6 +9,11 @@
 // a token bound to the pod (Options.Config), so an operator installed by Helm runs under its
 // own RBAC.
 //
+// It is its nodes' only kubelet: they never carry KwokNodeAnnotation, so the local cluster's
+// kwok (hack/cluster.sh) leaves them, their Leases and their pods alone; pods are Ready only
+// once their process passes its readiness probe, and a deleted pod's process gets its full
+// grace period. Every write the agent makes is recorded under FieldManager.
+//
 // Where it differs from a kubelet: processes share the host's filesystem, so the agent
 // rewrites every path under a volume mount, /dev/shm or the termination-message path in the
 // container's env, command, args and probe commands to the host folder that stands for it;
