@@ -54,12 +54,15 @@ func (p *pass) recover(ctx context.Context, v verdict) {
 	st.RestartTimes = recent
 	st.Restarts++
 	st.ReadyNodes = 0
-	p.whenStored(func() { restartsTotal.WithLabelValues(f.Reason).Inc() })
 	msg := fmt.Sprintf("restarting the whole gang as attempt %d after: %s", st.Restarts, f.Message)
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
 	p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRestarting, msg)
 	p.warning(trainingv1alpha1.ReasonRestarting, "Restart", "%s", msg)
-	log.FromContext(ctx).Info("restarting the gang", "attempt", st.Restarts, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
+	attempt := st.Restarts
+	p.whenStored(func() {
+		restartsTotal.WithLabelValues(f.Reason).Inc()
+		log.FromContext(ctx).Info("restarting the gang", "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
+	})
 }
 
 func recentFailureSummary(fs []trainingv1alpha1.JobFailure) string {
