@@ -148,12 +148,12 @@ func TestProcessNodesAreTheNodeAgentsAlone(t *testing.T) {
 
 	// Nobody but the agent wrote any of it.
 	for _, p := range seen() {
-		expectOnlyAgentWrites(g, "pod "+name+" rv "+p.ResourceVersion, p.ManagedFields)
+		expectOnlyAgentWrites(g, "pod "+name+" rv "+p.ResourceVersion, p.ManagedFields, true)
 	}
 	n, err = cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n.Annotations).NotTo(HaveKey(nodeagent.KwokNodeAnnotation))
-	expectOnlyAgentWrites(g, "node "+node, n.ManagedFields)
+	expectOnlyAgentWrites(g, "node "+node, n.ManagedFields, false)
 	lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(Equal(node), "node %s's Lease is held by someone else", node)
@@ -182,13 +182,23 @@ func statusWriters(fields []metav1.ManagedFieldsEntry) []string {
 	return out
 }
 
-// expectOnlyAgentWrites: every status write is the agent's, and kwok wrote nothing at all.
-func expectOnlyAgentWrites(g Gomega, what string, fields []metav1.ManagedFieldsEntry) {
+// expectOnlyAgentWrites: every status write is the agent's, and kwok wrote nothing at all. On
+// a pod the scheduler may also have written status, but only its scheduling condition
+// (PodScheduled=False while no node fits): never the phase, readiness or containers.
+func expectOnlyAgentWrites(g Gomega, what string, fields []metav1.ManagedFieldsEntry, pod bool) {
 	for _, f := range fields {
 		g.Expect(strings.ToLower(f.Manager)).NotTo(ContainSubstring("kwok"), "%s written by %s: %+v", what, f.Manager, f)
-		if f.Subresource == "status" {
-			g.Expect(f.Manager).To(Equal(nodeagent.FieldManager), "%s's status written by %s", what, f.Manager)
+		if f.Subresource != "status" {
+			continue
 		}
+		if pod && f.Manager == "kube-scheduler" && f.FieldsV1 != nil {
+			owned := string(f.FieldsV1.Raw)
+			for _, kubelets := range []string{`"f:phase"`, `"f:containerStatuses"`, `\"type\":\"Ready\"`, `"f:podIP"`} {
+				g.Expect(owned).NotTo(ContainSubstring(kubelets), "%s: the scheduler owns a kubelet's status field: %s", what, owned)
+			}
+			continue
+		}
+		g.Expect(f.Manager).To(Equal(nodeagent.FieldManager), "%s's status written by %s", what, f.Manager)
 	}
 }
 
