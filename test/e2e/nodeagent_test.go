@@ -192,7 +192,7 @@ func expectOnlyAgentWrites(g Gomega, what string, fields []metav1.ManagedFieldsE
 			continue
 		}
 		if pod && f.Manager == "kube-scheduler" && f.FieldsV1 != nil {
-			owned := string(f.FieldsV1.Raw)
+			owned := f.FieldsV1.GetRawString()
 			for _, kubelets := range []string{`"f:phase"`, `"f:containerStatuses"`, `\"type\":\"Ready\"`, `"f:podIP"`} {
 				g.Expect(owned).NotTo(ContainSubstring(kubelets), "%s: the scheduler owns a kubelet's status field: %s", what, owned)
 			}
