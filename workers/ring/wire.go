@@ -46,7 +46,7 @@ func decodeKV(b []byte) (attention.Matrix, attention.Matrix, error) {
 		}
 		rows, cols := int(binary.BigEndian.Uint32(b)), int(binary.BigEndian.Uint32(b[4:]))
 		b = b[8:]
-		if rows < 0 || cols < 0 || len(b) < 4*rows*cols {
+		if !fits(rows, cols, 4, len(b)) {
 			return attention.Matrix{}, attention.Matrix{}, fmt.Errorf("ring: block of %dx%d does not fit %d bytes", rows, cols, len(b))
 		}
 		m := attention.NewMatrix(rows, cols)
@@ -65,20 +65,24 @@ func decodeKV(b []byte) (attention.Matrix, attention.Matrix, error) {
 // block as in Over, then its gradients as rows, cols and float64 bits.
 func OverBlocks(x ByteExchanger) BlockExchange {
 	return func(b Block) (Block, error) {
-		msg := encodeKV(b.K, b.V)
-		for _, g := range []attention.Grad{b.DK, b.DV} {
-			msg = binary.BigEndian.AppendUint32(msg, uint32(g.Rows))
-			msg = binary.BigEndian.AppendUint32(msg, uint32(g.Cols))
-			for _, x := range g.Data {
-				msg = binary.BigEndian.AppendUint64(msg, math.Float64bits(x))
-			}
-		}
-		got, err := x.Exchange(msg)
+		got, err := x.Exchange(encodeBlock(b))
 		if err != nil {
 			return Block{}, err
 		}
 		return decodeBlock(got)
 	}
+}
+
+func encodeBlock(b Block) []byte {
+	msg := encodeKV(b.K, b.V)
+	for _, g := range []attention.Grad{b.DK, b.DV} {
+		msg = binary.BigEndian.AppendUint32(msg, uint32(g.Rows))
+		msg = binary.BigEndian.AppendUint32(msg, uint32(g.Cols))
+		for _, x := range g.Data {
+			msg = binary.BigEndian.AppendUint64(msg, math.Float64bits(x))
+		}
+	}
+	return msg
 }
 
 func decodeBlock(b []byte) (Block, error) {
@@ -89,10 +93,10 @@ func decodeBlock(b []byte) (Block, error) {
 			return Block{}, fmt.Errorf("ring: truncated block")
 		}
 		rows, cols := int(binary.BigEndian.Uint32(b[kvLen:])), int(binary.BigEndian.Uint32(b[kvLen+4:]))
+		if !fits(rows, cols, 4, len(b)-kvLen-8) {
+			return Block{}, fmt.Errorf("ring: truncated block")
+		}
 		kvLen += 8 + 4*rows*cols
-	}
-	if len(b) < kvLen {
-		return Block{}, fmt.Errorf("ring: truncated block")
 	}
 	k, v, err := decodeKV(b[:kvLen])
 	if err != nil {
@@ -106,7 +110,7 @@ func decodeBlock(b []byte) (Block, error) {
 		}
 		rows, cols := int(binary.BigEndian.Uint32(rest)), int(binary.BigEndian.Uint32(rest[4:]))
 		rest = rest[8:]
-		if len(rest) < 8*rows*cols {
+		if !fits(rows, cols, 8, len(rest)) {
 			return Block{}, fmt.Errorf("ring: gradient of %dx%d does not fit %d bytes", rows, cols, len(rest))
 		}
 		g := attention.NewGrad(rows, cols)
@@ -119,4 +123,14 @@ func decodeBlock(b []byte) (Block, error) {
 		return Block{}, fmt.Errorf("ring: %d stray bytes after a block", len(rest))
 	}
 	return Block{K: k, V: v, DK: grads[0], DV: grads[1]}, nil
+}
+
+// fits reports whether rows×cols elements of size bytes fit in n bytes, without the
+// overflow of multiplying sizes read off the wire (a stray peer's bytes must give an error,
+// not a panic).
+func fits(rows, cols, size, n int) bool {
+	if rows < 0 || cols < 0 || n < 0 {
+		return false
+	}
+	return cols == 0 || rows <= n/size/cols
 }

@@ -345,6 +345,11 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 		j.port = testnet.FreePort(t)
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
+		t.Cleanup(func() { // a held gang never ends by itself if the test stops early
+			for _, cmd := range cmds {
+				_ = cmd.Process.Kill()
+			}
+		})
 		at := "mid-save"
 		if round == 1 {
 			waitSaveBegun(t, ckpt, gate, logs)
