@@ -13,11 +13,11 @@ import (
 // never did, timeout after start). Before failing it appends a "zaya: hang" line to the
 // termination log so the operator can tell a hang from a crash. Templates that bring their own
 // liveness probe (or images without a shell) keep theirs.
-func heartbeatProbe(timeout time.Duration, terminationLog string) *corev1.Probe {
+func heartbeatProbe(timeout time.Duration) *corev1.Probe {
 	secs := int32(timeout.Seconds())
 	period := min(max(secs/6, 10), 60)
 	return &corev1.Probe{
-		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs, terminationLog)}}},
+		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs)}}},
 		InitialDelaySeconds: secs,
 		PeriodSeconds:       period,
 		TimeoutSeconds:      10,
@@ -26,9 +26,11 @@ func heartbeatProbe(timeout time.Duration, terminationLog string) *corev1.Probe 
 }
 
 // heartbeatScript checks the heartbeat file's age and, when it is too old, appends the hang
-// line to terminationLog and fails.
-func heartbeatScript(secs int32, terminationLog string) string {
+// line to the container's termination log and fails. Paths come from the container's
+// environment, quoted, never pasted into the script: a template's terminationMessagePath may
+// hold anything a shell would run.
+func heartbeatScript(secs int32) string {
 	return fmt.Sprintf(`f="$%s"; [ -f "$f" ] && [ $(( $(date +%%s) - $(stat -c %%Y "$f") )) -lt %d ] || `+
-		`{ echo "%s no heartbeat for %ds" >> %s; exit 1; }`,
-		trainingv1alpha1.EnvHeartbeatFile, secs, trainingv1alpha1.TerminationMessageHangPrefix, secs, terminationLog)
+		`{ echo "%s no heartbeat for %ds" >> "$%s"; exit 1; }`,
+		trainingv1alpha1.EnvHeartbeatFile, secs, trainingv1alpha1.TerminationMessageHangPrefix, secs, trainingv1alpha1.EnvTerminationLog)
 }

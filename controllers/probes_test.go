@@ -18,8 +18,8 @@ func TestHeartbeatScriptRunsInAShell(t *testing.T) {
 	dir := t.TempDir()
 	beat, termLog := filepath.Join(dir, "heartbeat"), filepath.Join(dir, "termination-log")
 	run := func() error {
-		cmd := exec.Command("sh", "-c", heartbeatScript(60, termLog))
-		cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+beat)
+		cmd := exec.Command("sh", "-c", heartbeatScript(60))
+		cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+beat, "ZAYA_TERMINATION_LOG="+termLog)
 		return cmd.Run()
 	}
 	if err := run(); err == nil {
@@ -60,7 +60,35 @@ func TestTerminationLogFollowsTheContainer(t *testing.T) {
 	if got := envMap(w.Env)["ZAYA_TERMINATION_LOG"]; got != "/var/run/zaya/message" {
 		t.Errorf("ZAYA_TERMINATION_LOG = %q", got)
 	}
-	if w.LivenessProbe == nil || !strings.Contains(w.LivenessProbe.Exec.Command[2], ">> /var/run/zaya/message") {
+	if w.LivenessProbe == nil || !strings.Contains(w.LivenessProbe.Exec.Command[2], `>> "$ZAYA_TERMINATION_LOG"`) {
 		t.Errorf("probe does not write the container's termination log: %+v", w.LivenessProbe)
+	}
+}
+
+// TestNoPathFromTheSpecReachesTheProbesShell: a terminationMessagePath full of shell syntax is
+// neither pasted into the probe's script nor run when the probe fails; the hang line lands in
+// that very file.
+func TestNoPathFromTheSpecReachesTheProbesShell(t *testing.T) {
+	dir := t.TempDir()
+	canary := filepath.Join(dir, "pwned")
+	hostile := filepath.Join(dir, "log $(touch pwned); touch pwned `touch pwned` >pwned")
+	job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(1).Defaulted().Obj()
+	job.Spec.Template.Spec.Containers[0].TerminationMessagePath = hostile
+	w := newWorkerPod(job, nil, 0).Spec.Containers[0]
+	script := w.LivenessProbe.Exec.Command[2]
+	if strings.Contains(script, "pwned") {
+		t.Fatalf("the probe's script contains the template's path: %s", script)
+	}
+	cmd := exec.Command("sh", "-c", script) // no heartbeat file: the probe fails and writes
+	cmd.Dir = dir                           // where the injected commands would leave the canary
+	cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+filepath.Join(dir, "none"), "ZAYA_TERMINATION_LOG="+envMap(w.Env)["ZAYA_TERMINATION_LOG"])
+	if err := cmd.Run(); err == nil {
+		t.Fatal("a missing heartbeat passed the probe")
+	}
+	if _, err := os.Stat(canary); err == nil {
+		t.Fatal("the shell ran a command from the template's terminationMessagePath")
+	}
+	if msg, err := os.ReadFile(hostile); err != nil || !strings.Contains(string(msg), "zaya: hang") {
+		t.Errorf("the hang line did not land in the container's termination log: %q, %v", msg, err)
 	}
 }

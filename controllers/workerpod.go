@@ -162,7 +162,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 		addCapability(w, "IPC_LOCK")
 	}
 	if w.LivenessProbe == nil && s.FaultTolerance.HangTimeout != nil {
-		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration, terminationLogEnv(w).Value)
+		w.LivenessProbe = heartbeatProbe(s.FaultTolerance.HangTimeout.Duration)
 	}
 
 	if s.Placement.GPUNodeSelector == trainingv1alpha1.GPUNodeSelectorNFD {
