@@ -7,10 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
 // The operator's own metrics, registered with controller-runtime's registry when the package
@@ -53,7 +52,7 @@ type jobsCollector struct {
 func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
-	jobs := &trainingv1alpha1.ZayaTrainingJobList{}
+	jobs := storedJobList()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.reader.List(ctx, jobs); err != nil {
@@ -65,9 +64,13 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[t] = 0
 	}
 	for i := range jobs.Items {
-		for _, cond := range jobs.Items[i].Status.Conditions {
-			if cond.Status == metav1.ConditionTrue {
-				counts[cond.Type]++
+		// Read as stored: a job whose spec cannot be decoded still counts by its conditions.
+		conds, _, _ := unstructured.NestedSlice(jobs.Items[i].Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["status"] == string(metav1.ConditionTrue) {
+				if t, ok := m["type"].(string); ok {
+					counts[t]++
+				}
 			}
 		}
 	}

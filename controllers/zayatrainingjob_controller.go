@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/decode"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -54,19 +55,23 @@ type ZayaTrainingJobReconciler struct {
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
 func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	job := &trainingv1alpha1.ZayaTrainingJob{}
-	if err := r.Get(ctx, req.NamespacedName, job); err != nil {
+	stored := storedJob()
+	if err := r.Get(ctx, req.NamespacedName, stored); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.lastWrite.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !job.DeletionTimestamp.IsZero() || !job.ManagedByOperator() {
+	if stored.GetDeletionTimestamp() != nil || !managedByOperator(stored) {
 		return ctrl.Result{}, nil
 	}
-	logger := log.FromContext(ctx).WithValues("job", klog.KObj(job))
+	logger := log.FromContext(ctx).WithValues("job", klog.KObj(stored))
 	ctx = log.IntoContext(ctx, logger)
+	job := &trainingv1alpha1.ZayaTrainingJob{}
+	if err := decode.Into(stored.Object, job); err != nil {
+		return ctrl.Result{}, r.undecodable(ctx, stored, err)
+	}
 
 	// The pass only reads pods, so it may share the cache's copies: at 1024 ranks a deep copy
 	// per pass would dominate its cost.
@@ -79,8 +84,8 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now()}
 	result, err := p.run(ctx, pods.Items)
-	stored, wait, werr := r.writeStatus(ctx, p, oldStatus)
-	p.emit(stored)
+	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
+	p.emit(written)
 	switch {
 	case apierrors.IsNotFound(werr):
 		return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
@@ -201,7 +206,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&trainingv1alpha1.ZayaTrainingJob{}).
+		For(storedJob()).
 		Watches(&corev1.Pod{}, podEvents{}).
 		Owns(&corev1.Service{}, builder.OnlyMetadata).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).

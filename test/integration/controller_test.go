@@ -48,6 +48,7 @@ func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClient
 		NewClient:              newClient,
 		Scheme:                 scheme,
 		Cache:                  controllers.CacheOptions(),
+		Client:                 controllers.ClientOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfigSkipNameValidation(),
