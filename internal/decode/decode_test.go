@@ -156,3 +156,14 @@ func TestIntoWantsAPointerToAStruct(t *testing.T) {
 		t.Error("decoded into an int")
 	}
 }
+
+// BenchmarkInto is the per-pass cost of reading a job as stored.
+func BenchmarkInto(b *testing.B) {
+	t := &testing.T{}
+	obj := stored(t, validJob)
+	for b.Loop() {
+		if err := Into(obj, &trainingv1alpha1.ZayaTrainingJob{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

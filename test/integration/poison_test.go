@@ -11,62 +11,33 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// poisonPills are stored jobs that Go cannot decode: each passes a schema looser than ours
-// (an older CRD, a restore from backup, a schema bug) and names the field it poisons.
-var poisonPills = []struct {
-	name, patch, field string
-}{
-	{"duration", `{spec: {faultTolerance: {hangTimeout: 3000000h}}}`, "spec.faultTolerance.hangTimeout"},
-	{"port", `{spec: {template: {spec: {containers: [{name: worker, image: zaya-worker:test, livenessProbe: {httpGet: {port: 99999999999}}}]}}}}`,
-		"spec.template.spec.containers[0].livenessProbe.httpGet.port"},
-	// resource.ParseQuantity takes hours over this one, with memory growing.
-	{"quantity", `{spec: {template: {spec: {containers: [{name: worker, image: zaya-worker:test, resources: {limits: {cpu: "1e-999999999"}}}]}}}}`,
-		"spec.template.spec.containers[0].resources.limits[cpu]"},
-	{"type", `{spec: {nodes: four}}`, "spec.nodes"},
-}
-
-var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
-
-// loosenCRD swaps the job's spec schema for one that stores anything, until the returned
-// restore is called (or the test ends).
-func loosenCRD(t *testing.T, g Gomega) (restore func()) {
+// storePoisonPills stores testjob.PoisonPills made from job through a loosened schema, which
+// it restores before returning; the pills are deleted when the test ends.
+func storePoisonPills(t *testing.T, g Gomega, job *trainingv1alpha1.ZayaTrainingJob) []*unstructured.Unstructured {
 	t.Helper()
 	ctx := context.Background()
-	crd := &unstructured.Unstructured{}
-	crd.SetGroupVersionKind(crdGVK)
-	key := client.ObjectKey{Name: "zayatrainingjobs." + trainingv1alpha1.GroupVersion.Group}
-	g.Expect(k8sClient.Get(ctx, key, crd)).To(Succeed())
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	saved := unstructured.Unstructured{Object: map[string]any{"v": versions}}
-	saved = *saved.DeepCopy()
-	loose := saved.DeepCopy().Object["v"].([]any)
-	g.Expect(unstructured.SetNestedField(loose[0].(map[string]any), map[string]any{
-		"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-	}, "schema", "openAPIV3Schema", "properties", "spec")).To(Succeed())
-	setVersions := func(v []any) {
-		g.Eventually(func(g Gomega) {
-			g.Expect(k8sClient.Get(ctx, key, crd)).To(Succeed())
-			g.Expect(unstructured.SetNestedSlice(crd.Object, v, "spec", "versions")).To(Succeed())
-			g.Expect(k8sClient.Update(ctx, crd)).To(Succeed())
-		}, timeout, interval).Should(Succeed())
+	restore, err := testjob.LoosenSpecSchema(ctx, k8sClient)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { g.Expect(restore(ctx)).To(Succeed()) }()
+	var pills []*unstructured.Unstructured
+	for _, p := range testjob.PoisonPills {
+		u, err := p.Job(job)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func() error { return k8sClient.Create(ctx, u.DeepCopy()) }, timeout, interval).Should(Succeed())
+		pills = append(pills, u)
 	}
-	setVersions(loose)
-	var restored bool
-	restore = func() {
-		if !restored {
-			restored = true
-			setVersions(saved.Object["v"].([]any))
+	t.Cleanup(func() {
+		for _, u := range pills {
+			_ = k8sClient.Delete(ctx, u) // a typed delete would decode the response
 		}
-	}
-	t.Cleanup(restore)
-	return restore
+	})
+	return pills
 }
 
 // TestPoisonPillsStayWithTheirJob: jobs Go cannot decode, stored next to a healthy job, are
@@ -82,22 +53,7 @@ func TestPoisonPillsStayWithTheirJob(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, healthy)).To(Succeed())
 	waitPods(g, ns, "healthy", 2)
 
-	restore := loosenCRD(t, g)
-	var pills []*unstructured.Unstructured
-	for _, p := range poisonPills {
-		u := manifest(t, p.patch)
-		u.SetName("poison-" + p.name)
-		u.SetNamespace(ns)
-		// The apiserver serves the loose schema a moment after the update.
-		g.Eventually(func() error { return k8sClient.Create(ctx, u.DeepCopy()) }, timeout, interval).Should(Succeed())
-		pills = append(pills, u)
-	}
-	t.Cleanup(func() {
-		for _, u := range pills {
-			_ = k8sClient.Delete(ctx, u) // typed deletes would decode the response
-		}
-	})
-	restore()
+	pills := storePoisonPills(t, g, testjob.MakeZayaTrainingJob("poison", ns).Defaulted().Obj())
 
 	// The operator that saw them arrive still reconciles: suspend deletes the healthy pods.
 	suspend := func(s bool) {
@@ -134,7 +90,7 @@ func TestPoisonPillsStayWithTheirJob(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 
 	// Each pill is reported on itself, naming its field; nothing was created for it.
-	for i, p := range poisonPills {
+	for i, p := range testjob.PoisonPills {
 		g.Eventually(func(g Gomega) {
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(pills[i].GroupVersionKind())
@@ -144,8 +100,8 @@ func TestPoisonPillsStayWithTheirJob(t *testing.T) {
 				HaveKeyWithValue("type", trainingv1alpha1.ConditionCreated),
 				HaveKeyWithValue("status", string(metav1.ConditionFalse)),
 				HaveKeyWithValue("reason", trainingv1alpha1.ReasonInvalidSpec),
-				HaveKeyWithValue("message", ContainSubstring(p.field+":")),
-			)), "%s", p.name)
+				HaveKeyWithValue("message", ContainSubstring(p.Field+":")),
+			)), "%s", p.Name)
 		}, timeout, interval).Should(Succeed())
 		g.Expect(jobPods(g, ns, pills[i].GetName())).To(BeEmpty())
 	}
