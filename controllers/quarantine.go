@@ -3,8 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,10 +55,15 @@ func (p *pass) taintNode(ctx context.Context, name string) error {
 	}
 	base := node.DeepCopy()
 	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
-		Key: trainingv1alpha1.QuarantineTaintKey, Value: p.job.Namespace + "." + p.job.Name, Effect: corev1.TaintEffectNoSchedule,
+		Key: trainingv1alpha1.QuarantineTaintKey, Value: taintValue(p.job.Namespace, p.job.Name), Effect: corev1.TaintEffectNoSchedule,
 	})
 	if err := p.r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+			// A retry would be refused the same way; the gang restart must not wait on it.
+			p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Taint", "could not taint node %s (the job still keeps off it): %v", name, err)
 			return nil
 		}
 		return fmt.Errorf("tainting node %s: %w", name, err)
@@ -116,4 +125,17 @@ func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.Quarant
 		terms[i].MatchFields = append(terms[i].MatchFields, reqs...)
 	}
 	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+}
+
+// taintValue names the job in the quarantine taint: <namespace>.<name>, shortened with a hash
+// when longer than the 63 characters a taint value may hold (a namespace alone may be 63).
+func taintValue(ns, name string) string {
+	v := ns + "." + name
+	if len(v) <= validation.LabelValueMaxLength {
+		return v
+	}
+	sum := fnv.New32a()
+	_, _ = sum.Write([]byte(v))
+	suffix := fmt.Sprintf("-%08x", sum.Sum32())
+	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
 }

@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -167,5 +170,48 @@ func TestQuarantineJoinsEveryTemplateAffinityTerm(t *testing.T) {
 		if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 2 {
 			t.Errorf("term %d = %+v, want its own expression and both exclusions", i, term)
 		}
+	}
+}
+
+func TestTaintValueIsAValidLabelValue(t *testing.T) {
+	long := strings.Repeat("n", 63)
+	for _, tc := range []struct{ ns, name string }{{"ns", "llm"}, {long, strings.Repeat("j", 50)}, {long[:60] + "-ab", "x"}} {
+		v := taintValue(tc.ns, tc.name)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			t.Errorf("taintValue(%q, %q) = %q: %v", tc.ns, tc.name, v, errs)
+		}
+	}
+	if a, b := taintValue(long, "a"+strings.Repeat("j", 49)), taintValue(long, "b"+strings.Repeat("j", 49)); a == b {
+		t.Errorf("two jobs share the taint value %q", a)
+	}
+	if got := taintValue("ns", "llm"); got != "ns.llm" {
+		t.Errorf("short value = %q, want ns.llm", got)
+	}
+}
+
+// TestARefusedTaintDoesNotBlockTheRestart: a taint the API server refuses for good (RBAC
+// without node patch, say) is reported, and the gang restarts away from the node anyway.
+func TestARefusedTaintDoesNotBlockTheRestart(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	job.Spec.FaultTolerance.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
+	h := newHarness(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				return apierrors.NewForbidden(corev1.Resource("nodes"), obj.GetName(), errors.New("injected"))
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", running("n0"))
+	h.mustReconcile(t, job)
+	h.setNode(t, "n0", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if got.Status.Restarts != 1 || len(got.Status.QuarantinedNodes) != 1 {
+		t.Fatalf("restarts %d, quarantine %v", got.Status.Restarts, got.Status.QuarantinedNodes)
+	}
+	if ev := h.drainEvents(); !containsPrefix(ev, "Warning NodeQuarantined could not taint node n0") {
+		t.Errorf("events %v", ev)
 	}
 }
