@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/decode"
 )
 
 // Jobs are watched and cached as stored (JSON maps), never as Go types: the API server can
@@ -47,6 +49,33 @@ func ClientOptions() client.Options {
 func managedByOperator(u *unstructured.Unstructured) bool {
 	by, _, _ := unstructured.NestedString(u.Object, "spec", "managedBy")
 	return by == "" || by == trainingv1alpha1.ControllerName
+}
+
+// decodeJob decodes a stored job. A status value Go cannot hold (a hand-written status, a
+// restore from backup) is dropped, since the operator owns status and rewrites it: dropped
+// names those fields. A spec or metadata value Go cannot hold is the job's error.
+func decodeJob(u *unstructured.Unstructured) (job *trainingv1alpha1.ZayaTrainingJob, dropped []string, err error) {
+	// Each round drops at least one of status's dozen fields; decode reports a bounded number.
+	for range 16 {
+		job = &trainingv1alpha1.ZayaTrainingJob{}
+		errs := decode.Into(u.Object, job)
+		if len(errs) == 0 {
+			return job, dropped, nil
+		}
+		status, _ := u.Object["status"].(map[string]any)
+		for _, e := range errs {
+			rest, ok := strings.CutPrefix(e.Field, "status.")
+			top := strings.FieldsFunc(rest, func(r rune) bool { return r == '.' || r == '[' })
+			if !ok || status == nil || len(top) == 0 {
+				return nil, nil, errs.ToAggregate()
+			}
+			if _, ok := status[top[0]]; ok {
+				delete(status, top[0])
+				dropped = append(dropped, "status."+top[0])
+			}
+		}
+	}
+	return nil, nil, fmt.Errorf("status.%s: cannot be read", "(several fields)")
 }
 
 // undecodable reports a job the operator cannot read in its status (Created=False,

@@ -1,13 +1,17 @@
 package controllers
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 func TestSetStoredConditionWritesOnlyChanges(t *testing.T) {
@@ -51,5 +55,35 @@ func TestManagedByOperatorReadsTheStoredField(t *testing.T) {
 	_ = unstructured.SetNestedField(u.Object, trainingv1alpha1.ControllerName, "spec", "managedBy")
 	if !managedByOperator(u) {
 		t.Error("a job naming this operator is its own")
+	}
+}
+
+func TestDecodeJobDropsUnreadableStatusOnly(t *testing.T) {
+	good := testjob.MakeZayaTrainingJob("llm", "ns").Defaulted().Obj()
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	u.Object["status"] = map[string]any{
+		"restarts":   "four",
+		"startTime":  "yesterday",
+		"conditions": []any{map[string]any{"type": "Running", "status": "True", "lastTransitionTime": "never"}},
+		"readyNodes": int64(2),
+	}
+	job, dropped, err := decodeJob(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"status.restarts", "status.startTime", "status.conditions"}; !slices.Equal(slices.Sorted(slices.Values(dropped)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("dropped %v, want %v", dropped, want)
+	}
+	if job.Status.ReadyNodes != 2 || job.Status.Restarts != 0 || job.Status.StartTime != nil || job.Spec.Nodes != 2 {
+		t.Errorf("decoded status %+v", job.Status)
+	}
+
+	_ = unstructured.SetNestedField(u.Object, "3000000h", "spec", "faultTolerance", "hangTimeout")
+	if _, _, err := decodeJob(u); err == nil || !strings.Contains(err.Error(), "spec.faultTolerance.hangTimeout") {
+		t.Errorf("a spec Go cannot hold decoded: %v", err)
 	}
 }

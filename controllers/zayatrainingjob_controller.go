@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/internal/decode"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -68,8 +68,8 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	logger := log.FromContext(ctx).WithValues("job", klog.KObj(stored))
 	ctx = log.IntoContext(ctx, logger)
-	job := &trainingv1alpha1.ZayaTrainingJob{}
-	if err := decode.Into(stored.Object, job); err != nil {
+	job, dropped, err := decodeJob(stored)
+	if err != nil {
 		return ctrl.Result{}, r.undecodable(ctx, stored, err)
 	}
 
@@ -83,6 +83,10 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now()}
+	if len(dropped) > 0 {
+		p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "reset %s: the stored value could not be read", strings.Join(dropped, ", "))
+		oldStatus = &trainingv1alpha1.ZayaTrainingJobStatus{ObservedGeneration: -1} // write, replacing it
+	}
 	result, err := p.run(ctx, pods.Items)
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)

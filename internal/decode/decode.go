@@ -37,17 +37,18 @@ const (
 )
 
 // Into checks obj against out's Go type and then converts it into out, which must be a
-// pointer to a struct. A value that Go cannot hold is reported by its JSON path.
-func Into(obj map[string]any, out any) error {
+// pointer to a struct. The values Go cannot hold are reported by their JSON paths; out is
+// left unset then.
+func Into(obj map[string]any, out any) field.ErrorList {
 	t := reflect.TypeOf(out)
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
-		return fmt.Errorf("decode: want a pointer to a struct, got %T", out)
+		return field.ErrorList{field.InternalError(nil, fmt.Errorf("decode: want a pointer to a struct, got %T", out))}
 	}
 	if errs := Check(obj, t.Elem()); len(errs) > 0 {
-		return errs.ToAggregate()
+		return errs
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, out); err != nil {
-		return field.ErrorList{field.Invalid(nil, "(object)", err.Error())}.ToAggregate()
+		return field.ErrorList{field.Invalid(nil, "(object)", err.Error())}
 	}
 	return nil
 }

@@ -51,8 +51,8 @@ status:
 
 func TestIntoDecodesAValidJob(t *testing.T) {
 	job := &trainingv1alpha1.ZayaTrainingJob{}
-	if err := Into(stored(t, validJob), job); err != nil {
-		t.Fatal(err)
+	if errs := Into(stored(t, validJob), job); errs != nil {
+		t.Fatal(errs)
 	}
 	c := job.Spec.Template.Spec.Containers[0]
 	if got := c.Resources.Limits[corev1.ResourceCPU]; got.Cmp(resource.MustParse("500m")) != 0 {
@@ -94,12 +94,12 @@ func TestIntoRefusesWhatGoCannotHold(t *testing.T) {
 			patch := stored(t, tc.set)
 			merge(obj, patch)
 			start := time.Now()
-			err := Into(obj, &trainingv1alpha1.ZayaTrainingJob{})
-			if err == nil {
+			errs := Into(obj, &trainingv1alpha1.ZayaTrainingJob{})
+			if len(errs) == 0 {
 				t.Fatalf("decoded; want an error naming %s", tc.want)
 			}
-			if !strings.Contains(err.Error(), tc.want+":") {
-				t.Errorf("error %q does not name %s", err, tc.want)
+			if errs[0].Field != tc.want {
+				t.Errorf("error %q names %s, want %s", errs.ToAggregate(), errs[0].Field, tc.want)
 			}
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("took %s", d) // a sanity bound, far above the microseconds it takes
@@ -124,8 +124,8 @@ func merge(dst, src map[string]any) {
 // converter gives, so the check never refuses what Go can hold.
 func TestIntoAgreesWithTheConverter(t *testing.T) {
 	job := &trainingv1alpha1.ZayaTrainingJob{}
-	if err := Into(stored(t, validJob), job); err != nil {
-		t.Fatal(err)
+	if errs := Into(stored(t, validJob), job); errs != nil {
+		t.Fatal(errs)
 	}
 	job.Default()
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(job)
@@ -142,8 +142,8 @@ func TestIntoAgreesWithTheConverter(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := &trainingv1alpha1.ZayaTrainingJob{}
-	if err := Into(m, again); err != nil {
-		t.Fatal(err)
+	if errs := Into(m, again); errs != nil {
+		t.Fatal(errs)
 	}
 	if d := cmp.Diff(job, again); d != "" {
 		t.Errorf("round trip (-want +got):\n%s", d)
@@ -152,7 +152,7 @@ func TestIntoAgreesWithTheConverter(t *testing.T) {
 
 func TestIntoWantsAPointerToAStruct(t *testing.T) {
 	var n int
-	if err := Into(map[string]any{}, &n); err == nil {
+	if errs := Into(map[string]any{}, &n); errs == nil {
 		t.Error("decoded into an int")
 	}
 }
@@ -162,8 +162,8 @@ func BenchmarkInto(b *testing.B) {
 	t := &testing.T{}
 	obj := stored(t, validJob)
 	for b.Loop() {
-		if err := Into(obj, &trainingv1alpha1.ZayaTrainingJob{}); err != nil {
-			b.Fatal(err)
+		if errs := Into(obj, &trainingv1alpha1.ZayaTrainingJob{}); errs != nil {
+			b.Fatal(errs)
 		}
 	}
 }

@@ -61,10 +61,10 @@ func (p PoisonPill) Job(job *trainingv1alpha1.ZayaTrainingJob) (*unstructured.Un
 
 var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 
-// LoosenSpecSchema replaces the served schema of the job's spec with one that stores
+// LoosenSchema replaces the served schema of the job's spec and status with one that stores
 // anything, and returns what puts the original back. The API server serves the new schema a
 // moment after the update: retry creates.
-func LoosenSpecSchema(ctx context.Context, c client.Client) (restore func(context.Context) error, err error) {
+func LoosenSchema(ctx context.Context, c client.Client) (restore func(context.Context) error, err error) {
 	key := client.ObjectKey{Name: "zayatrainingjobs." + trainingv1alpha1.GroupVersion.Group}
 	crd := &unstructured.Unstructured{}
 	crd.SetGroupVersionKind(crdGVK)
@@ -78,10 +78,12 @@ func LoosenSpecSchema(ctx context.Context, c client.Client) (restore func(contex
 	saved := runtime.DeepCopyJSONValue(versions).([]any)
 	loose := runtime.DeepCopyJSONValue(versions).([]any)
 	for _, v := range loose {
-		if err := unstructured.SetNestedField(v.(map[string]any), map[string]any{
-			"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-		}, "schema", "openAPIV3Schema", "properties", "spec"); err != nil {
-			return nil, err
+		for _, part := range []string{"spec", "status"} {
+			if err := unstructured.SetNestedField(v.(map[string]any), map[string]any{
+				"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+			}, "schema", "openAPIV3Schema", "properties", part); err != nil {
+				return nil, err
+			}
 		}
 	}
 	set := func(ctx context.Context, v []any) error {

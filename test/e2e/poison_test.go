@@ -32,7 +32,7 @@ func TestPoisonPillsCannotStopTheOperator(t *testing.T) {
 	ns := newNamespace(t)
 	job := runningJob(t, ns, "healthy", nil)
 
-	restore, err := testjob.LoosenSpecSchema(ctx, k8sClient)
+	restore, err := testjob.LoosenSchema(ctx, k8sClient)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = restore(ctx) })
 	var pills []*unstructured.Unstructured
