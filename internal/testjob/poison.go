@@ -72,8 +72,11 @@ func LoosenSchema(ctx context.Context, c client.Client) (restore func(context.Co
 		return nil, err
 	}
 	versions, _, err := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	if err != nil || len(versions) == 0 {
-		return nil, fmt.Errorf("CRD versions: %v", err)
+	if err != nil {
+		return nil, err
+	}
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("CRD %s serves no versions", key.Name)
 	}
 	saved := runtime.DeepCopyJSONValue(versions).([]any)
 	loose := runtime.DeepCopyJSONValue(versions).([]any)

@@ -74,7 +74,7 @@ func TestRunningEditsAreRefusedOrTakeEffect(t *testing.T) {
 			g.Expect(jobPods(g, ns, name)).To(HaveKey(name+"-0-1"), "a rank was lost")
 
 			// The next restart builds pods from the edited spec.
-			setPodStatus(g, jobPods(g, ns, name)[name+"-0-1"], failedWith(1))
+			setPodStatus(g, jobPods(g, ns, name)[name+"-0-1"], failedWith(2))
 			g.Eventually(func(g Gomega) {
 				got := getJob(g, job)
 				g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse(),
