@@ -28,7 +28,7 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
-	h.setPod(t, "llm-0-0", exited("n0", 0, now))
+	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-successGrace)))
 	h.setPod(t, "llm-0-1", running("n1"))
 	h.setPod(t, "llm-0-2", running("n2"))
 	h.mustReconcile(t, job)
@@ -51,6 +51,56 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	h.mustReconcile(t, job)
 	if n := len(h.pods(t)); n != 1 {
 		t.Errorf("%d pods after another pass of a finished job", n)
+	}
+}
+
+// TestRank0SuccessWaitsForItsPeers: rank 0's exit 0 is not success while another rank of
+// the attempt failed or was stopped, in whichever order the operator sees them.
+func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		peer  func(*corev1.Pod)
+		after time.Duration // when the pass runs after rank 0 exited
+		want  string        // Succeeded, Restarting or "" (still waiting)
+	}{
+		{"peer still running within the grace", running("n1"), time.Second, ""},
+		{"peer still running after the grace", running("n1"), successGrace, "Succeeded"},
+		{"peer finished too", exited("n1", 0, now), time.Second, "Succeeded"},
+		{"peer failed before rank 0 exited", exited("n1", 143, now.Add(-time.Minute)), time.Second, "Restarting"},
+		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), successGrace, "Restarting"},
+		{"peer being stopped (evicted)", func(p *corev1.Pod) {
+			running("n1")(p)
+			p.Finalizers = []string{"test/keep"} // so the fake client keeps it while deleting
+		}, successGrace, "Restarting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+			h := newHarness(t, interceptor.Funcs{}, job)
+			h.mustReconcile(t, job)
+			h.setPod(t, "llm-0-1", tc.peer)
+			if tc.name == "peer being stopped (evicted)" {
+				if err := h.r.Delete(context.Background(), h.pods(t)["llm-0-1"]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-tc.after)))
+			res := h.mustReconcile(t, job)
+			got := h.get(t, job)
+			switch tc.want {
+			case "":
+				if condition(got, "Succeeded") != nil || got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > successGrace {
+					t.Errorf("want a wait: succeeded %v, restarts %d, requeue %v", condition(got, "Succeeded"), got.Status.Restarts, res.RequeueAfter)
+				}
+			case "Succeeded":
+				if c := condition(got, "Succeeded"); c == nil || c.Status != metav1.ConditionTrue {
+					t.Errorf("Succeeded = %+v", c)
+				}
+			case "Restarting":
+				if c := condition(got, "Succeeded"); c != nil || got.Status.Restarts != 1 {
+					t.Errorf("want a restart: succeeded %+v, restarts %d", c, got.Status.Restarts)
+				}
+			}
+		})
 	}
 }
 

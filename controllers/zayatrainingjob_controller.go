@@ -131,8 +131,13 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	releaseIn := p.expireQuarantine()
 	gang := classify(job, pods)
 	p.recordCheckpoint(gang)
-	if p.succeeded(gang) {
+	done, settling := p.succeeded(gang)
+	if done {
 		return p.finish(ctx, pods)
+	}
+	if settling > 0 {
+		// Rank 0 is done; the others have successGrace to finish or fail.
+		return soonest(ctrl.Result{RequeueAfter: settling}, p.requeueForDeadline()), nil
 	}
 	v, err := p.firstFailure(ctx, gang)
 	if err != nil {
