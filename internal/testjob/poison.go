@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -104,4 +107,37 @@ func LoosenSchema(ctx context.Context, c client.Client) (restore func(context.Co
 		return nil, err
 	}
 	return func(ctx context.Context) error { return set(ctx, saved) }, nil
+}
+
+// StorePoisonPills stores copies of every pill, made from jobs named <prefix><i> in ns, through
+// a loosened schema that it restores before returning. It returns the stored pills (delete
+// them unstructured: a typed delete would decode the response), in the order
+// PoisonPills[i % len(PoisonPills)].
+func StorePoisonPills(ctx context.Context, c client.Client, ns, prefix string, copies int) (pills []*unstructured.Unstructured, err error) {
+	restore, err := LoosenSchema(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := restore(ctx); err == nil {
+			err = rerr
+		}
+	}()
+	for i := range copies {
+		for _, p := range PoisonPills {
+			u, err := p.Job(MakeZayaTrainingJob(fmt.Sprintf("%s%d", prefix, i), ns).Defaulted().Obj())
+			if err != nil {
+				return pills, err
+			}
+			// The API server serves the loose schema a moment after the update.
+			err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				return c.Create(ctx, u.DeepCopy()) == nil, nil
+			})
+			if err != nil {
+				return pills, fmt.Errorf("storing pill %s: %w", u.GetName(), err)
+			}
+			pills = append(pills, u)
+		}
+	}
+	return pills, nil
 }

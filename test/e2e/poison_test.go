@@ -32,24 +32,13 @@ func TestPoisonPillsCannotStopTheOperator(t *testing.T) {
 	ns := newNamespace(t)
 	job := runningJob(t, ns, "healthy", nil)
 
-	restore, err := testjob.LoosenSchema(ctx, k8sClient)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = restore(ctx) })
-	var pills []*unstructured.Unstructured
-	for i := range pillCopies {
-		for _, p := range testjob.PoisonPills {
-			u, err := p.Job(testjob.MakeZayaTrainingJob(fmt.Sprintf("pill%d", i), ns).Defaulted().Obj())
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Eventually(func() error { return k8sClient.Create(ctx, u.DeepCopy()) }, timeout, interval).Should(Succeed())
-			pills = append(pills, u)
-		}
-	}
+	pills, err := testjob.StorePoisonPills(ctx, k8sClient, ns, "pill", pillCopies)
 	t.Cleanup(func() {
 		for _, u := range pills {
-			_ = k8sClient.Delete(ctx, u) // a typed delete would decode the response
+			_ = k8sClient.Delete(ctx, u)
 		}
 	})
-	g.Expect(restore(ctx)).To(Succeed())
+	g.Expect(err).NotTo(HaveOccurred())
 
 	pauseSuiteOperator(t)
 	op, err := startOperator()

@@ -18,29 +18,6 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// storePoisonPills stores testjob.PoisonPills made from job through a loosened schema, which
-// it restores before returning; the pills are deleted when the test ends.
-func storePoisonPills(t *testing.T, g Gomega, job *trainingv1alpha1.ZayaTrainingJob) []*unstructured.Unstructured {
-	t.Helper()
-	ctx := context.Background()
-	restore, err := testjob.LoosenSchema(ctx, k8sClient)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { g.Expect(restore(ctx)).To(Succeed()) }()
-	var pills []*unstructured.Unstructured
-	for _, p := range testjob.PoisonPills {
-		u, err := p.Job(job)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Eventually(func() error { return k8sClient.Create(ctx, u.DeepCopy()) }, timeout, interval).Should(Succeed())
-		pills = append(pills, u)
-	}
-	t.Cleanup(func() {
-		for _, u := range pills {
-			_ = k8sClient.Delete(ctx, u) // a typed delete would decode the response
-		}
-	})
-	return pills
-}
-
 // TestPoisonPillsStayWithTheirJob: jobs Go cannot decode, stored next to a healthy job, are
 // reported in their own status, while the operator that watched them arrive and a fresh one
 // started with them present keep reconciling the healthy job: edits and a rank failure.
@@ -54,7 +31,13 @@ func TestPoisonPillsStayWithTheirJob(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, healthy)).To(Succeed())
 	waitPods(g, ns, "healthy", 2)
 
-	pills := storePoisonPills(t, g, testjob.MakeZayaTrainingJob("poison", ns).Defaulted().Obj())
+	pills, err := testjob.StorePoisonPills(ctx, k8sClient, ns, "poison", 1)
+	t.Cleanup(func() {
+		for _, u := range pills {
+			_ = k8sClient.Delete(ctx, u)
+		}
+	})
+	g.Expect(err).NotTo(HaveOccurred())
 
 	// The operator that saw them arrive still reconciles: suspend deletes the healthy pods.
 	suspend := func(s bool) {
@@ -125,7 +108,7 @@ func TestPoisonPillsStayWithTheirJob(t *testing.T) {
 	// One warning each, not one per pass: reporting wrote the status, which brought a pass.
 	for name, n := range warned {
 		g.Expect(n).To(Equal(1), "%s warned %d times", name, n)
-		g.Expect(strings.HasPrefix(name, "poison-")).To(BeTrue())
+		g.Expect(strings.HasPrefix(name, "poison0-")).To(BeTrue())
 	}
 }
 
