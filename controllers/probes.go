@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +15,8 @@ import (
 // termination log so the operator can tell a hang from a crash. Templates that bring their own
 // liveness probe (or images without a shell) keep theirs.
 func heartbeatProbe(timeout time.Duration) *corev1.Probe {
-	secs := int32(timeout.Seconds())
+	// The schema bounds hangTimeout to 24h; a stored older value must not wrap the int32.
+	secs := int32(min(timeout.Seconds(), math.MaxInt32))
 	period := min(max(secs/6, 10), 60)
 	return &corev1.Probe{
 		ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", heartbeatScript(secs)}}},

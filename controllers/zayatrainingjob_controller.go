@@ -107,6 +107,9 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
 	job := p.job
 	job.Status.ObservedGeneration = job.Generation
+	// A status written by hand or restored under an older schema may hold a negative
+	// counter; as an attempt it would be an invalid pod label.
+	job.Status.Restarts = max(job.Status.Restarts, 0)
 
 	if finished(job) {
 		return p.finish(ctx, pods)

@@ -1,7 +1,9 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"maps"
+	pathpkg "path"
 	"regexp"
 	"slices"
 	"strings"
@@ -93,9 +95,17 @@ func validateContainer(spec *ZayaTrainingJobSpec, c *corev1.Container, path *fie
 				c.Env[i].Name+" is set by the operator (worker contract)"))
 		}
 	}
+	for i := range c.EnvFrom {
+		if p := c.EnvFrom[i].Prefix; p != "" && (IsReservedEnv(p) || slices.ContainsFunc(reservedEnvPrefixes, func(r string) bool { return strings.HasPrefix(r, p) })) {
+			errs = append(errs, field.Forbidden(path.Child("envFrom").Index(i).Child("prefix"),
+				fmt.Sprintf("prefix %q would name variables of the worker contract (%s*), which only the operator sets", p, strings.Join(reservedEnvPrefixes, "*, "))))
+		}
+	}
 	for i := range c.VolumeMounts {
+		// Compare clean paths: /dev/shm/, /dev//shm and /x/../dev/shm are all /dev/shm.
 		m := c.VolumeMounts[i].MountPath
-		if m == ShmMountPath || (spec.Checkpoint != nil && strings.TrimRight(m, "/") == strings.TrimRight(spec.Checkpoint.MountPath, "/")) {
+		clean := pathpkg.Clean("/" + m)
+		if clean == ShmMountPath || (spec.Checkpoint != nil && clean == pathpkg.Clean("/"+spec.Checkpoint.MountPath)) {
 			errs = append(errs, field.Invalid(path.Child("volumeMounts").Index(i).Child("mountPath"), m,
 				"mount path is used by the operator (checkpoint volume or /dev/shm)"))
 		}

@@ -45,6 +45,25 @@ func TestValidateSpec(t *testing.T) {
 			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", VolumeMounts: []corev1.VolumeMount{{Name: "x", MountPath: "/dev/shm"}}}}
 			return j
 		}(), []string{"FieldValueInvalid spec.template.spec.initContainers[0].volumeMounts[0].mountPath"}},
+		{"mount over shm through .. and //", func() *ZayaTrainingJob {
+			j := base().Obj()
+			j.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+				{Name: "x", MountPath: "/data/../dev/shm"}, {Name: "y", MountPath: "/checkpoints//"}, {Name: "z", MountPath: "/checkpoints/keep"},
+			}
+			return j
+		}(), []string{
+			"FieldValueInvalid spec.template.spec.containers[0].volumeMounts[0].mountPath",
+			"FieldValueInvalid spec.template.spec.containers[0].volumeMounts[1].mountPath",
+		}},
+		{"envFrom prefixes in the contract's namespace", func() *ZayaTrainingJob {
+			j := base().Obj()
+			j.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "ZAYA_"}, {Prefix: "ZA"}, {Prefix: "PET_X"}, {Prefix: "APP_"}, {}}
+			return j
+		}(), []string{
+			"FieldValueForbidden spec.template.spec.containers[0].envFrom[0].prefix",
+			"FieldValueForbidden spec.template.spec.containers[0].envFrom[1].prefix",
+			"FieldValueForbidden spec.template.spec.containers[0].envFrom[2].prefix",
+		}},
 		{"network env name not an identifier", func() *ZayaTrainingJob {
 			j := base().Obj()
 			j.Spec.Network.Env = []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}, {Name: "BAD-NAME", Value: "x"}}

@@ -15,7 +15,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.network.nicsPerNode) || self.network.nicsPerNode <= self.gpusPerNode",message="network.nicsPerNode must not exceed gpusPerNode (one NIC per GPU on a rails-only fabric)",fieldPath=".network.nicsPerNode"
 // +kubebuilder:validation:XValidation:rule="oldSelf.suspend || (self.nodes == oldSelf.nodes && self.gpusPerNode == oldSelf.gpusPerNode && self.parallelism == oldSelf.parallelism && self.network == oldSelf.network && self.placement == oldSelf.placement)",message="nodes, gpusPerNode, parallelism, network and placement can change only while the job is suspended"
 // +kubebuilder:validation:XValidation:rule="oldSelf.suspend || self.template == oldSelf.template",message="template can change only while the job is suspended",fieldPath=".template"
-// +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || self.checkpoint.volume == oldSelf.checkpoint.volume)",message="checkpoint.volume is immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
+// +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || (self.checkpoint.volume == oldSelf.checkpoint.volume && self.checkpoint.mountPath == oldSelf.checkpoint.mountPath))",message="checkpoint.volume and mountPath are immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.nodeName) || self.nodes == 1 || self.placement.nodeSharing == 'Shared'",message="template.spec.nodeName pins every rank to one node: with nodes > 1 set placement.nodeSharing: Shared, or use a node selector",fieldPath=".template.spec.nodeName"
+// +kubebuilder:validation:XValidation:rule="self.nodes == 1 || !has(self.checkpoint) || !has(self.checkpoint.volume.accessModes) || self.checkpoint.volume.accessModes.exists(m, m == 'ReadWriteMany')",message="checkpoint.volume.accessModes needs ReadWriteMany when nodes > 1: every rank, on its own node, writes its shard",fieldPath=".checkpoint.volume.accessModes"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable",fieldPath=".managedBy"
 type ZayaTrainingJobSpec struct {
 	// nodes is the number of worker pods, one per node (1 to 4096); pod r gets NODE_RANK r.
@@ -74,8 +76,9 @@ type ZayaTrainingJobSpec struct {
 	Placement PlacementSpec `json:"placement,omitempty"`
 
 	// successPolicy says when the job has succeeded: Rank0 (default: rank 0 exits 0, as
-	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). Pods still
-	// running then are deleted.
+	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). Under Rank0
+	// the other ranks get 30s to finish; pods still running then are deleted. An attempt in
+	// which any rank failed or was stopped never succeeds.
 	// +kubebuilder:default=Rank0
 	// +optional
 	SuccessPolicy SuccessPolicy `json:"successPolicy,omitempty"`
@@ -94,8 +97,9 @@ type ZayaTrainingJobSpec struct {
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
 	// activeDeadlineSeconds fails the job once this many seconds have passed since
-	// status.startTime, restarts included (at least 1). Unset means no deadline.
+	// status.startTime, restarts included (1 to 315360000, ten years). Unset means no deadline.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=315360000
 	// +optional
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 
@@ -223,8 +227,8 @@ type NetworkSpec struct {
 	// duration from 1m to 24h (default 60m, ZAYA_COLLECTIVE_TIMEOUT). The default is well above
 	// PyTorch's 10m so short fabric glitches do not kill a 1024-GPU job.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="network.collectiveTimeout must be between 1m and 24h"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="network.collectiveTimeout must be a duration such as 90s, 30m or 1h30m, from 1m to 24h"
 	// +kubebuilder:default="60m"
 	// +optional
 	CollectiveTimeout *metav1.Duration `json:"collectiveTimeout,omitempty"`
@@ -258,9 +262,11 @@ type CheckpointSpec struct {
 	Volume CheckpointVolume `json:"volume"`
 
 	// mountPath is the absolute path the volume is mounted at in every worker, also passed as
-	// ZAYA_CHECKPOINT_DIR. Default /checkpoints.
+	// ZAYA_CHECKPOINT_DIR. Default /checkpoints. It must be clean (no '.' or '..' segments,
+	// '//' or trailing '/'), not '/', and not in /dev, /proc, /sys or /var/run/secrets.
+	// Immutable, like the volume.
 	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^/[^:]*$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(/[^/:]+)+$') && !self.split('/').exists(p, p == '.' || p == '..') && ['/dev', '/proc', '/sys', '/var/run/secrets', '/run/secrets'].all(r, self != r && !self.startsWith(r + '/'))",message="checkpoint.mountPath must be a clean absolute path (no '.', '..', '//' or trailing '/'), not '/', and not in /dev, /proc, /sys or /var/run/secrets"
 	// +kubebuilder:default="/checkpoints"
 	// +optional
 	MountPath string `json:"mountPath,omitempty"`
@@ -323,17 +329,18 @@ type CheckpointVolume struct {
 // CheckpointInterval is exactly one of steps or duration.
 // +kubebuilder:validation:XValidation:rule="has(self.steps) != has(self.duration)",message="checkpoint.interval needs exactly one of steps or duration"
 type CheckpointInterval struct {
-	// steps saves every this many training steps (at least 1). Set exactly one of steps and
-	// duration.
+	// steps saves every this many training steps (1 to 1000000000). Set exactly one of steps
+	// and duration.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	Steps *int32 `json:"steps,omitempty"`
 
-	// duration saves at the first step boundary after this much time, a duration of at least
-	// 10s such as 30m; rank 0's clock decides for all ranks. Set exactly one of steps and duration.
+	// duration saves at the first step boundary after this much time, a duration from 10s to
+	// 168h such as 30m; rank 0's clock decides for all ranks. Set exactly one of steps and duration.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="checkpoint.interval.duration must be at least 10s"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('10s') && duration(self) <= duration('168h')",message="checkpoint.interval.duration must be a duration such as 90s, 30m or 1h30m, from 10s to 168h"
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
 }
@@ -382,11 +389,11 @@ type FaultToleranceSpec struct {
 	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 
 	// restartWindow is the trailing window in which restarts count against maxRestarts, a
-	// duration of at least 1m (default 24h). Older restarts no longer use the budget, since
+	// duration from 1m to 8760h (default 24h). Older restarts no longer use the budget, since
 	// long runs fail every few hours and a lifetime budget would end them.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="faultTolerance.restartWindow must be at least 1m"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('8760h')",message="faultTolerance.restartWindow must be a duration such as 90s, 30m or 1h30m, from 1m to 8760h"
 	// +kubebuilder:default="24h"
 	// +optional
 	RestartWindow *metav1.Duration `json:"restartWindow,omitempty"`
@@ -398,11 +405,11 @@ type FaultToleranceSpec struct {
 	Backoff BackoffSpec `json:"backoff,omitempty"`
 
 	// hangTimeout restarts the gang when a worker has not touched its heartbeat file
-	// (ZAYA_HEARTBEAT_FILE) for this long, a duration of at least 30s (default 30m). It is
+	// (ZAYA_HEARTBEAT_FILE) for this long, a duration from 30s to 24h (default 30m). It is
 	// enforced by a liveness probe the operator adds unless the template has its own.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s')",message="faultTolerance.hangTimeout must be at least 30s"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="faultTolerance.hangTimeout must be a duration such as 90s, 30m or 1h30m, from 30s to 24h"
 	// +kubebuilder:default="30m"
 	// +optional
 	HangTimeout *metav1.Duration `json:"hangTimeout,omitempty"`
@@ -411,8 +418,8 @@ type FaultToleranceSpec struct {
 	// on a dead node) before the operator force-deletes it, so the restart never waits on it.
 	// A duration of at most 1h, default 2m.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.terminatingTimeout must be at most 1h"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) <= duration('1h')",message="faultTolerance.terminatingTimeout must be a duration such as 90s, 30m or 1h30m, at most 1h"
 	// +kubebuilder:default="2m"
 	// +optional
 	TerminatingTimeout *metav1.Duration `json:"terminatingTimeout,omitempty"`
@@ -437,20 +444,22 @@ type FaultToleranceSpec struct {
 }
 
 // BackoffSpec is an exponential backoff.
-// +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.max) || duration(self.initial) <= duration(self.max)",message="faultTolerance.backoff.initial must not exceed backoff.max"
+// +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.max) || !self.initial.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') || !self.max.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') || duration(self.initial) <= duration(self.max)",message="faultTolerance.backoff.initial must not exceed backoff.max"
 type BackoffSpec struct {
-	// initial is the wait before the first restart, a duration (default 0s: restart at once).
+	// initial is the wait before the first restart, a duration of at most 1h (default 0s:
+	// restart at once).
 	// It must not exceed max.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) <= duration('1h')",message="faultTolerance.backoff.initial must be a duration such as 90s, 30m or 1h30m, at most 1h"
 	// +kubebuilder:default="0s"
 	// +optional
 	Initial *metav1.Duration `json:"initial,omitempty"`
 
 	// max caps the wait before a restart, a duration of at most 1h (default 5m).
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="faultTolerance.backoff.max must be at most 1h"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) <= duration('1h')",message="faultTolerance.backoff.max must be a duration such as 90s, 30m or 1h30m, at most 1h"
 	// +kubebuilder:default="5m"
 	// +optional
 	Max *metav1.Duration `json:"max,omitempty"`
@@ -495,9 +504,10 @@ type QuarantineSpec struct {
 	NodeTaint QuarantineTaint `json:"nodeTaint,omitempty"`
 
 	// expireAfter releases a quarantined node after this long, so a repaired node comes back;
-	// a duration, default 24h.
+	// a duration of at most 8760h, default 24h.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) <= duration('8760h')",message="faultTolerance.quarantine.expireAfter must be a duration such as 90s, 30m or 1h30m, at most 8760h"
 	// +kubebuilder:default="24h"
 	// +optional
 	ExpireAfter *metav1.Duration `json:"expireAfter,omitempty"`
@@ -527,6 +537,8 @@ type ZayaTrainingJobStatus struct {
 
 	// restarts is how many times the whole gang has been restarted, for any reason; it is
 	// also the current attempt number stamped on the pods.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	Restarts int32 `json:"restarts"`
 
@@ -538,6 +550,7 @@ type ZayaTrainingJobStatus struct {
 	RestartTimes []metav1.Time `json:"restartTimes,omitempty"`
 
 	// readyNodes is how many worker pods of the current attempt are Running and ready.
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	ReadyNodes int32 `json:"readyNodes"`
 
@@ -574,6 +587,7 @@ type ZayaTrainingJobStatus struct {
 
 	// lastRecoverySeconds is how long the last gang restart took, from the failure being seen
 	// to all pods of the new attempt running (rounded up; metrics have sub-second detail).
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	LastRecoverySeconds *int32 `json:"lastRecoverySeconds,omitempty"`
 }
@@ -586,12 +600,14 @@ type JobFailure struct {
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
 	// attempt is the restart attempt that failed (status.restarts at the time).
+	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt"`
 	// node is the node of the failed rank, when known.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Node string `json:"node,omitempty"`
 	// rank is the failed rank (NODE_RANK), when known.
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Rank *int32 `json:"rank,omitempty"`
 	// exitCode is the worker container's exit code, when it exited.
@@ -607,6 +623,7 @@ type JobFailure struct {
 type QuarantinedNode struct {
 	// name is the quarantined node's name.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	Name string `json:"name"`
 	// reason is the FailureReason that put it here.
 	// +kubebuilder:validation:MaxLength=64
@@ -618,6 +635,7 @@ type QuarantinedNode struct {
 // CheckpointStatus is a committed checkpoint reported by the workers.
 type CheckpointStatus struct {
 	// step is the training step of the checkpoint.
+	// +kubebuilder:validation:Minimum=0
 	Step int64 `json:"step"`
 	// time is when the operator learned of it.
 	// +optional

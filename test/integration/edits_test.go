@@ -79,8 +79,9 @@ func TestRunningEditsAreRefusedOrTakeEffect(t *testing.T) {
 				got := getJob(g, job)
 				g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse(),
 					"failed: %v", got.Status.Conditions)
-				if meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRestarting) && len(jobPods(g, ns, name)) == 0 {
-					return // waiting out a backoff
+				if got.Status.Restarts == 1 && meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRestarting) &&
+					got.Spec.FaultTolerance.Backoff.Initial.Duration > timeout {
+					return // waiting out the backoff it was given
 				}
 				g.Expect(jobPods(g, ns, name)).To(SatisfyAll(HaveKey(name+"-1-0"), HaveKey(name+"-1-1")))
 			}, timeout, interval).Should(Succeed())

@@ -77,10 +77,22 @@ var hostileInputs = []hostile{
 	{input: "checkpoint size malformed", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "ten terabytes"}}}`, want: []string{"spec.checkpoint.volume.size"}},
 	{input: "checkpoint size negative", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "-10Ti"}}}`, want: []string{"spec.checkpoint.volume.size", "greater than zero"}},
 	{input: "template CPU limit malformed", stage: atApply, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, resources: {limits: {cpu: lots}}}]}}}`, want: []string{"spec.template.spec.containers[0].resources.limits.cpu"}},
-	{input: "collectiveTimeout not a duration", stage: atApply, patch: `spec: {network: {collectiveTimeout: forever}}`, want: []string{"spec.network.collectiveTimeout", "should match"}},
-	{input: "collectiveTimeout 10s", stage: atApply, patch: `spec: {network: {collectiveTimeout: 10s}}`, want: []string{"spec.network.collectiveTimeout", "between 1m and 24h"}},
-	{input: "checkpoint interval 1s", stage: atApply, patch: `spec: {checkpoint: {interval: {duration: 1s}}}`, want: []string{"spec.checkpoint.interval.duration", "at least 10s"}},
-	{input: "hangTimeout 5s", stage: atApply, patch: `spec: {faultTolerance: {hangTimeout: 5s}}`, want: []string{"spec.faultTolerance.hangTimeout", "at least 30s"}},
+	{input: "collectiveTimeout not a duration", stage: atApply, patch: `spec: {network: {collectiveTimeout: forever}}`, want: []string{"spec.network.collectiveTimeout", "must be a duration such as"}},
+	{input: "collectiveTimeout 10s", stage: atApply, patch: `spec: {network: {collectiveTimeout: 10s}}`, want: []string{"spec.network.collectiveTimeout", "from 1m to 24h"}},
+	{input: "checkpoint interval 1s", stage: atApply, patch: `spec: {checkpoint: {interval: {duration: 1s}}}`, want: []string{"spec.checkpoint.interval.duration", "from 10s to 168h"}},
+	{input: "hangTimeout 5s", stage: atApply, patch: `spec: {faultTolerance: {hangTimeout: 5s}}`, want: []string{"spec.faultTolerance.hangTimeout", "from 30s to 24h"}},
+	{input: "hangTimeout beyond Go's time.Duration", stage: atApply, patch: `spec: {faultTolerance: {hangTimeout: 3000000h}}`, want: []string{"spec.faultTolerance.hangTimeout", "from 30s to 24h"}},
+	{input: "restartWindow with 20 digits", stage: atApply, patch: `spec: {faultTolerance: {restartWindow: 99999999999999999999h}}`, want: []string{"spec.faultTolerance.restartWindow", "must be a duration such as"}},
+	{input: "backoff max not a duration", stage: atApply, patch: `spec: {faultTolerance: {backoff: {max: soon}}}`, want: []string{"spec.faultTolerance.backoff.max", "must be a duration such as"}},
+	{input: "activeDeadlineSeconds beyond time.Duration", stage: atApply, patch: `spec: {activeDeadlineSeconds: 9223372036854775807}`, want: []string{"spec.activeDeadlineSeconds", "less than or equal to 315360000"}},
+	{input: "template quantity with a huge exponent", stage: atApply, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, resources: {limits: {cpu: "1e-999999999"}}}]}}}`, want: []string{"spec.template.spec.containers[0].resources.limits.cpu", "should match"}},
+	{input: "template quantity as a huge number", stage: atApply, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, resources: {limits: {memory: 1e30}}}]}}}`, want: []string{"spec.template.spec.containers[0].resources.limits.memory", "less than or equal to"}},
+	{input: "template probe port beyond int32", stage: atApply, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, livenessProbe: {httpGet: {port: 99999999999}}}]}}}`, want: []string{"spec.template.spec.containers[0].livenessProbe.httpGet.port", "less than or equal to 2147483647"}},
+	{input: "checkpoint mountPath over /dev/shm", stage: atApply, patch: `spec: {checkpoint: {mountPath: /dev/shm}}`, want: []string{"spec.checkpoint.mountPath", "not in /dev"}},
+	{input: "checkpoint mountPath /", stage: atApply, patch: `spec: {checkpoint: {mountPath: /}}`, want: []string{"spec.checkpoint.mountPath", "clean absolute path"}},
+	{input: "checkpoint mountPath with ..", stage: atApply, patch: `spec: {checkpoint: {mountPath: /ckpt/../dev/shm}}`, want: []string{"spec.checkpoint.mountPath", "clean absolute path"}},
+	{input: "template pins nodeName for an exclusive gang", stage: atApply, patch: `spec: {template: {spec: {nodeName: gpu-node-1}}}`, want: []string{"spec.template.spec.nodeName", "pins every rank to one node"}},
+	{input: "ReadWriteOnce checkpoint volume for several nodes", stage: atApply, patch: `spec: {checkpoint: {volume: {accessModes: [ReadWriteOnce]}}}`, want: []string{"spec.checkpoint.volume.accessModes", "needs ReadWriteMany"}},
 	{input: "backoff initial above max", stage: atApply, patch: `spec: {faultTolerance: {backoff: {initial: 10m, max: 1m}}}`, want: []string{"spec.faultTolerance.backoff", "initial must not exceed backoff.max"}},
 
 	// Unknown values.
@@ -111,6 +123,8 @@ var hostileInputs = []hostile{
 	{input: "template volume named zaya-shm", stage: byOperator, patch: `spec: {template: {spec: {volumes: [{name: zaya-shm, emptyDir: {}}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "spec.template.spec.volumes[0].name", "reserved for the operator"}},
 	{input: "template volume named zaya-checkpoints", stage: byOperator, patch: `spec: {template: {spec: {volumes: [{name: zaya-checkpoints, emptyDir: {}}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "spec.template.spec.volumes[0].name", "reserved for the operator"}},
 	{input: "template mounts over /dev/shm", stage: byOperator, patch: `spec: {template: {spec: {volumes: [{name: scratch, emptyDir: {}}], containers: [{name: worker, image: w, volumeMounts: [{name: scratch, mountPath: /dev/shm}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "volumeMounts[0].mountPath", "used by the operator"}},
+	{input: "template mounts over /dev/shm through ..", stage: byOperator, patch: `spec: {template: {spec: {volumes: [{name: scratch, emptyDir: {}}], containers: [{name: worker, image: w, volumeMounts: [{name: scratch, mountPath: /tmp/../dev//shm/}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "volumeMounts[0].mountPath", "used by the operator"}},
+	{input: "template envFrom prefix in the contract's names", stage: byOperator, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, envFrom: [{prefix: ZAYA_, configMapRef: {name: settings}}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "envFrom[0].prefix", "only the operator sets"}},
 	{input: "template mounts over the checkpoint path", stage: byOperator, patch: `spec: {template: {spec: {volumes: [{name: scratch, emptyDir: {}}], containers: [{name: worker, image: w, volumeMounts: [{name: scratch, mountPath: /checkpoints/}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "volumeMounts[0].mountPath", "used by the operator"}},
 	{input: "template requests amd.com/gpu itself", stage: byOperator, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, resources: {limits: {amd.com/gpu: "1"}}}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "resources.limits[amd.com/gpu]", "set spec.gpusPerNode"}},
 	{input: "template container name not a DNS label", stage: byOperator, patch: `spec: {template: {spec: {containers: [{name: Worker, image: w}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidPodTemplate, "spec.containers[0].name"}},
@@ -162,8 +176,9 @@ var hostileInputs = []hostile{
 	{input: "placement of a running job", stage: atEdit, patch: `spec: {placement: {nodeSharing: Shared}}`, want: []string{"spec", "only while the job is suspended"}},
 	{input: "network profile of a running job", stage: atEdit, patch: `spec: {network: {profile: RoCE}}`, want: []string{"spec", "only while the job is suspended"}},
 	{input: "template image of a running job", stage: atEdit, patch: `spec: {template: {spec: {containers: [{name: worker, image: other:tag}]}}}`, want: []string{"spec.template", "only while the job is suspended"}},
-	{input: "checkpoint volume size of a running job", stage: atEdit, patch: `spec: {checkpoint: {volume: {size: 20Ti}}}`, want: []string{"spec.checkpoint", "checkpoint.volume is immutable"}},
-	{input: "checkpoint removed from a running job", stage: atEdit, patch: `spec: {checkpoint: null}`, want: []string{"spec.checkpoint", "checkpoint.volume is immutable"}},
+	{input: "checkpoint volume size of a running job", stage: atEdit, patch: `spec: {checkpoint: {volume: {size: 20Ti}}}`, want: []string{"spec.checkpoint", "checkpoint.volume and mountPath are immutable"}},
+	{input: "checkpoint removed from a running job", stage: atEdit, patch: `spec: {checkpoint: null}`, want: []string{"spec.checkpoint", "checkpoint.volume and mountPath are immutable"}},
+	{input: "checkpoint mountPath of a running job", stage: atEdit, patch: `spec: {checkpoint: {mountPath: /ckpt}}`, want: []string{"spec.checkpoint", "mountPath are immutable"}},
 	{input: "managedBy added to a running job", stage: atEdit, patch: `spec: {managedBy: kueue.x-k8s.io/multikueue}`, want: []string{"spec.managedBy", "managedBy is immutable"}},
 	{input: "managedBy changed back to the operator", stage: atEdit, initial: `spec: {managedBy: kueue.x-k8s.io/multikueue}`, patch: `spec: {managedBy: training.zaya.dev/zaya-operator}`, want: []string{"spec.managedBy", "managedBy is immutable"}},
 	{input: "nodes of a running job set to 0", stage: atEdit, patch: `spec: {nodes: 0}`, want: []string{"spec.nodes", "greater than or equal to 1"}},
@@ -316,6 +331,13 @@ Stopped at:
   validated there); the operator creates nothing and reports the problem in the job's status
   (` + "`Created=False, reason InvalidSpec`" + `, or ` + "`Failed, reason InvalidPodTemplate`" + ` quoting the API server) and an event.
 - **handled**: accepted and run; the input cannot do what it tries to (see the input).
+
+Stored objects the operator cannot decode (a duration beyond Go's ` + "`time.Duration`" + `, an
+int-or-string beyond int32, a quantity such as ` + "`1e-999999999`" + `: values that an older or loosened
+schema lets through, or a restore from backup) stay their own job's problem: the operator reads
+each job on its own, reports ` + "`Created=False, reason InvalidSpec`" + ` (` + "`the operator cannot read this job: <field>: ...`" + `) with one event, and goes on reconciling every other job; an
+unreadable status field is reset with a warning. ` + "`TestPoisonPillsStayWithTheirJob`" + ` and the e2e
+` + "`TestPoisonPillsCannotStopTheOperator`" + ` check it.
 
 | # | input | stopped at | what the user sees |
 |---|---|---|---|
