@@ -43,6 +43,11 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	if got.Status.CompletionTime == nil || got.Status.ReadyNodes != 0 {
 		t.Errorf("completionTime %v, readyNodes %d", got.Status.CompletionTime, got.Status.ReadyNodes)
 	}
+	// The pass that decides leaves the pods: they go once the decision is stored.
+	if n := len(h.pods(t)); n != 3 {
+		t.Errorf("%d pods after the deciding pass, want 3", n)
+	}
+	h.mustReconcile(t, job)
 	pods := h.pods(t)
 	if _, ok := pods["llm-0-0"]; !ok || len(pods) != 1 {
 		t.Errorf("pods left = %v, want only the finished rank 0 (kept for its logs)", keys(pods))
@@ -51,6 +56,39 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	h.mustReconcile(t, job)
 	if n := len(h.pods(t)); n != 1 {
 		t.Errorf("%d pods after another pass of a finished job", n)
+	}
+}
+
+// TestSuccessSurvivesAFailedStatusWrite: the pass that decides success deletes nothing, so
+// when its status write fails the next pass decides the same (it found rank 1 deleted under
+// rank 0 and restarted the gang, in the faulty-API integration test).
+func TestSuccessSurvivesAFailedStatusWrite(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	failWrite := false
+	h := newHarness(t, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && failWrite {
+				failWrite = false
+				return apierrors.NewServiceUnavailable("injected")
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+		running("n1")(p)
+		p.Finalizers = []string{"test/keep"} // a kubelet takes its time: the pod stays Terminating
+	})
+	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-successGrace)))
+	failWrite = true
+	if _, err := h.reconcile(t, job); err == nil {
+		t.Fatal("the injected write failure was not reported")
+	}
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "Succeeded"); c == nil || c.Status != metav1.ConditionTrue || got.Status.Restarts != 0 {
+		t.Errorf("Succeeded %+v, restarts %d: want success and no restart", c, got.Status.Restarts)
 	}
 }
 

@@ -136,7 +136,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	p.recordCheckpoint(gang)
 	done, settling := p.succeeded(gang)
 	if done {
-		return p.finish(ctx, pods)
+		// Decided now, acted on once stored (the status write brings the next pass): had
+		// this pass deleted the other ranks and its write failed, the next one would see
+		// ranks stopped under rank 0 and take the attempt for a failure.
+		return ctrl.Result{}, nil
 	}
 	if settling > 0 {
 		// Rank 0 is done; the others have successGrace to finish or fail.
