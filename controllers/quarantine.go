@@ -100,12 +100,15 @@ func (p *pass) expireQuarantine() time.Duration {
 // (the apiserver allows one value per node-name field requirement) is added to every required
 // node-affinity term of the template (terms are ORed, so each needs them).
 func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.QuarantinedNode) {
-	if len(quarantined) == 0 {
-		return
-	}
 	reqs := make([]corev1.NodeSelectorRequirement, 0, len(quarantined))
 	for _, q := range quarantined {
+		if len(validation.IsDNS1123Subdomain(q.Name)) > 0 {
+			continue // a hand-written status: no node has that name, and the API server would refuse the pod
+		}
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{q.Name}})
+	}
+	if len(reqs) == 0 {
+		return
 	}
 	if ps.Affinity == nil {
 		ps.Affinity = &corev1.Affinity{}

@@ -51,6 +51,10 @@ func (p *pass) recover(ctx context.Context, v verdict) {
 		}
 		recent = append(recent, metav1.Time{Time: p.now})
 	}
+	if st.Restarts >= math.MaxInt32 { // a hand-written status: no next attempt number to give
+		p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf("status.restarts is %d, the most an attempt number can be", st.Restarts))
+		return
+	}
 	st.RestartTimes = recent
 	st.Restarts++
 	st.ReadyNodes = 0
@@ -119,7 +123,7 @@ func (p *pass) finishRecovery() {
 		return
 	}
 	took := p.now.Sub(since)
-	secs := int32(math.Ceil(took.Seconds()))
+	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs
 	p.whenStored(func() { recoverySeconds.Observe(took.Seconds()) })
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,

@@ -295,7 +295,7 @@ type CheckpointSpec struct {
 // CheckpointVolume is either an existing PersistentVolumeClaim or one the operator creates.
 // +kubebuilder:validation:XValidation:rule="has(self.claimName) != has(self.size)",message="checkpoint.volume needs exactly one of claimName (an existing PVC) or size (a PVC the operator creates)"
 // +kubebuilder:validation:XValidation:rule="!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))",message="checkpoint.volume.storageClassName and accessModes apply only to a volume the operator creates (size), not to claimName",fieldPath=".claimName"
-// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(self.size).isGreaterThan(quantity('0'))",message="checkpoint.volume.size must be greater than zero",fieldPath=".size"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || (type(self.size) == int ? self.size > 0 : !self.size.matches('^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$') || quantity(self.size).isGreaterThan(quantity('0')))",message="checkpoint.volume.size must be greater than zero",fieldPath=".size"
 type CheckpointVolume struct {
 	// claimName is an existing PersistentVolumeClaim in the job's namespace, mounted by every
 	// rank and never deleted by the operator. Set exactly one of claimName and size.

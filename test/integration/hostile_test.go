@@ -76,6 +76,7 @@ var hostileInputs = []hostile{
 	{input: "checkpoint size zero", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "0"}}}`, want: []string{"spec.checkpoint.volume.size", "greater than zero"}},
 	{input: "checkpoint size malformed", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "ten terabytes"}}}`, want: []string{"spec.checkpoint.volume.size"}},
 	{input: "checkpoint size negative", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "-10Ti"}}}`, want: []string{"spec.checkpoint.volume.size", "greater than zero"}},
+	{input: "checkpoint size with a huge exponent (the API server's own CEL spun on it)", stage: atApply, patch: `spec: {checkpoint: {volume: {size: "1e999999999"}}}`, want: []string{"spec.checkpoint.volume.size", "should match"}},
 	{input: "template CPU limit malformed", stage: atApply, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, resources: {limits: {cpu: lots}}}]}}}`, want: []string{"spec.template.spec.containers[0].resources.limits.cpu"}},
 	{input: "collectiveTimeout not a duration", stage: atApply, patch: `spec: {network: {collectiveTimeout: forever}}`, want: []string{"spec.network.collectiveTimeout", "must be a duration such as"}},
 	{input: "collectiveTimeout 10s", stage: atApply, patch: `spec: {network: {collectiveTimeout: 10s}}`, want: []string{"spec.network.collectiveTimeout", "from 1m to 24h"}},
