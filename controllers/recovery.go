@@ -148,12 +148,28 @@ func (p *pass) clearStuck(ctx context.Context, draining []*corev1.Pod) (time.Dur
 		}
 		stuck = append(stuck, pod)
 	}
+	// A force delete removes nothing while finalizers remain: say who holds the pod instead
+	// of claiming a delete that did not happen.
 	if err := p.deletePods(ctx, stuck, ptr.To[int64](0)); err != nil {
 		return 0, err
 	}
+	held := slices.DeleteFunc(slices.Clone(stuck), func(pod *corev1.Pod) bool { return len(pod.Finalizers) == 0 })
+	stuck = slices.DeleteFunc(stuck, func(pod *corev1.Pod) bool { return len(pod.Finalizers) > 0 })
 	for _, pod := range stuck {
 		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonForceDeleted, "Delete",
 			"force-deleted pod %s on %s: terminating for more than %s", pod.Name, pod.Spec.NodeName, timeout)
+	}
+	if len(held) > 0 {
+		pod := held[0]
+		msg := fmt.Sprintf("waiting for pod %s, terminating for more than %s and held by finalizers %s the operator does not own: "+
+			"remove them (kubectl patch pod %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}') once whatever added them is done",
+			pod.Name, timeout, strings.Join(pod.Finalizers, ", "), pod.Name, pod.Namespace)
+		if len(held) > 1 {
+			msg += fmt.Sprintf(" (and %d more pods)", len(held)-1)
+		}
+		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonBlockedByFinalizer, msg) {
+			p.warning(trainingv1alpha1.ReasonBlockedByFinalizer, "Delete", "%s", msg)
+		}
 	}
 	return next, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -298,8 +299,37 @@ func TestStuckTerminatingPodsAreForceDeleted(t *testing.T) {
 	if forced.Load() != 1 {
 		t.Errorf("force deletions = %d, want 1 after terminatingTimeout", forced.Load())
 	}
-	if ev := h.drainEvents(); !containsPrefix(ev, "Warning ForceDeleted force-deleted pod llm-0-0") {
+	// The finalizer (standing in for a dead kubelet here) still holds the pod: the event says
+	// so, once, instead of claiming a delete that did not happen.
+	if ev := h.drainEvents(); !containsPrefix(ev, "Warning BlockedByFinalizer waiting for pod llm-0-0, terminating for more than 2m0s and held by finalizers test/dead-kubelet") ||
+		containsPrefix(ev, "Warning ForceDeleted") {
 		t.Errorf("events = %q", ev)
+	}
+	h.mustReconcile(t, job)
+	if ev := h.drainEvents(); len(ev) != 0 {
+		t.Errorf("events repeated: %q", ev)
+	}
+	// Without finalizers a force delete removes the pod: that one is reported as done.
+	pod = h.pods(t)["llm-0-0"]
+	pod.Finalizers = nil
+	if err := h.r.Update(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+func TestForceDeleteIsReportedWhenItHappens(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.r.Clock = clockAt(now.Add(time.Hour))
+	terminating := &corev1.Pod{}
+	terminating.Name, terminating.Namespace, terminating.Spec.NodeName = "llm-0-0", "ns", "n0"
+	terminating.DeletionTimestamp = &metav1.Time{Time: now}
+	p := &pass{r: h.r, job: job, now: now.Add(time.Hour)}
+	if _, err := p.clearStuck(context.Background(), []*corev1.Pod{terminating}); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.events) != 1 || !strings.HasPrefix(p.events[0].note, "force-deleted pod llm-0-0 on n0") {
+		t.Errorf("events = %+v", p.events)
 	}
 }
 

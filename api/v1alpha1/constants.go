@@ -74,6 +74,12 @@ const (
 	ReasonRecovered = "Recovered"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.
 	ReasonForceDeleted = "ForceDeleted"
+	// ReasonBlockedByFinalizer: a pod of an old attempt is kept by finalizers the operator does
+	// not own; the next attempt waits for it.
+	ReasonBlockedByFinalizer = "BlockedByFinalizer"
+	// ReasonNameConflict: an object the operator would create (the Service, the checkpoint
+	// claim, a worker pod) already exists and is not this job's.
+	ReasonNameConflict = "NameConflict"
 	// ReasonNodeQuarantined: a node was added to the job's quarantine (and maybe tainted).
 	ReasonNodeQuarantined = "NodeQuarantined"
 	// ReasonNodeReleased: a quarantined node's time ran out.
