@@ -79,9 +79,10 @@ func main() {
 	}
 
 	if err := (&controllers.ZayaTrainingJobReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("zaya-operator"),
-		Clock:    clock.RealClock{},
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("zaya-operator"),
+		Clock:     clock.RealClock{},
 	}).SetupWithManager(mgr, concurrency); err != nil {
 		setupLog.Error(err, "unable to create controller")
 		os.Exit(1)

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -105,17 +106,64 @@ func (p *pass) ensureChildren(ctx context.Context) error {
 	return err
 }
 
-// ensure creates obj, a core object of kind, unless the cache shows it exists; it reports
-// whether this call created it.
+// nameConflict is an object the job needs whose name is taken by one that is not the job's.
+type nameConflict struct {
+	kind, name string
+}
+
+func (c *nameConflict) Error() string {
+	return fmt.Sprintf("%s %s already exists and is not this job's: delete or rename it; the job starts once the name is free", c.kind, c.name)
+}
+
+// ensure creates obj, a core object of kind, unless the cache shows the job's own; it reports
+// whether this call created it. An object of that name that is not the job's is never
+// adopted: a nameConflict says so.
 func (p *pass) ensure(ctx context.Context, obj client.Object, kind string) (bool, error) {
-	if err := p.r.Get(ctx, client.ObjectKeyFromObject(obj), metadataOf(kind)); !apierrors.IsNotFound(err) {
+	existing := metadataOf(kind)
+	err := p.r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	switch {
+	case err == nil:
+		if !p.isOwn(existing, obj) {
+			return false, &nameConflict{kind, obj.GetName()}
+		}
+		return false, nil
+	case !apierrors.IsNotFound(err):
 		return false, err
 	}
 	if err := p.r.Create(ctx, obj); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return false, nil
+			// Not in the cache: the cache holds only objects with the job label, so this is
+			// someone else's, unless it is this job's and the cache is a moment behind.
+			return false, p.checkTaken(ctx, obj, kind)
 		}
 		return false, fmt.Errorf("creating %s %s: %w", kind, obj.GetName(), err)
 	}
 	return true, nil
+}
+
+// isOwn reports whether existing is the job's version of want: controlled by this job, or, for
+// a claim without an owner (retainOnDelete), labelled for a job of this name, which is what
+// lets a re-created job resume from the checkpoints it kept.
+func (p *pass) isOwn(existing, want client.Object) bool {
+	if ref := metav1.GetControllerOf(existing); ref != nil {
+		return ref.UID == p.job.UID
+	}
+	return len(want.GetOwnerReferences()) == 0 && existing.GetLabels()[trainingv1alpha1.JobNameLabel] == p.job.Name
+}
+
+// checkTaken reads the object of obj's name from the API server (list, which the operator may
+// do, by name) and returns a nameConflict unless it is the job's own.
+func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) error {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
+	if err := p.r.apiReader().List(ctx, list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", obj.GetName())}); err != nil {
+		return fmt.Errorf("reading %s %s: %w", kind, obj.GetName(), err)
+	}
+	for i := range list.Items {
+		if p.isOwn(&list.Items[i], obj) {
+			return nil
+		}
+	}
+	return &nameConflict{kind, obj.GetName()}
 }

@@ -74,7 +74,11 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 	}
 	cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
 		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}, &corev1.Node{}).WithInterceptorFuncs(funcs).
-		WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).Build()
+		WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).
+		// The API server selects any kind by metadata.name; the fake client needs an index.
+		WithIndex(&corev1.Pod{}, "metadata.name", byName).
+		WithIndex(&corev1.Service{}, "metadata.name", byName).
+		WithIndex(&corev1.PersistentVolumeClaim{}, "metadata.name", byName).Build()
 	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now)}
 	return h
 }
@@ -252,3 +256,5 @@ func (h *harness) expectQuiet(t *testing.T, job *trainingv1alpha1.ZayaTrainingJo
 		t.Errorf("%d passes with nothing changed emitted %q", passes, ev)
 	}
 }
+
+func byName(o client.Object) []string { return []string{o.GetName()} }

@@ -57,7 +57,12 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 				g.ranks[rank] = pod
 				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now()) // not p.now: a big pass takes seconds
 			case apierrors.IsAlreadyExists(err):
+				if taken := p.checkTaken(ctx, pod, "Pod"); taken != nil {
+					return taken // a pod of that name that is not the job's: never a rank
+				}
 				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now())
+			case namespaceTerminating(err):
+				return err
 			case apierrors.IsInvalid(err):
 				mu.Lock()
 				invalid = err
@@ -76,7 +81,8 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	if invalid != nil {
 		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	var conflict *nameConflict
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.As(err, &conflict) && !namespaceTerminating(err) {
 		// Admission refusals (Pod Security, quota, webhooks) say what to change: show them
 		// where users look, not only in the operator's log.
 		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonFailedCreate, "Create", "%v (retrying)", err)

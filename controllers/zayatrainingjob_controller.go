@@ -38,6 +38,10 @@ type ZayaTrainingJobReconciler struct {
 	// written at once.
 	ProgressInterval time.Duration
 
+	// APIReader reads from the API server, not the cache, for the rare checks the cache
+	// cannot answer (whose is an object the job needs the name of); nil uses Client.
+	APIReader client.Reader
+
 	lastWrite sync.Map  // types.NamespacedName → time.Time of the job's last status write
 	creations creations // pods created but not yet in the cache
 }
@@ -122,7 +126,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	p.resume()
 	if err := p.ensureChildren(ctx); err != nil {
-		return ctrl.Result{}, err
+		return p.blocked(ctx, err)
 	}
 	if job.Status.StartTime == nil {
 		job.Status.StartTime = &metav1.Time{Time: p.now}
@@ -181,7 +185,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	recheck, err := p.createMissing(ctx, gang)
 	if err != nil {
-		return ctrl.Result{}, err
+		return p.blocked(ctx, err)
 	}
 	return soonest(p.updateProgress(gang), p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}), nil

@@ -57,9 +57,10 @@ func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClient
 		t.Fatalf("manager: %v", err)
 	}
 	if err := (&controllers.ZayaTrainingJobReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("zaya-operator"),
-		Clock:    clock.RealClock{},
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("zaya-operator"),
+		Clock:     clock.RealClock{},
 	}).SetupWithManager(mgr, 2); err != nil {
 		t.Fatalf("setup: %v", err)
 	}

@@ -1,0 +1,51 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// What the job's neighbours can do to it: take a name it needs, or delete its namespace.
+
+// conflictRecheck is how often a job blocked by a name conflict looks again: the foreign
+// object is not in the operator's cache, so its deletion brings no event.
+const conflictRecheck = 10 * time.Second
+
+func (r *ZayaTrainingJobReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// blocked handles an error that stops the job from starting its pods: a name conflict is the
+// user's to fix (Running=False, NameConflict, one warning, a recheck later); a namespace being
+// deleted ends the job quietly; anything else is retried.
+func (p *pass) blocked(_ context.Context, err error) (ctrl.Result, error) {
+	var conflict *nameConflict
+	switch {
+	case errors.As(err, &conflict):
+		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonNameConflict, conflict.Error()) {
+			p.warning(trainingv1alpha1.ReasonNameConflict, "Create", "%s", conflict.Error())
+		}
+		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
+	case namespaceTerminating(err):
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// namespaceTerminating reports whether err refused a create because the namespace is being
+// deleted: the job goes with it, and nothing needs saying.
+func namespaceTerminating(err error) bool {
+	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}
