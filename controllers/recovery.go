@@ -51,7 +51,7 @@ func (p *pass) recover(ctx context.Context, v verdict) {
 		}
 		recent = append(recent, metav1.Time{Time: p.now})
 	}
-	if st.Restarts >= math.MaxInt32 { // a hand-written status: no next attempt number to give
+	if st.Restarts == math.MaxInt32 { // a hand-written status: no next attempt number to give
 		p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf("status.restarts is %d, the most an attempt number can be", st.Restarts))
 		return
 	}
