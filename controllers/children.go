@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -96,7 +98,7 @@ func (p *pass) ensureChildren(ctx context.Context) error {
 	}
 	pvc := newCheckpointClaim(p.job)
 	if pvc == nil {
-		return nil
+		return p.shareClaim(ctx)
 	}
 	created, err := p.ensure(ctx, pvc, "PersistentVolumeClaim")
 	if created {
@@ -166,4 +168,34 @@ func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) e
 		}
 	}
 	return &nameConflict{kind, obj.GetName()}
+}
+
+// shareClaim makes a job that mounts another job's claim by claimName (one the operator made
+// with retainOnDelete false, so owned by that job) an owner of it too: the garbage collector
+// deletes an object only once all its owners are gone, so deleting the first job can never
+// delete checkpoints the second one still uses.
+func (p *pass) shareClaim(ctx context.Context) error {
+	c := p.job.Spec.Checkpoint
+	if c == nil || c.Volume.ClaimName == "" {
+		return nil
+	}
+	claim := metadataOf("PersistentVolumeClaim")
+	err := p.r.Get(ctx, client.ObjectKey{Namespace: p.job.Namespace, Name: c.Volume.ClaimName}, claim)
+	if err != nil {
+		return client.IgnoreNotFound(err) // not one the operator made (the cache holds only those)
+	}
+	owner := metav1.GetControllerOf(claim)
+	if owner == nil || owner.UID == p.job.UID || slices.ContainsFunc(claim.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == p.job.UID }) {
+		return nil
+	}
+	base := claim.DeepCopy()
+	ref := ownerRef(p.job)
+	ref.Controller, ref.BlockOwnerDeletion = ptr.To(false), nil
+	claim.OwnerReferences = append(claim.OwnerReferences, ref)
+	if err := p.r.Patch(ctx, claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonCheckpointClaimShared, "Share",
+		"claim %s belongs to job %s; added this job as an owner so deleting %s keeps it", claim.Name, owner.Name, owner.Name)
+	return nil
 }

@@ -45,6 +45,9 @@ const (
 	ReasonNetworkConfigured = "NetworkConfigured"
 	// ReasonCheckpointClaimCreated: the operator created the checkpoint claim.
 	ReasonCheckpointClaimCreated = "CheckpointClaimCreated"
+	// ReasonCheckpointClaimShared: the job mounts another job's claim and became its co-owner,
+	// so deleting that job keeps the claim.
+	ReasonCheckpointClaimShared = "CheckpointClaimShared"
 	// ReasonPodsCreated: the operator created worker pods.
 	ReasonPodsCreated = "PodsCreated"
 	// ReasonFailedCreate: the API server refused a worker pod for a reason other than its

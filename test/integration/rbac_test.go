@@ -108,10 +108,21 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	job.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
 	// Force deletion is due terminatingTimeout after the grace period ends.
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	job.Spec.Checkpoint.RetainOnDelete = ptr.To(false) // owned by the job: a sharer co-owns it
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 
 	// Attempt 0 lands on n0 and n1 and runs.
 	pods := waitPods(g, ns, "llm", 2)
+
+	// A second job mounts its claim: the operator makes it a co-owner, so deleting llm (after
+	// its TTL, below) keeps the claim for it.
+	reader := testjob.MakeZayaTrainingJob("reader", ns).Nodes(1).ClaimCheckpoint("llm-checkpoints").Obj()
+	g.Expect(k8sClient.Create(ctx, reader)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		claim := &corev1.PersistentVolumeClaim{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm-checkpoints"}, claim)).To(Succeed())
+		g.Expect(claim.OwnerReferences).To(ConsistOf(HaveField("Name", "llm"), HaveField("Name", "reader")))
+	}, timeout, interval).Should(Succeed())
 	for r, node := range nodes[:2] {
 		p := pods[fmt.Sprintf("llm-0-%d", r)]
 		g.Expect(k8sClient.SubResource("binding").Create(ctx, p, &corev1.Binding{
