@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID string
+		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret string
 		leaderElect                                                                              bool
 		concurrency, burst                                                                       int
 		qps                                                                                      float64
@@ -33,6 +34,7 @@ func main() {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
 	flag.StringVar(&leaderElectionID, "leader-election-id", "zaya-operator", "name of the leader-election Lease; operators installed side by side (one per team) need their own")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
+	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -78,11 +80,19 @@ func main() {
 		os.Exit(1)
 	}
 
+	var markSecret types.NamespacedName
+	if podMarkSecret != "" {
+		if markSecret, err = controllers.ParseSecretName(podMarkSecret); err != nil {
+			setupLog.Error(err, "bad --pod-mark-secret")
+			os.Exit(1)
+		}
+	}
 	if err := (&controllers.ZayaTrainingJobReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("zaya-operator"),
-		Clock:     clock.RealClock{},
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("zaya-operator"),
+		Clock:         clock.RealClock{},
+		PodMarkSecret: markSecret,
 	}).SetupWithManager(mgr, concurrency); err != nil {
 		setupLog.Error(err, "unable to create controller")
 		os.Exit(1)

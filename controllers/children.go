@@ -147,6 +147,9 @@ func (p *pass) ensure(ctx context.Context, obj client.Object, kind string) (bool
 // a claim without an owner (retainOnDelete), labelled for a job of this name, which is what
 // lets a re-created job resume from the checkpoints it kept.
 func (p *pass) isOwn(existing, want client.Object) bool {
+	if _, pod := want.(*corev1.Pod); pod {
+		return p.marks.made(p.job.UID, existing)
+	}
 	if ref := metav1.GetControllerOf(existing); ref != nil {
 		return ref.UID == p.job.UID
 	}

@@ -22,9 +22,10 @@ const maxMessageLength = 1024
 // pass is one reconcile of one job: its steps change job.Status in memory and queue what to
 // tell the world about it; Reconcile writes the status once and then emits.
 type pass struct {
-	r   *ZayaTrainingJobReconciler
-	job *trainingv1alpha1.ZayaTrainingJob
-	now time.Time
+	r     *ZayaTrainingJobReconciler
+	job   *trainingv1alpha1.ZayaTrainingJob
+	now   time.Time
+	marks *markKey // signs the pods the pass creates
 
 	// events are emitted in order at the end of the pass. Those about decisions (status
 	// changes), and onStore's metrics of them, only once that status is stored: a pass whose

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -42,8 +43,14 @@ type ZayaTrainingJobReconciler struct {
 	// cannot answer (whose is an object the job needs the name of); nil uses Client.
 	APIReader client.Reader
 
+	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
+	// operator marks its pods with across restarts; created on first use. Empty keeps the key
+	// in memory: pods that existed before the process started are then trusted.
+	PodMarkSecret types.NamespacedName
+
 	lastWrite sync.Map  // types.NamespacedName → time.Time of the job's last status write
 	creations creations // pods created but not yet in the cache
+	marks     markKeys
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), never a live get;
@@ -84,14 +91,21 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
+	marks, err := r.podMarkKey(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Pods the operator did not make are no ranks, and never deleted: a rank whose name one
+	// holds is reported as a name conflict when its pod is created.
+	own, _ := marks.ownPods(job, pods.Items)
 
 	oldStatus := job.Status.DeepCopy()
-	p := &pass{r: r, job: job, now: r.Clock.Now()}
+	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks}
 	if len(dropped) > 0 {
 		p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "reset %s: the stored value could not be read", strings.Join(dropped, ", "))
 		oldStatus = &trainingv1alpha1.ZayaTrainingJobStatus{ObservedGeneration: -1} // write, replacing it
 	}
-	result, err := p.run(ctx, pods.Items)
+	result, err := p.run(ctx, own)
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)
 	switch {

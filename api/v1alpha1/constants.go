@@ -11,6 +11,9 @@ const (
 	RankLabel = "training.zaya.dev/rank"
 	// AttemptLabel is the restart attempt (status.restarts) a pod belongs to.
 	AttemptLabel = "training.zaya.dev/attempt"
+	// PodMarkAnnotation carries the operator's HMAC of a worker pod's identity (job UID,
+	// attempt, rank, name): a pod without a valid one is not the job's, whatever it claims.
+	PodMarkAnnotation = "training.zaya.dev/pod-mark"
 	// QuarantineTaintKey is the taint put on quarantined nodes when quarantine.nodeTaint is NoSchedule.
 	QuarantineTaintKey = "training.zaya.dev/quarantined"
 )

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,6 +45,16 @@ func startManagerAs(t *testing.T, cfg *rest.Config) (stop func()) {
 // the default).
 func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc) (stop func()) {
 	t.Helper()
+	return startManagerMarking(t, cfg, newClient, podMarkSecret)
+}
+
+// podMarkSecret keeps the key the managers of the suite mark pods with, in the operator's
+// namespace as installed (the RBAC test's operator may read only that one).
+var podMarkSecret = types.NamespacedName{Namespace: "zaya-system", Name: "zaya-operator-pod-mark"}
+
+// startManagerMarking is startManagerWith whose operator keeps its pod-mark key in markSecret.
+func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc, markSecret types.NamespacedName) (stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:              newClient,
 		Scheme:                 scheme,
@@ -57,10 +68,11 @@ func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClient
 		t.Fatalf("manager: %v", err)
 	}
 	if err := (&controllers.ZayaTrainingJobReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("zaya-operator"),
-		Clock:     clock.RealClock{},
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("zaya-operator"),
+		Clock:         clock.RealClock{},
+		PodMarkSecret: markSecret,
 	}).SetupWithManager(mgr, 2); err != nil {
 		t.Fatalf("setup: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,12 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	}
 	g.Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), binding) })
+
+	// The Role for the pod-mark key, in the operator's namespace, with the key not made yet.
+	markRole := podMarkRole(t, g)
+	g.Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		Namespace: podMarkSecret.Namespace, Name: podMarkSecret.Name}}))).To(Succeed())
+	g.Expect(markRole.Rules[0].ResourceNames).To(ConsistOf(podMarkSecret.Name))
 
 	nodes := make([]string, 3)
 	for i := range nodes {
@@ -156,7 +163,7 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	}, timeout, interval).Should(BeTrue(), "the job did not complete and go after its TTL")
 
 	granted := sets.New[apiUse]()
-	for _, r := range role.Rules {
+	for _, r := range append(role.Rules, markRole.Rules...) {
 		for _, grp := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
@@ -186,4 +193,24 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	}
 	g.Expect(sorted(granted.Difference(used))).To(BeEmpty(), "grants the operator never used: drop them from the +kubebuilder:rbac markers")
 	t.Logf("the operator used: %v", sorted(used))
+}
+
+// podMarkRole creates config/rbac/pod_mark_role.yaml's Role and RoleBinding in the operator's
+// namespace, for the operator's service account, until the test ends.
+func podMarkRole(t *testing.T, g Gomega) *rbacv1.Role {
+	b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "pod_mark_role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	docs := strings.Split(string(b), "\n---\n")
+	g.Expect(docs).To(HaveLen(2))
+	role, binding := &rbacv1.Role{}, &rbacv1.RoleBinding{}
+	g.Expect(yaml.UnmarshalStrict([]byte(docs[0]), role)).To(Succeed())
+	g.Expect(yaml.UnmarshalStrict([]byte(docs[1]), binding)).To(Succeed())
+	role.Namespace, binding.Namespace = podMarkSecret.Namespace, podMarkSecret.Namespace
+	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "zaya-operator", Namespace: podMarkSecret.Namespace}}
+	ctx := context.Background()
+	for _, o := range []client.Object{role, binding} {
+		g.Expect(k8sClient.Create(ctx, o)).To(Succeed())
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), o) })
+	}
+	return role
 }

@@ -69,6 +69,12 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "client: %v\n", err)
 		return 1
 	}
+	// The operator's own namespace, where it keeps its pod-mark key.
+	opNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podMarkSecret.Namespace}}
+	if err := k8sClient.Create(context.Background(), opNS); err != nil {
+		fmt.Fprintf(os.Stderr, "namespace %s: %v\n", opNS.Name, err)
+		return 1
+	}
 	return m.Run()
 }
 

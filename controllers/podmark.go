@@ -1,0 +1,158 @@
+package controllers
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// Anyone who may create pods in a job's namespace can copy its labels and controller reference
+// onto a pod of their own. The operator marks every pod it creates with an HMAC of the pod's
+// identity under a key tenants cannot read, so such a pod never counts as a rank: it is named
+// as a conflict instead, and never deleted.
+
+// markKeyField is the Secret key holding the HMAC key.
+const markKeyField = "key"
+
+// markKeyBytes is the size of a generated key.
+const markKeyBytes = 32
+
+// markKey signs the pods this operator creates.
+type markKey struct {
+	key []byte
+	// since is when the key came to be (the Secret's server-set creation time): a pod created
+	// before it was made by an operator that did not mark pods, or whose key is gone, and is
+	// trusted as before. A tenant cannot make a pod older than the key.
+	since time.Time
+}
+
+// podMark is the mark of the pod of job, attempt and rank named name.
+func (k *markKey) podMark(jobUID types.UID, attempt, rank, name string) string {
+	h := hmac.New(sha256.New, k.key)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", jobUID, attempt, rank, name)
+	return "v1." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// stamp marks a pod this operator is about to create.
+func (k *markKey) stamp(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[trainingv1alpha1.PodMarkAnnotation] = k.podMark(job.UID,
+		pod.Labels[trainingv1alpha1.AttemptLabel], pod.Labels[trainingv1alpha1.RankLabel], pod.Name)
+}
+
+// made reports whether this operator made pod for the job of jobUID: controlled by that job
+// and either marked with the key or older than it.
+func (k *markKey) made(jobUID types.UID, pod metav1.Object) bool {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.UID != jobUID {
+		return false
+	}
+	if pod.GetCreationTimestamp().Time.Before(k.since) {
+		return true
+	}
+	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
+	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
+}
+
+// ownPods splits the listed pods into those this operator made for the job and the others.
+func (k *markKey) ownPods(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) (own []corev1.Pod, foreign []*corev1.Pod) {
+	own = pods[:0:0]
+	for i := range pods {
+		if k.made(job.UID, &pods[i]) {
+			own = append(own, pods[i])
+		} else {
+			foreign = append(foreign, &pods[i])
+		}
+	}
+	return own, foreign
+}
+
+// markKeys loads the key once per process, after the operator became leader: an operator of
+// an older version that still runs during an upgrade stops before the key comes to be, so every
+// unmarked pod it made is older than the key.
+type markKeys struct {
+	mu  sync.Mutex
+	key *markKey
+}
+
+// podMarkKey is the key pods are marked with: kept in the PodMarkSecret (created on first use),
+// or, without one, made in memory (pods that existed before this process are trusted).
+func (r *ZayaTrainingJobReconciler) podMarkKey(ctx context.Context) (*markKey, error) {
+	r.marks.mu.Lock()
+	defer r.marks.mu.Unlock()
+	if r.marks.key != nil {
+		return r.marks.key, nil
+	}
+	k, err := r.loadMarkKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.marks.key = k
+	return k, nil
+}
+
+func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, error) {
+	name := r.PodMarkSecret
+	if name.Name == "" {
+		key, err := newMarkKey()
+		return &markKey{key: key, since: r.Clock.Now()}, err
+	}
+	// Read directly: caching Secrets would watch every Secret the operator may see.
+	secret := &corev1.Secret{}
+	err := r.apiReader().Get(ctx, name, secret)
+	if apierrors.IsNotFound(err) {
+		key, kerr := newMarkKey()
+		if kerr != nil {
+			return nil, kerr
+		}
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name,
+				Labels: map[string]string{"app.kubernetes.io/name": "zaya-operator", "app.kubernetes.io/component": "pod-mark-key"}},
+			Data: map[string][]byte{markKeyField: key},
+		}
+		err = r.Create(ctx, secret)
+		if apierrors.IsAlreadyExists(err) { // another replica made it first
+			err = r.apiReader().Get(ctx, name, secret)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the pod-mark key Secret %s: %w", name, err)
+	}
+	key := secret.Data[markKeyField]
+	if len(key) < markKeyBytes {
+		return nil, fmt.Errorf("the pod-mark key Secret %s holds no %d-byte %q: delete it and the operator makes a new one", name, markKeyBytes, markKeyField)
+	}
+	return &markKey{key: key, since: secret.CreationTimestamp.Time}, nil
+}
+
+func newMarkKey() ([]byte, error) {
+	key := make([]byte, markKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("making a pod-mark key: %w", err)
+	}
+	return key, nil
+}
+
+// ParseSecretName reads a --pod-mark-secret value, namespace/name.
+func ParseSecretName(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%q: want namespace/name", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}

@@ -1,0 +1,122 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func TestAMarkIsBoundToTheJobAttemptRankAndName(t *testing.T) {
+	k := &markKey{key: []byte("0123456789abcdef0123456789abcdef"), since: now}
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
+	job.UID = "job-uid"
+	made := func(name, rank, attempt string) *corev1.Pod {
+		p := newWorkerPod(job, nil, 0)
+		p.Name, p.Labels[trainingv1alpha1.RankLabel], p.Labels[trainingv1alpha1.AttemptLabel] = name, rank, attempt
+		p.CreationTimestamp = metav1.NewTime(now.Add(time.Second))
+		k.stamp(job, p)
+		return p
+	}
+	pod := made("llm-0-0", "0", "0")
+	if !k.made(job.UID, pod) {
+		t.Fatal("the operator's own pod is not its own")
+	}
+
+	copied := func(name, rank, attempt string) *corev1.Pod {
+		p := made(name, rank, attempt)
+		p.Annotations[trainingv1alpha1.PodMarkAnnotation] = pod.Annotations[trainingv1alpha1.PodMarkAnnotation]
+		return p
+	}
+	for what, p := range map[string]*corev1.Pod{
+		"another rank":    copied("llm-0-0", "1", "0"),
+		"another attempt": copied("llm-0-0", "0", "1"),
+		"another name":    copied("llm-0-9", "0", "0"),
+		"no mark": func() *corev1.Pod {
+			p := made("llm-0-0", "0", "0")
+			delete(p.Annotations, trainingv1alpha1.PodMarkAnnotation)
+			return p
+		}(),
+		"another key": func() *corev1.Pod {
+			p := made("llm-0-0", "0", "0")
+			other := &markKey{key: []byte("fedcba9876543210fedcba9876543210")}
+			other.stamp(job, p)
+			return p
+		}(),
+	} {
+		if k.made(job.UID, p) {
+			t.Errorf("a pod with a mark copied to %s counts as the job's", what)
+		}
+	}
+	if k.made("another-job", pod) {
+		t.Error("a pod counts for a job that does not control it")
+	}
+
+	old := made("llm-0-0", "0", "0")
+	delete(old.Annotations, trainingv1alpha1.PodMarkAnnotation)
+	old.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	if !k.made(job.UID, old) {
+		t.Error("a pod older than the key (made before pods were marked) is not trusted")
+	}
+	old.OwnerReferences = nil
+	if k.made(job.UID, old) {
+		t.Error("an old pod without the job's controller reference counts")
+	}
+}
+
+func TestThePodMarkKeyIsMadeOnceAndKept(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewClientBuilder().WithScheme(testScheme()).Build()
+	name := types.NamespacedName{Namespace: "zaya-system", Name: "zaya-operator-pod-mark"}
+	newReconciler := func() *ZayaTrainingJobReconciler {
+		return &ZayaTrainingJobReconciler{Client: cl, Clock: clocktesting.NewFakePassiveClock(now), PodMarkSecret: name}
+	}
+	first, err := newReconciler().podMarkKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := newReconciler().podMarkKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first.key) != string(second.key) || len(first.key) != markKeyBytes {
+		t.Fatal("a restarted operator does not read the key it made")
+	}
+
+	secret := &corev1.Secret{}
+	if err := cl.Get(ctx, name, secret); err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[markKeyField] = []byte("short")
+	if err := cl.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newReconciler().podMarkKey(ctx); err == nil {
+		t.Fatal("a key too short to be safe was used")
+	}
+
+	inMemory := &ZayaTrainingJobReconciler{Client: cl, Clock: clocktesting.NewFakePassiveClock(now)}
+	k, err := inMemory.podMarkKey(ctx)
+	if err != nil || len(k.key) != markKeyBytes || !k.since.Equal(now) {
+		t.Fatalf("in-memory key: %v, %d bytes since %v", err, len(k.key), k.since)
+	}
+}
+
+func TestParseSecretName(t *testing.T) {
+	if got, err := ParseSecretName("zaya-system/key"); err != nil || got != (types.NamespacedName{Namespace: "zaya-system", Name: "key"}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "key", "/key", "ns/", "a/b/c"} {
+		if _, err := ParseSecretName(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
