@@ -122,6 +122,16 @@ func find(objs []*unstructured.Unstructured, kind, ns, name string) *unstructure
 	return nil
 }
 
+// findSuffix is the first object of kind in ns whose name ends in suffix.
+func findSuffix(objs []*unstructured.Unstructured, kind, ns, suffix string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetNamespace() == ns && strings.HasSuffix(o.GetName(), suffix) {
+			return o
+		}
+	}
+	return nil
+}
+
 func kinds(objs []*unstructured.Unstructured) []string {
 	var out []string
 	for _, o := range objs {
@@ -132,15 +142,21 @@ func kinds(objs []*unstructured.Unstructured) []string {
 }
 
 // grant is one (group, resource, verb): rules compare as sets of these.
-type grant struct{ group, resource, verb string }
+type grant struct{ group, resource, verb, name string }
 
 func grants(rules []rbacv1.PolicyRule) []grant {
 	var out []grant
 	for _, r := range rules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
-					out = append(out, grant{g, res, v})
+					for _, n := range names {
+						out = append(out, grant{g, res, v, n})
+					}
 				}
 			}
 		}
@@ -237,8 +253,9 @@ func TestChartRendersEachValueSet(t *testing.T) {
 	}{{
 		name: "defaults",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
-			want := []string{"ClusterRole/", "ClusterRoleBinding/", "Deployment/zaya-system", "Role/zaya-system",
-				"RoleBinding/zaya-system", "Service/zaya-system", "ServiceAccount/zaya-system"}
+			// Two Roles: leader election and the pod-mark key.
+			want := []string{"ClusterRole/", "ClusterRoleBinding/", "Deployment/zaya-system", "Role/zaya-system", "Role/zaya-system",
+				"RoleBinding/zaya-system", "RoleBinding/zaya-system", "Service/zaya-system", "ServiceAccount/zaya-system"}
 			if diff := cmp.Diff(want, kinds(objs)); diff != "" {
 				t.Errorf("objects (-want +got):\n%s", diff)
 			}
@@ -350,8 +367,11 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if dep.Spec.Template.Spec.ServiceAccountName != "ops" || find(objs, "ServiceAccount", "zaya-system", "") != nil {
 				t.Errorf("service account %q, objects %v", dep.Spec.Template.Spec.ServiceAccountName, kinds(objs))
 			}
-			if find(objs, "Role", "zaya-system", "") != nil {
+			if findSuffix(objs, "Role", "zaya-system", "-leader-election") != nil {
 				t.Error("a leader-election Role without leader election")
+			}
+			if findSuffix(objs, "Role", "zaya-system", "-pod-mark") == nil {
+				t.Error("no pod-mark Role without leader election")
 			}
 			if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--leader-elect=false") {
 				t.Errorf("args %v", dep.Spec.Template.Spec.Containers[0].Args)
@@ -479,10 +499,12 @@ func TestKustomizeInstallsTheSameOperator(t *testing.T) {
 	if diff := cmp.Diff(grants(generatedRules(t)), grants(kcr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("kustomize ClusterRole differs from the generated rules:\n%s", diff)
 	}
-	krole := typed[rbacv1.Role](t, find(kust, "Role", "zaya-system", ""))
-	crole := typed[rbacv1.Role](t, find(chart, "Role", "zaya-system", ""))
-	if diff := cmp.Diff(grants(krole.Rules), grants(crole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
-		t.Errorf("leader-election Role: kustomize (-) and chart (+) differ:\n%s", diff)
+	for _, role := range []struct{ kust, chart string }{{"leader-election-role", "-leader-election"}, {"pod-mark-role", "-pod-mark"}} {
+		krole := typed[rbacv1.Role](t, findSuffix(kust, "Role", "zaya-system", role.kust))
+		crole := typed[rbacv1.Role](t, findSuffix(chart, "Role", "zaya-system", role.chart))
+		if diff := cmp.Diff(grants(krole.Rules), grants(crole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+			t.Errorf("%s Role: kustomize (-) and chart (+) differ:\n%s", role.kust, diff)
+		}
 	}
 	for _, kind := range []string{"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Service"} {
 		if (find(kust, kind, "", "") == nil && find(kust, kind, "zaya-system", "") == nil) ||
