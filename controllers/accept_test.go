@@ -68,11 +68,16 @@ func TestThePodSizeIsCheckedOncePerGeneration(t *testing.T) {
 }
 func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
 	for _, tc := range []struct {
+		nodes      int32
 		valueBytes int
 		sidecar    bool
 		refused    bool
-	}{{100 << 10, false, false}, {600 << 10, false, false}, {600 << 10, true, true}, {1100 << 10, false, true}} {
-		w := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1024).WorkerEnv("BLOB", strings.Repeat("x", tc.valueBytes))
+	}{
+		{1, 100 << 10, false, false}, {1, 600 << 10, false, false}, {1, 600 << 10, true, true}, {1, 1100 << 10, false, true},
+		// The whole gang is bounded too: etcd is shared by every job.
+		{1024, 100 << 10, false, false}, {4096, 100 << 10, false, true}, {512, 600 << 10, false, true},
+	} {
+		w := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(tc.nodes).WorkerEnv("BLOB", strings.Repeat("x", tc.valueBytes))
 		job := w.Defaulted().Obj()
 		if tc.sidecar {
 			job.Spec.Template.Spec.Containers = append(job.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers[0])
@@ -80,7 +85,7 @@ func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
 		}
 		errs := podSizeErrors(job)
 		if (len(errs) > 0) != tc.refused {
-			t.Errorf("%d KiB value, sidecar %v: errors %v, want refused=%v", tc.valueBytes>>10, tc.sidecar, errs, tc.refused)
+			t.Errorf("%d nodes, %d KiB value, sidecar %v: errors %v, want refused=%v", tc.nodes, tc.valueBytes>>10, tc.sidecar, errs, tc.refused)
 		}
 		if len(errs) > 0 && !strings.Contains(errs[0].Error(), "spec.template") {
 			t.Errorf("the error should name the field: %v", errs[0])

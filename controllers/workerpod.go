@@ -210,14 +210,25 @@ func addRankAntiAffinity(ps *corev1.PodSpec, job string) {
 // say) would otherwise be accepted and then never get a pod.
 const maxPodBytes = 1 << 20
 
+// maxGangBytes bounds what one job's pods take in etcd together (its default quota is 2 GiB,
+// shared by every tenant): 4,096 pods of 1 MiB each would fill it for the whole cluster.
+const maxGangBytes = 256 << 20
+
 // podSizeErrors refuses a spec whose worker pod (the last rank's: the longest names) would
 // be too large to store.
 func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
 	b, err := json.Marshal(newWorkerPod(job, networkEnv(&job.Spec), job.Spec.Nodes-1))
-	if err != nil || len(b) <= maxPodBytes {
+	switch {
+	case err != nil:
 		return nil
+	case len(b) > maxPodBytes:
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
+			"the worker pod would be %d bytes, more than the %d the operator creates (etcd stores at most 1.5 MiB per object): shorten env values, annotations or the template",
+			len(b), maxPodBytes))}
+	case int64(len(b))*int64(job.Spec.Nodes) > maxGangBytes:
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
+			"%d worker pods of %d bytes would take %d MiB, more than the %d MiB one job may store (etcd is shared by every job in the cluster): shorten env values, annotations or the template",
+			job.Spec.Nodes, len(b), int64(len(b))*int64(job.Spec.Nodes)>>20, maxGangBytes>>20))}
 	}
-	return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
-		"the worker pod would be %d bytes, more than the %d the operator creates (etcd stores at most 1.5 MiB per object): shorten env values, annotations or the template",
-		len(b), maxPodBytes))}
+	return nil
 }

@@ -167,6 +167,7 @@ var hostileInputs = []hostile{
 	{input: "1 MiB network.env value", stage: atApply, patch: `spec: {network: {env: [{name: NCCL_DEBUG, value: "` + mib + `"}]}}`, want: []string{"spec.network.env", "at most 4096 bytes"}},
 	{input: "1 MiB annotation", stage: atApply, patch: `metadata: {annotations: {note: "` + mib + `"}}`, want: []string{"metadata.annotations", "Too long"}},
 	{input: "1 MiB name", stage: atApply, patch: `metadata: {name: "` + mib + `"}`, want: []string{"metadata.name"}},
+	{input: "4096 nodes of 100 KiB pods (400 MiB of etcd)", stage: byOperator, patch: `spec: {nodes: 4096, template: {spec: {containers: [{name: worker, image: w, env: [{name: BIG, value: "` + mib[:100<<10] + `"}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "spec.template", "4096 worker pods", "one job may store"}},
 	{input: "1 MiB template env value", stage: byOperator, patch: `spec: {template: {spec: {containers: [{name: worker, image: w, env: [{name: BIG, value: "` + mib + `"}]}]}}}`, want: []string{trainingv1alpha1.ReasonInvalidSpec, "spec.template", "the worker pod would be", "more than the 1048576"}},
 	{input: "name too long for worker hostnames", stage: atApply, patch: `metadata: {name: "a-training-job-whose-name-is-far-too-long-for-dns-labels"}`, want: []string{"metadata.name", "at most 50 characters"}},
 	{input: "name not a DNS label", stage: atApply, patch: `metadata: {name: "llm.v2"}`, want: []string{"metadata.name", "DNS-1035 label"}},
