@@ -18,6 +18,15 @@ func (p *pass) accept(ctx context.Context) bool {
 	if len(errs) == 0 && p.needsSizeCheck() {
 		errs = podSizeErrors(job)
 	}
+	if len(errs) > 0 && p.acceptedThisGeneration() {
+		// Same spec, new rules: an upgrade must not stop jobs that were running under the old
+		// ones (their pods were valid then); the user hears once what the next edit must fix.
+		msg := "accepted by an earlier version of the operator; this version refuses it, so the next edit must fix: " + errs.ToAggregate().Error()
+		if p.setCondition(trainingv1alpha1.ConditionCreated, metav1.ConditionTrue, trainingv1alpha1.ReasonAcceptedBeforeUpgrade, msg) {
+			p.warning(trainingv1alpha1.ReasonAcceptedBeforeUpgrade, "Validate", "%s", msg)
+		}
+		return true
+	}
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		if p.setCondition(trainingv1alpha1.ConditionCreated, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidSpec, msg) {
@@ -39,6 +48,12 @@ func (p *pass) accept(ctx context.Context) bool {
 // generation of the spec: it builds and encodes a pod, too much for every pass, but every
 // change of the template (allowed while suspended) can grow it.
 func (p *pass) needsSizeCheck() bool {
+	return !p.acceptedThisGeneration()
+}
+
+// acceptedThisGeneration reports whether this generation of the spec was accepted before (by
+// this operator or an earlier one).
+func (p *pass) acceptedThisGeneration() bool {
 	c := meta.FindStatusCondition(p.job.Status.Conditions, trainingv1alpha1.ConditionCreated)
-	return c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != p.job.Generation
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.job.Generation
 }

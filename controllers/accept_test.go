@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -90,5 +91,51 @@ func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
 		if len(errs) > 0 && !strings.Contains(errs[0].Error(), "spec.template") {
 			t.Errorf("the error should name the field: %v", errs[0])
 		}
+	}
+}
+
+// A generation an earlier operator accepted keeps running when this one's rules refuse it:
+// said once, and the next edit must pass them.
+func TestAnAcceptedGenerationSurvivesStricterRules(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(4).Defaulted().Obj()
+	c := &job.Spec.Template.Spec.Containers[0]
+	c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: "ZAYA_", ConfigMapRef: &corev1.ConfigMapEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}})
+	if trainingv1alpha1.ValidateSpec(&job.Spec) == nil {
+		t.Fatal("the rule this test relies on is gone")
+	}
+	job.Status.Conditions = []metav1.Condition{{Type: trainingv1alpha1.ConditionCreated, Status: metav1.ConditionTrue,
+		Reason: trainingv1alpha1.ReasonAccepted, ObservedGeneration: 4, LastTransitionTime: metav1.NewTime(now)}}
+	h := newHarness(t, interceptor.Funcs{}, job)
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	if n := len(h.pods(t)); n != 2 {
+		t.Fatalf("%d pods, want the gang of 2 to run", n)
+	}
+	created := condition(h.get(t, job), trainingv1alpha1.ConditionCreated)
+	if created.Status != metav1.ConditionTrue || created.Reason != trainingv1alpha1.ReasonAcceptedBeforeUpgrade ||
+		!strings.Contains(created.Message, "envFrom[0].prefix") {
+		t.Errorf("Created = %+v, want True/AcceptedBeforeUpgrade naming the field", created)
+	}
+	var warnings int
+	for _, e := range h.drainEvents() {
+		if strings.Contains(e, trainingv1alpha1.ReasonAcceptedBeforeUpgrade) {
+			warnings++
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("%d AcceptedBeforeUpgrade events in 3 passes, want 1", warnings)
+	}
+
+	// The next edit is held to the new rules.
+	stored := h.get(t, job)
+	stored.Generation = 5
+	if err := h.r.Update(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	if c := condition(h.get(t, job), trainingv1alpha1.ConditionCreated); c.Reason != trainingv1alpha1.ReasonInvalidSpec {
+		t.Errorf("Created = %+v after an edit, want InvalidSpec", c)
 	}
 }

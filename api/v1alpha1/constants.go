@@ -42,6 +42,9 @@ const (
 	ReasonAccepted = "Accepted"
 	// ReasonInvalidSpec: the spec breaks a rule the CRD schema cannot express.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonAcceptedBeforeUpgrade: an earlier operator accepted this generation of the spec and
+	// this one's stricter rules refuse it; it keeps running, and the next edit must pass them.
+	ReasonAcceptedBeforeUpgrade = "AcceptedBeforeUpgrade"
 	// ReasonInvalidPodTemplate: the apiserver refused the worker pod built from the template.
 	ReasonInvalidPodTemplate = "InvalidPodTemplate"
 	// ReasonNetworkConfigured: the event listing the effective RCCL environment.
