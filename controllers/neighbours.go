@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -48,4 +49,23 @@ func (p *pass) blocked(_ context.Context, err error) (ctrl.Result, error) {
 // deleted: the job goes with it, and nothing needs saying.
 func namespaceTerminating(err error) bool {
 	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}
+
+// namespaceGoing reports whether the job's namespace is being deleted. The namespace
+// controller deletes pods before it reaches the job, so their loss looks like a failure: a
+// restart decided then would count against the budget, log a restart and try to create pods
+// in a dying namespace. Asked live, and only when a failure is about to be acted on.
+func (p *pass) namespaceGoing(ctx context.Context) bool {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	err := p.r.apiReader().Get(ctx, client.ObjectKey{Name: p.job.Namespace}, ns)
+	if err != nil {
+		// Without the answer (or with the namespace already gone, and the job with it) the
+		// failure is handled as one: a restart is the safe side.
+		if !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Error(err, "reading the job's namespace before a restart")
+		}
+		return false
+	}
+	return ns.DeletionTimestamp != nil
 }

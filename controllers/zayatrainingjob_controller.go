@@ -53,8 +53,8 @@ type ZayaTrainingJobReconciler struct {
 	marks     markKeys
 }
 
-// Least privilege: reads come from the informers' caches (list, watch), never a live get;
-// status is written with update only. test/integration's TestOperatorNeedsExactlyTheGeneratedRBAC
+// Least privilege: reads come from the informers' caches (list, watch), but for a live get of
+// the job's namespace before a restart (is it being deleted?); status is written with update only. test/integration's TestOperatorNeedsExactlyTheGeneratedRBAC
 // runs a job's whole life under exactly these rules and fails on any unused one.
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=list;watch;delete
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=update
@@ -62,6 +62,7 @@ type ZayaTrainingJobReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch;create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
@@ -168,6 +169,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	if v != nil {
+		if p.namespaceGoing(ctx) {
+			return ctrl.Result{}, nil // the job goes with it: nothing to restart or report
+		}
 		if quarantines(v.failure.Reason) {
 			if err := p.quarantine(ctx, &v.failure); err != nil {
 				return ctrl.Result{}, err

@@ -181,3 +181,35 @@ func TestPodsOlderThanThePodMarkKeyAreTrusted(t *testing.T) {
 		g.Expect(pods[name].UID).To(Equal(uid), "%s was replaced", name)
 	}
 }
+
+// TestDeletingTheNamespaceRestartsNothing: the namespace controller deletes the pods before it
+// reaches the job; their loss is no failure to restart from (no restart counted or recorded).
+func TestDeletingTheNamespaceRestartsNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startManager(t)
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	for _, pod := range waitPods(g, ns, "llm", 2) {
+		setPodStatus(g, pod, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+
+	// envtest runs no namespace controller: the namespace stays Terminating and the test
+	// deletes the pods as that controller would.
+	g.Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	g.Expect(k8sClient.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, pod := range jobPods(g, ns, "llm") {
+			g.Expect(pod.DeletionTimestamp).NotTo(BeNil())
+		}
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		got := getJob(g, job)
+		g.Expect(got.Status.Restarts).To(BeZero())
+		g.Expect(got.Status.LastFailure).To(BeNil())
+	}, 3*time.Second, interval).Should(Succeed())
+}
