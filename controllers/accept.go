@@ -16,7 +16,7 @@ func (p *pass) accept(ctx context.Context) bool {
 	job := p.job
 	errs := trainingv1alpha1.ValidateSpec(&job.Spec)
 	if len(errs) == 0 && p.needsSizeCheck() {
-		errs = podSizeErrors(job)
+		errs = append(podSizeErrors(job), jobSizeErrors(job)...)
 	}
 	if len(errs) > 0 && p.acceptedThisGeneration() {
 		// Same spec, new rules: an upgrade must not stop jobs that were running under the old

@@ -139,3 +139,20 @@ func TestAnAcceptedGenerationSurvivesStricterRules(t *testing.T) {
 		t.Errorf("Created = %+v after an edit, want InvalidSpec", c)
 	}
 }
+
+func TestAJobWithNoRoomForItsStatusIsRefused(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
+	if errs := jobSizeErrors(job); len(errs) != 0 {
+		t.Fatalf("a small job refused: %v", errs)
+	}
+	// Under the pod's limit, but with the job's own annotations no status fits.
+	job.Annotations = map[string]string{"notes": strings.Repeat("x", maxJobBytes-maxPodBytes/2)}
+	if errs := podSizeErrors(job); len(errs) != 0 {
+		t.Fatalf("the pod is refused already: %v", errs)
+	}
+	job.Spec.Template.Spec.Containers[0].Env = append(job.Spec.Template.Spec.Containers[0].Env, env("BLOB", strings.Repeat("x", maxPodBytes/2))...)
+	errs := jobSizeErrors(job)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "leave room for its status") {
+		t.Errorf("errors %v, want the job refused for its size", errs)
+	}
+}

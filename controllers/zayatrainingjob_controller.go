@@ -49,6 +49,7 @@ type ZayaTrainingJobReconciler struct {
 	PodMarkSecret types.NamespacedName
 
 	lastWrite sync.Map  // types.NamespacedName → time.Time of the job's last status write
+	tooLarge  sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
 	creations creations // pods created but not yet in the cache
 	marks     markKeys
 }
@@ -71,6 +72,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, stored); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.lastWrite.Delete(req.NamespacedName)
+			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -116,6 +118,9 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// A newer version is on its way through the watch; it triggers the next pass.
 		logger.V(1).Info("status update conflicted, waiting for the newer version")
 		return ctrl.Result{}, err
+	case objectTooLarge(werr):
+		r.statusTooLarge(ctx, job, werr)
+		return ctrl.Result{}, nil
 	case werr != nil:
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", werr)
 	}

@@ -45,6 +45,8 @@ const (
 	// ReasonAcceptedBeforeUpgrade: an earlier operator accepted this generation of the spec and
 	// this one's stricter rules refuse it; it keeps running, and the next edit must pass them.
 	ReasonAcceptedBeforeUpgrade = "AcceptedBeforeUpgrade"
+	// ReasonStatusTooLarge: the job's status cannot be stored, the object being too large.
+	ReasonStatusTooLarge = "StatusTooLarge"
 	// ReasonInvalidPodTemplate: the apiserver refused the worker pod built from the template.
 	ReasonInvalidPodTemplate = "InvalidPodTemplate"
 	// ReasonNetworkConfigured: the event listing the effective RCCL environment.
