@@ -122,10 +122,10 @@ func find(objs []*unstructured.Unstructured, kind, ns, name string) *unstructure
 	return nil
 }
 
-// findSuffix is the first object of kind in ns whose name ends in suffix.
-func findSuffix(objs []*unstructured.Unstructured, kind, ns, suffix string) *unstructured.Unstructured {
+// findRole is the first Role in the operator's namespace whose name ends in suffix.
+func findRole(objs []*unstructured.Unstructured, suffix string) *unstructured.Unstructured {
 	for _, o := range objs {
-		if o.GetKind() == kind && o.GetNamespace() == ns && strings.HasSuffix(o.GetName(), suffix) {
+		if o.GetKind() == "Role" && o.GetNamespace() == "zaya-system" && strings.HasSuffix(o.GetName(), suffix) {
 			return o
 		}
 	}
@@ -367,10 +367,10 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if dep.Spec.Template.Spec.ServiceAccountName != "ops" || find(objs, "ServiceAccount", "zaya-system", "") != nil {
 				t.Errorf("service account %q, objects %v", dep.Spec.Template.Spec.ServiceAccountName, kinds(objs))
 			}
-			if findSuffix(objs, "Role", "zaya-system", "-leader-election") != nil {
+			if findRole(objs, "-leader-election") != nil {
 				t.Error("a leader-election Role without leader election")
 			}
-			if findSuffix(objs, "Role", "zaya-system", "-pod-mark") == nil {
+			if findRole(objs, "-pod-mark") == nil {
 				t.Error("no pod-mark Role without leader election")
 			}
 			if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--leader-elect=false") {
@@ -500,8 +500,8 @@ func TestKustomizeInstallsTheSameOperator(t *testing.T) {
 		t.Errorf("kustomize ClusterRole differs from the generated rules:\n%s", diff)
 	}
 	for _, role := range []struct{ kust, chart string }{{"leader-election-role", "-leader-election"}, {"pod-mark-role", "-pod-mark"}} {
-		krole := typed[rbacv1.Role](t, findSuffix(kust, "Role", "zaya-system", role.kust))
-		crole := typed[rbacv1.Role](t, findSuffix(chart, "Role", "zaya-system", role.chart))
+		krole := typed[rbacv1.Role](t, findRole(kust, role.kust))
+		crole := typed[rbacv1.Role](t, findRole(chart, role.chart))
 		if diff := cmp.Diff(grants(krole.Rules), grants(crole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 			t.Errorf("%s Role: kustomize (-) and chart (+) differ:\n%s", role.kust, diff)
 		}
