@@ -341,6 +341,15 @@ each job on its own, reports ` + "`Created=False, reason InvalidSpec`" + ` (` + 
 unreadable status field is reset with a warning. ` + "`TestPoisonPillsStayWithTheirJob`" + ` and the e2e
 ` + "`TestPoisonPillsCannotStopTheOperator`" + ` check it.
 
+Neighbours and size, each with its own test: a pod, Service or claim that holds a name the job
+needs but is not the job's is never adopted, counted or deleted (` + "`Running=False, reason NameConflict`" + `,
+` + "`neighbours_test.go`" + `); a pod forged with the job's labels and controller
+reference carries no valid pod mark and is never a rank (` + "`TestAPodForgedAsTheJobsIsNeverARank`" + `);
+a job whose status no longer fits etcd's 1.5 MiB gets one ` + "`StatusTooLarge`" + ` warning, not a retry
+loop (` + "`TestAJobTooLargeForItsStatusIsToldOnce`" + `); deleting a job's namespace restarts nothing
+(` + "`TestDeletingTheNamespaceRestartsNothing`" + `); a generation accepted by an earlier operator keeps
+running under stricter checks (` + "`Created=True, reason AcceptedBeforeUpgrade`" + `).
+
 | # | input | stopped at | what the user sees |
 |---|---|---|---|
 `)
