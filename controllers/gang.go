@@ -24,13 +24,14 @@ type gang struct {
 	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
 	unschedulableSince                         time.Time // earliest verdict still standing
 	checkpointStep                             int64     // newest step in a termination message, -1 if none
+	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
 }
 
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1}
+	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1, resume: resumeReport{step: -1}}
 	attempt := strconv.FormatInt(int64(job.Status.Restarts), 10)
 	previous := strconv.FormatInt(int64(job.Status.Restarts-1), 10)
 	for i := range pods {
@@ -55,6 +56,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
 			g.checkpointStep = step
 		}
+		g.resume.merge(reportedResume(pod))
 		if pod.Spec.NodeName != "" {
 			g.scheduled++
 		}

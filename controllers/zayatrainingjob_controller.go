@@ -158,6 +158,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	releaseIn := p.expireQuarantine()
 	gang := classify(job, pods)
 	p.recordCheckpoint(gang)
+	p.recordResume(gang)
 	done, settling := p.succeeded(gang)
 	if done {
 		// Decided now, acted on once stored (the status write brings the next pass): had

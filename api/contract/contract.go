@@ -15,6 +15,19 @@ const (
 	// TerminationMessageHangPrefix starts the line the heartbeat liveness probe appends to the
 	// termination log before the kubelet kills a hung worker.
 	TerminationMessageHangPrefix = "zaya: hang:"
+	// TerminationMessageRestoredPrefix starts the line a worker appends once it has resumed:
+	// the checkpoint step every rank restored, "checkpoint-restored=1200" (0: started fresh).
+	TerminationMessageRestoredPrefix = "checkpoint-restored="
+	// TerminationMessageCorruptPrefix starts a line for each committed step that failed
+	// verification on resume and was moved aside:
+	// "zaya: checkpoint-corrupt: step=1300 moved to corrupt-step-1300-<time>: <reason>".
+	TerminationMessageCorruptPrefix = "zaya: checkpoint-corrupt:"
+	// TerminationMessageStoppedPrefix starts the line of a worker that stopped before the run
+	// was complete because it or a peer was told to stop (it exits ExitStopped).
+	TerminationMessageStoppedPrefix = "zaya: stopped:"
+	// ExitStopped is the exit code (EX_TEMPFAIL) of a worker that stopped before the run was
+	// complete because it or a peer was told to: never success, always worth a restart.
+	ExitStopped = 75
 	// ExitConfig is the exit code (EX_CONFIG) of a worker whose configuration is wrong: a
 	// restart cannot help, so the operator treats it as fatal by default.
 	ExitConfig = 78

@@ -47,6 +47,11 @@ const (
 	ReasonAcceptedBeforeUpgrade = "AcceptedBeforeUpgrade"
 	// ReasonStatusTooLarge: the job's status cannot be stored, the object being too large.
 	ReasonStatusTooLarge = "StatusTooLarge"
+	// ReasonCheckpointRestored: the event naming the checkpoint step an attempt resumed from.
+	ReasonCheckpointRestored = "CheckpointRestored"
+	// ReasonCheckpointCorrupt: an attempt found committed steps corrupt, moved them aside and
+	// resumed from an older one.
+	ReasonCheckpointCorrupt = "CheckpointCorrupt"
 	// ReasonInvalidPodTemplate: the apiserver refused the worker pod built from the template.
 	ReasonInvalidPodTemplate = "InvalidPodTemplate"
 	// ReasonNetworkConfigured: the event listing the effective RCCL environment.

@@ -16,6 +16,14 @@ const (
 	// TerminationMessageHangPrefix starts the line the heartbeat liveness probe appends to the
 	// termination log before the kubelet kills a hung worker.
 	TerminationMessageHangPrefix = contract.TerminationMessageHangPrefix
+	// TerminationMessageRestoredPrefix starts the line with the step the workers resumed from.
+	TerminationMessageRestoredPrefix = contract.TerminationMessageRestoredPrefix
+	// TerminationMessageCorruptPrefix starts a line naming a step moved aside as corrupt.
+	TerminationMessageCorruptPrefix = contract.TerminationMessageCorruptPrefix
+	// TerminationMessageStoppedPrefix starts the line of a worker stopped before completion.
+	TerminationMessageStoppedPrefix = contract.TerminationMessageStoppedPrefix
+	// ExitStopped is the exit code of a worker stopped before completion (retryable).
+	ExitStopped = contract.ExitStopped
 )
 
 // Environment variables of the worker contract.

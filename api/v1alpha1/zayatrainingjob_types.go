@@ -576,6 +576,12 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
 
+	// lastResume is what the workers of the latest attempt that reported it restored: the
+	// checkpoint step, and newer steps that failed verification and were moved aside. Workers
+	// report it in their termination messages, so it is known once a pod of that attempt stops.
+	// +optional
+	LastResume *ResumeStatus `json:"lastResume,omitempty"`
+
 	// startTime is when the operator first created the job's pods (reset when a suspended
 	// job resumes); activeDeadlineSeconds counts from it.
 	// +optional
@@ -590,6 +596,28 @@ type ZayaTrainingJobStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	LastRecoverySeconds *int32 `json:"lastRecoverySeconds,omitempty"`
+}
+
+// ResumeStatus is what one attempt's workers restored.
+type ResumeStatus struct {
+	// attempt is the attempt (status.restarts then) whose workers resumed.
+	// +kubebuilder:validation:Minimum=0
+	Attempt int32 `json:"attempt"`
+	// step is the checkpoint step restored; 0 means training started from scratch.
+	// +kubebuilder:validation:Minimum=0
+	Step int64 `json:"step"`
+	// corruptSteps are newer committed steps that failed verification and were moved aside,
+	// newest first.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=0
+	// +listType=atomic
+	// +optional
+	CorruptSteps []int64 `json:"corruptSteps,omitempty"`
+	// stepsLost is how many steps of committed training the corruption cost: the newest
+	// corrupt step minus step.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	StepsLost int64 `json:"stepsLost,omitempty"`
 }
 
 // JobFailure records one failure.

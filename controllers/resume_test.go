@@ -1,0 +1,102 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func withTermination(code int32, msg string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		exited("n", code, now)(p)
+		p.Status.ContainerStatuses[0].State.Terminated.Message = msg
+	}
+}
+
+// An attempt that found its newest steps corrupt says so: status names the step restored,
+// the steps moved aside and the steps lost, and one warning says why.
+func TestAnAttemptsRestoredStepAndCorruptStepsAreShown(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-1", running("n1"))
+	// Rank 0 fails; its message says what the attempt restored. Rank 1 runs on, silent.
+	h.setPod(t, "llm-0-0", withTermination(1, strings.Join([]string{
+		"checkpoint-restored=1200",
+		"zaya: checkpoint-corrupt: step=1400 moved to corrupt-step-1400-1: rank-1.a0.bin: crc32c mismatch",
+		"zaya: checkpoint-corrupt: step=1300 moved to corrupt-step-1300-1: manifest.json: torn",
+		"checkpoint-step=1200",
+	}, "\n")))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	rs := got.Status.LastResume
+	if rs == nil || rs.Attempt != 0 || rs.Step != 1200 || !slices.Equal(rs.CorruptSteps, []int64{1400, 1300}) || rs.StepsLost != 200 {
+		t.Fatalf("lastResume = %+v, want attempt 0 from 1200, corrupt [1400 1300], 200 steps lost", rs)
+	}
+	if got.Status.Restarts != 1 {
+		t.Errorf("restarts = %d: the failure was not acted on in the same pass", got.Status.Restarts)
+	}
+	var warnings []string
+	for _, e := range h.drainEvents() {
+		if strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) {
+			warnings = append(warnings, e)
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "crc32c mismatch") || !strings.Contains(warnings[0], "losing 200 steps") {
+		t.Errorf("CheckpointCorrupt events %q, want one naming the reasons and the loss", warnings)
+	}
+
+	// The next attempt reports a clean resume from the same step.
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	h.setPod(t, "llm-1-0", withTermination(0, "checkpoint-restored=1200\ncheckpoint-step=1500"))
+	h.setPod(t, "llm-1-1", withTermination(0, "checkpoint-restored=1200\ncheckpoint-step=1500"))
+	h.mustReconcile(t, job)
+	if rs := h.get(t, job).Status.LastResume; rs == nil || rs.Attempt != 1 || rs.Step != 1200 || len(rs.CorruptSteps) != 0 || rs.StepsLost != 0 {
+		t.Errorf("lastResume = %+v, want attempt 1 from 1200, nothing corrupt", rs)
+	}
+}
+
+func TestResumeReportsIgnoreGarbageAndListingOrder(t *testing.T) {
+	pod := func(msg string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}}
+		withTermination(1, msg)(p)
+		return p
+	}
+	for msg, want := range map[string]int64{
+		"checkpoint-restored=42":                   42,
+		"  checkpoint-restored=0 \nbye":            0,
+		"checkpoint-restored=-3":                   -1,
+		"checkpoint-restored=99999999999999999999": -1,
+		"restored=5":                               -1,
+	} {
+		if got := reportedResume(pod(msg)).step; got != want {
+			t.Errorf("%q: step %d, want %d", msg, got, want)
+		}
+	}
+	if c := reportedResume(pod("zaya: checkpoint-corrupt: step=x moved\nzaya: checkpoint-corrupt: oops")).corrupt; len(c) != 0 {
+		t.Errorf("malformed corrupt lines read as %+v", c)
+	}
+	many := strings.Repeat("zaya: checkpoint-corrupt: step=7 again\n", 100)
+	if c := reportedResume(pod(many)).corrupt; len(c) > maxCorruptReported {
+		t.Errorf("%d corrupt lines kept, want at most %d", len(c), maxCorruptReported)
+	}
+
+	a := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=30 x\nzaya: checkpoint-corrupt: step=20 y"))
+	b := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 y\nzaya: checkpoint-corrupt: step=40 z"))
+	ab, ba := resumeReport{step: -1}, resumeReport{step: -1}
+	ab.merge(a)
+	ab.merge(b)
+	ba.merge(b)
+	ba.merge(a)
+	if ab.step != 10 || len(ab.corrupt) != 3 || ab.corrupt[0].step != 40 || !slices.Equal(ab.corrupt, ba.corrupt) {
+		t.Errorf("merged %+v and %+v: want step 10, steps 40, 30, 20 in either order", ab, ba)
+	}
+}
