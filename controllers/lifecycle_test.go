@@ -106,6 +106,10 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 		{"peer finished too", exited("n1", 0, now), time.Second, "Succeeded"},
 		{"peer failed before rank 0 exited", exited("n1", 143, now.Add(-time.Minute)), time.Second, "Restarting"},
 		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), successGrace, "Restarting"},
+		{"peer stopped because another was (exit 75)", func(p *corev1.Pod) {
+			exited("n1", trainingv1alpha1.ExitStopped, now)(p)
+			p.Status.ContainerStatuses[0].State.Terminated.Message = trainingv1alpha1.TerminationMessageStoppedPrefix + " peer rank 2 was stopped at step 16"
+		}, time.Second, "Restarting"},
 		{"peer being stopped (evicted)", func(p *corev1.Pod) {
 			running("n1")(p)
 			p.Finalizers = []string{"test/keep"} // so the fake client keeps it while deleting
