@@ -1,0 +1,126 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
+	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
+)
+
+// benchDim fixes the checkpoint size for every rank count: 3 x 1024 x 1024 float32 = 12 MiB.
+const benchDim = 1024
+
+// resumeGang is world ranks of one process, connected over loopback TCP, with a committed
+// checkpoint of benchDim written by world ranks.
+func resumeGang(b *testing.B, world int) []*rankState {
+	b.Helper()
+	cfg := Config{Nodes: 1, GPUsPerNode: world, ContextParallel: 1, Seq: 2, Dim: benchDim, LR: 0.1, Seed: 1,
+		Master: "127.0.0.1:" + testnet.FreePort(b), Listen: "127.0.0.1:0", RendezvousTimeout: 30 * time.Second,
+		CheckpointDir: b.TempDir(), Keep: 3, Log: io.Discard}
+	ranks := make([]*rankState, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for rank := range world {
+		wg.Go(func() {
+			r, err := setupRank(cfg, rank)
+			if err == nil {
+				err = r.connect(context.Background())
+			}
+			ranks[rank], errs[rank] = r, err
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			b.Fatalf("rank %d: %v", rank, err)
+		}
+	}
+	b.Cleanup(func() {
+		for _, r := range ranks {
+			_ = r.tr.Close()
+		}
+	})
+	writeBenchCheckpoint(b, ranks, 100)
+	return ranks
+}
+
+// writeBenchCheckpoint saves every rank's slice of its parameters at step and commits it.
+func writeBenchCheckpoint(b *testing.B, ranks []*rankState, step int64) {
+	b.Helper()
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() { errs[i] = save(r.cfg, r.tr, r.rank, r.world, step, r.m.params) })
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			b.Fatalf("rank %d saving: %v", rank, err)
+		}
+	}
+}
+
+// resumeAll runs resume on every rank at once, as a restarted gang does.
+func resumeAll(b *testing.B, ranks []*rankState, resume func(*rankState) error) {
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() { errs[i] = resume(r) })
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			b.Fatalf("rank %d resuming: %v", rank, err)
+		}
+	}
+	for _, r := range ranks {
+		if r.res.Step != 100 {
+			b.Fatalf("rank %d resumed at step %d, want 100", r.rank, r.res.Step)
+		}
+		r.res = Result{}
+	}
+}
+
+// readEverythingTwice is the loader before shared verification: every rank verified every
+// shard of the newest step (checkpoint.Latest), then read them all again for its parameters.
+func readEverythingTwice(r *rankState) error {
+	ck, _, err := checkpoint.Latest(r.cfg.CheckpointDir)
+	if err != nil || ck == nil {
+		return fmt.Errorf("latest: %v %v", ck, err)
+	}
+	p, err := ck.Read("params", 0, int64(r.n))
+	if err != nil {
+		return err
+	}
+	r.m.params = p
+	r.res.Step, r.res.CheckpointStep = ck.Manifest.Step, ck.Manifest.Step
+	return nil
+}
+
+// BenchmarkResume is one gang's resume of a 12 MiB checkpoint on 2, 4 and 8 local ranks: the
+// old read-everything-twice path against the worker's resume (`-bench Resume`).
+func BenchmarkResume(b *testing.B) {
+	paths := []struct {
+		name   string
+		resume func(*rankState) error
+	}{
+		{"read-everything-twice", readEverythingTwice},
+		{"worker", (*rankState).resume},
+	}
+	for _, world := range []int{2, 4, 8} {
+		for _, p := range paths {
+			b.Run(fmt.Sprintf("%s/ranks=%d", p.name, world), func(b *testing.B) {
+				ranks := resumeGang(b, world)
+				b.SetBytes(4 * int64(ranks[0].n))
+				for b.Loop() {
+					resumeAll(b, ranks, p.resume)
+				}
+			})
+		}
+	}
+}
