@@ -140,6 +140,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// StoppedError is why a rank saved and stopped before its last step: it was signalled, or a
+// peer was and the ranks agreed to stop together. The run is not complete: ExitStopped.
+type StoppedError struct {
+	Step int64
+	Why  string
+	err  error // the rank's own cancellation, if it was signalled
+}
+
+func (e *StoppedError) Error() string { return e.Why }
+func (e *StoppedError) Unwrap() error { return e.err }
+
 // Result is what a process reports when it stops.
 type Result struct {
 	Step, CheckpointStep int64
@@ -165,10 +176,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wg.Wait()
 	res := results[0]
+	err := errors.Join(errs...)
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
-	return res, errors.Join(errs...)
+	if cfg.TerminationLog != "" {
+		var stopped *StoppedError
+		switch {
+		case errors.As(err, &stopped):
+			appendLine(cfg.TerminationLog, contract.TerminationMessageStoppedPrefix+" "+stopped.Why)
+		case errors.Is(err, context.Canceled):
+			appendLine(cfg.TerminationLog, fmt.Sprintf("%s signalled at step %d, before the ranks could agree to save", contract.TerminationMessageStoppedPrefix, res.Step))
+		}
+	}
+	return res, err
 }
 
 // rocmError makes a missing or broken ROCm library a configuration error (the image is wrong:
@@ -247,8 +268,8 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if err != nil {
 			return r.res, err
 		}
-		if stop {
-			err = r.saveAndStop(ctx) // not in the return: r.res must be read after it
+		if stop.count > 0 && r.res.Step < int64(r.cfg.Steps) {
+			err = r.saveAndStop(ctx, stop) // not in the return: r.res must be read after it
 			return r.res, err
 		}
 		if err := r.checkpointIfDue(periodDue); err != nil {
@@ -357,27 +378,31 @@ func (r *rankState) startTraining() {
 	r.lastSave = time.Now()
 }
 
+// stopVote is what the step's all-reduce said about stopping: how many ranks were signalled
+// and the sum of their ranks (the rank itself when only one was).
+type stopVote struct{ count, rankSum int }
+
 // step trains one step in lockstep with every rank and returns the ranks' stop and save calls.
-func (r *rankState) step(ctx context.Context) (stop, periodDue bool, err error) {
+func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, err error) {
 	if r.cfg.Pace > 0 {
 		time.Sleep(r.cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
 	}
 	vec, err := r.gradients()
 	if err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	if err := r.vote(ctx, vec); err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	if err := r.tr.AllReduce(vec); err != nil {
-		return false, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
+		return stop, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
 	}
 	if err := r.apply(vec); err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	r.report()
 	n := r.n
-	return vec[1+n] > 0, vec[4+n] > 0, nil
+	return stopVote{int(vec[1+n]), int(vec[5+n])}, vec[4+n] > 0, nil
 }
 
 // gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
@@ -407,8 +432,9 @@ func (r *rankState) gradients() ([]float64, error) {
 	}
 	// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
 	// this rank's background save is written, the last step rank 0 committed, and rank 0's
-	// call (by its clock) that a time-based checkpoint is due after this step (see vote).
-	vec := make([]float64, 5+n)
+	// call (by its clock) that a time-based checkpoint is due after this step, and the sum of
+	// the signalled ranks (see vote).
+	vec := make([]float64, 6+n)
 	vec[0] = loss / r.norm
 	for wi, g := range []attention.Grad{dq, dk, dv} {
 		for i := range xl.Rows {
@@ -427,7 +453,7 @@ func (r *rankState) gradients() ([]float64, error) {
 func (r *rankState) vote(ctx context.Context, vec []float64) error {
 	n := r.n
 	if ctx.Err() != nil {
-		vec[1+n] = 1
+		vec[1+n], vec[5+n] = 1, float64(r.rank)
 	}
 	if r.pending != nil {
 		if written, err := r.pending.written(); err != nil {
@@ -488,8 +514,10 @@ func (r *rankState) report() {
 	}
 }
 
-// saveAndStop checkpoints the step the ranks agreed to stop after and returns why they stopped.
-func (r *rankState) saveAndStop(ctx context.Context) error {
+// saveAndStop checkpoints the step the ranks agreed to stop after and returns why they stopped:
+// always a StoppedError, also on a rank nobody signalled, so that no rank reports a run it
+// did not finish as done.
+func (r *rankState) saveAndStop(ctx context.Context, vote stopVote) error {
 	if err := finishSave(r.cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
 		return err
 	}
@@ -499,7 +527,14 @@ func (r *rankState) saveAndStop(ctx context.Context) error {
 		}
 		r.res.CheckpointStep = r.res.Step
 	}
-	return ctx.Err()
+	why := fmt.Sprintf("%d ranks were stopped at step %d", vote.count, r.res.Step)
+	switch {
+	case ctx.Err() != nil:
+		why = fmt.Sprintf("rank %d was signalled at step %d", r.rank, r.res.Step)
+	case vote.count == 1:
+		why = fmt.Sprintf("peer rank %d was stopped at step %d", vote.rankSum, r.res.Step)
+	}
+	return &StoppedError{Step: r.res.Step, Why: why, err: ctx.Err()}
 }
 
 // checkpointIfDue starts a background save when the step or time interval says so.

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
@@ -279,45 +280,94 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 }
 
 // TestSIGTERMSavesAFinalCheckpoint: when the gang is deleted every worker gets SIGTERM; the
-// ranks agree on a step through their all-reduce, save it, and exit 143.
+// ranks agree on a step through their all-reduce, save it, and exit 75: not done.
 func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
 	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: testnet.FreePort(t)}
 	logs := j.logs()
 	cmds := j.start(t, filepath.Join(j.dir, "params"), logs)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logs[0].String(), "step 10 ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress:\n%s", logs[0])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStep(t, 10, logs)
 	for _, cmd := range cmds {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 	}
-	steps := map[string]bool{}
+	steps := map[int64]bool{}
 	for node, cmd := range cmds {
 		err := cmd.Wait()
 		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 143 {
-			t.Fatalf("node %d: %v, want exit 143\n%s", node, err, logs[node])
+		if !errors.As(err, &exit) || exit.ExitCode() != contract.ExitStopped {
+			t.Fatalf("node %d: %v, want exit %d\n%s", node, err, contract.ExitStopped, logs[node])
 		}
-		b, _ := os.ReadFile(filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)))
-		steps[strings.TrimSpace(string(b))] = true
+		step, stopped := terminationLines(t, j.dir, node)
+		if want := fmt.Sprintf("rank %d was signalled at step %d", node, step); stopped != want {
+			t.Errorf("node %d: stopped line %q, want %q", node, stopped, want)
+		}
+		steps[step] = true
 	}
 	if len(steps) != 1 {
 		t.Fatalf("nodes disagree on the final checkpoint: %v", steps)
 	}
-	for s := range steps {
-		var step int
-		if _, err := fmt.Sscanf(s, "checkpoint-step=%d", &step); err != nil || step < 10 {
-			t.Fatalf("termination message %q", s)
+	for step := range steps {
+		if step < 10 {
+			t.Fatalf("final checkpoint at step %d, want >= 10", step)
 		}
 		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", fmt.Sprintf("step-%012d", step), "manifest.json")); err != nil {
 			t.Errorf("the final checkpoint %d is not committed: %v", step, err)
 		}
 	}
+}
+
+// TestAPeerStoppedRankIsNotDone: only node 1 gets SIGTERM; node 0 stops with it at the agreed
+// step, and must not exit 0 (done) in the middle of the run: it exits 75 and says why.
+func TestAPeerStoppedRankIsNotDone(t *testing.T) {
+	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: testnet.FreePort(t)}
+	logs := j.logs()
+	cmds := j.start(t, filepath.Join(j.dir, "params"), logs)
+	waitStep(t, 10, logs)
+	if err := cmds[1].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var steps [2]int64
+	for node, cmd := range cmds {
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != contract.ExitStopped {
+			t.Fatalf("node %d: %v, want exit %d (stopped, not done)\n%s", node, err, contract.ExitStopped, logs[node])
+		}
+		steps[node], _ = terminationLines(t, j.dir, node)
+	}
+	if steps[0] != steps[1] || steps[0] < 10 {
+		t.Fatalf("checkpoint steps %v, want one agreed step >= 10", steps)
+	}
+	if _, stopped := terminationLines(t, j.dir, 0); stopped != fmt.Sprintf("peer rank 1 was stopped at step %d", steps[0]) {
+		t.Errorf("node 0's stopped line %q", stopped)
+	}
+	if _, err := os.Stat(filepath.Join(j.dir, "params")); err == nil {
+		t.Error("a stopped run wrote its final parameters")
+	}
+}
+
+// terminationLines reads node's termination log: the checkpoint step and the stopped reason.
+func terminationLines(t *testing.T, dir string, node int) (step int64, stopped string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("termination-%d", node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step = -1
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "checkpoint-step="); ok {
+			step, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, contract.TerminationMessageStoppedPrefix+" "); ok {
+			stopped = v
+		}
+	}
+	if step < 0 {
+		t.Fatalf("node %d's termination log has no checkpoint step: %q", node, b)
+	}
+	return step, stopped
 }
 
 // TestRandomKillsIncludingMidSave kills a random node's worker at a random step — once right
