@@ -183,6 +183,30 @@ func prune(dir string, newest int64, keep int) error {
 	return nil
 }
 
+// ErrNotCommitted is a step directory without a manifest: a save that has not finished (or
+// died), never a checkpoint.
+var ErrNotCommitted = errors.New("not committed")
+
+// parseStepName is the step of a directory named exactly step-<12 digits>; nothing else is a
+// step (step-5, step-000000000005.old and step--00000000001 are not).
+func parseStepName(name string) (int64, bool) {
+	digits, ok := strings.CutPrefix(name, "step-")
+	if !ok || len(digits) != 12 {
+		return 0, false
+	}
+	var s int64
+	for _, c := range []byte(digits) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		s = s*10 + int64(c-'0')
+	}
+	return s, true
+}
+
+// Steps are the step directories under dir, newest first (committed or not).
+func Steps(dir string) ([]int64, error) { return listSteps(dir) }
+
 // listSteps are the step directories under dir, newest first.
 func listSteps(dir string) ([]int64, error) {
 	entries, err := os.ReadDir(dir)
@@ -194,8 +218,7 @@ func listSteps(dir string) ([]int64, error) {
 	}
 	var steps []int64
 	for _, e := range entries {
-		var s int64
-		if _, err := fmt.Sscanf(e.Name(), "step-%d", &s); err == nil && e.IsDir() && strings.HasPrefix(e.Name(), "step-") {
+		if s, ok := parseStepName(e.Name()); ok && e.IsDir() {
 			steps = append(steps, s)
 		}
 	}
@@ -203,7 +226,8 @@ func listSteps(dir string) ([]int64, error) {
 	return steps, nil
 }
 
-// Checkpoint is a committed, verified checkpoint ready to read.
+// Checkpoint is a committed checkpoint: its manifest is read and valid; its shards are
+// verified as they are read (Read, Verify).
 type Checkpoint struct {
 	Dir      string
 	Manifest Manifest
@@ -211,14 +235,18 @@ type Checkpoint struct {
 
 // Latest is the newest committed checkpoint whose shards all verify; corrupt or incomplete
 // ones are skipped (and reported in skipped) for the previous good one. It returns nil when
-// there is none: a fresh start.
+// there is none: a fresh start. It reads every shard of the step it returns: a gang resumes
+// with Open and a Read of each rank's own part instead, agreeing on the result.
 func Latest(dir string) (ck *Checkpoint, skipped []error, err error) {
 	steps, err := listSteps(dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, s := range steps {
-		c, err := open(stepDir(dir, s))
+		c, err := Open(dir, s)
+		if err == nil {
+			err = c.Verify()
+		}
 		if err != nil {
 			skipped = append(skipped, fmt.Errorf("step %d: %w", s, err))
 			continue
@@ -228,10 +256,15 @@ func Latest(dir string) (ck *Checkpoint, skipped []error, err error) {
 	return nil, skipped, nil
 }
 
-func open(sd string) (*Checkpoint, error) {
+// Open reads step's manifest and checks it, reading no shard: ErrNotCommitted without one.
+func Open(dir string, step int64) (*Checkpoint, error) {
+	sd := stepDir(dir, step)
 	b, err := os.ReadFile(filepath.Join(sd, manifestName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNotCommitted
+	}
 	if err != nil {
-		return nil, fmt.Errorf("not committed: %w", err)
+		return nil, err
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -240,23 +273,61 @@ func open(sd string) (*Checkpoint, error) {
 	if m.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
 	}
-	c := &Checkpoint{Dir: sd, Manifest: m}
+	if m.Step != step {
+		return nil, fmt.Errorf("%s says step %d", manifestName, m.Step)
+	}
 	for _, t := range m.Tensors {
 		if t.DType != "float32" {
 			return nil, fmt.Errorf("tensor %s: dtype %s is not supported", t.Name, t.DType)
 		}
 		var total int64
 		for _, sh := range t.Shards {
-			if _, err := c.readShard(sh); err != nil {
-				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
-			}
 			total += sh.Count
 		}
 		if want := elements(t.Shape); total != want {
 			return nil, fmt.Errorf("tensor %s: shards cover %d of %d elements", t.Name, total, want)
 		}
 	}
-	return c, nil
+	return &Checkpoint{Dir: sd, Manifest: m}, nil
+}
+
+// Verify reads every shard of the checkpoint and checks its CRC32C.
+func (c *Checkpoint) Verify() error {
+	for _, t := range c.Manifest.Tensors {
+		for _, sh := range t.Shards {
+			if _, err := c.readShard(sh); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Elements is the number of elements of tensor name (-1: the checkpoint has no such tensor).
+func (c *Checkpoint) Elements(name string) int64 {
+	i := slices.IndexFunc(c.Manifest.Tensors, func(t TensorMeta) bool { return t.Name == name })
+	if i < 0 {
+		return -1
+	}
+	return elements(c.Manifest.Tensors[i].Shape)
+}
+
+// CorruptPrefix starts the name of a step directory moved aside because it failed
+// verification: corrupt-step-<step>-<unix nanos>.
+const CorruptPrefix = "corrupt-step-"
+
+// MoveAside renames step's directory to corrupt-step-<step>-<unix nanos> (kept for a human to
+// look at, never read again) with the reason in its REASON file, so the step number can be
+// saved again. It returns the new directory's path.
+func MoveAside(dir string, step int64, reason string) (string, error) {
+	to := filepath.Join(dir, fmt.Sprintf("%s%d-%d", CorruptPrefix, step, time.Now().UnixNano()))
+	if err := os.Rename(stepDir(dir, step), to); err != nil {
+		return "", err
+	}
+	if err := writeFileSync(filepath.Join(to, "REASON"), []byte(reason+"\n")); err != nil {
+		return to, err
+	}
+	return to, syncDir(dir)
 }
 
 func elements(shape []int64) int64 {

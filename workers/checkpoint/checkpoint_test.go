@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,5 +165,50 @@ func TestEmptyDirectoryIsAFreshStart(t *testing.T) {
 	ck, skipped, err := Latest(filepath.Join(t.TempDir(), "none"))
 	if ck != nil || len(skipped) != 0 || err != nil {
 		t.Errorf("Latest = %v %v %v, want nothing", ck, skipped, err)
+	}
+}
+
+func TestStepNamesAreStrict(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 7, 1, 3, true)
+	for _, name := range []string{"step-7", "step-000000000008.old", "step--00000000009", "step-00000000001x", "step-0000000000010", "xstep-000000000011"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "step-000000000012"), nil, 0o644); err != nil { // a file, not a step
+		t.Fatal(err)
+	}
+	steps, err := Steps(dir)
+	if err != nil || fmt.Sprint(steps) != "[7]" {
+		t.Errorf("Steps = %v, %v; want only [7]", steps, err)
+	}
+}
+
+func TestMoveAsideKeepsTheDataAndTheReason(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 2, 3, true)
+	if _, err := Open(dir, 200); !errors.Is(err, ErrNotCommitted) {
+		t.Errorf("Open of a missing step: %v, want ErrNotCommitted", err)
+	}
+	to, err := MoveAside(dir, 100, "rank 1's shard: CRC32C mismatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(to), "corrupt-step-100-") {
+		t.Errorf("moved to %s", to)
+	}
+	if b, _ := os.ReadFile(filepath.Join(to, "REASON")); string(b) != "rank 1's shard: CRC32C mismatch\n" {
+		t.Errorf("REASON = %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(to, "manifest.json")); err != nil {
+		t.Errorf("the moved step lost its files: %v", err)
+	}
+	if steps, _ := Steps(dir); len(steps) != 0 {
+		t.Errorf("a moved step is still a step: %v", steps)
+	}
+	save(t, dir, 100, 2, 3, true) // the step number can be saved again
+	if ck, _, _ := Latest(dir); ck == nil || ck.Manifest.Step != 100 {
+		t.Error("step 100 was not saved again after being moved aside")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -343,33 +344,174 @@ func (r *rankState) connect(ctx context.Context) error {
 	return nil
 }
 
-// resume loads the parameters of the newest good checkpoint, if there is one.
+// resume restores the newest step whose every part verifies, agreed by every rank: rank 0
+// proposes the steps newest first, each rank opens the manifest and reads and verifies only
+// its own slice of the parameters (so the step is read about once in total), and the ranks
+// vote through an all-reduce. A committed step that fails is moved aside by rank 0, so the
+// gang can save that step number again instead of being refused forever; a step without a
+// manifest is an unfinished save and is skipped. The ranks then share their slices.
 func (r *rankState) resume() error {
-	if r.cfg.CheckpointDir == "" {
+	dir := r.cfg.CheckpointDir
+	if dir == "" {
 		return nil
 	}
-	ck, skipped, err := checkpoint.Latest(r.cfg.CheckpointDir)
-	if err != nil {
-		return err
-	}
-	for _, s := range skipped {
-		if r.rank == 0 {
-			_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint %v\n", s)
+	var steps []int64
+	if r.rank == 0 {
+		var err error
+		if steps, err = checkpoint.Steps(dir); err != nil {
+			return err
 		}
 	}
-	if ck == nil {
+	for i := 0; ; i++ {
+		// Rank 0's proposal, as step+1 (0: no step left, a fresh start).
+		prop := []float64{0}
+		if r.rank == 0 && i < len(steps) {
+			prop[0] = float64(steps[i] + 1)
+		}
+		if err := r.tr.AllReduce(prop); err != nil {
+			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+		}
+		step := int64(prop[0]) - 1
+		if step < 0 {
+			r.restored(0)
+			return nil
+		}
+		lo, part, outcome, err := r.verifyPart(step)
+		vote := make([]float64, partOK) // ranks that found it corrupt, not committed, not fitting
+		if outcome != partOK {
+			vote[outcome] = 1
+		}
+		if err := r.tr.AllReduce(vote); err != nil {
+			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+		}
+		switch {
+		case vote[partMisfit] > 0:
+			if err == nil {
+				err = fmt.Errorf("another rank found it does not fit")
+			}
+			return &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", step, err)}
+		case vote[partCorrupt] > 0:
+			if err := r.dropCorrupt(step, err); err != nil {
+				return err
+			}
+			continue
+		case vote[partUncommitted] > 0:
+			if r.rank == 0 {
+				_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint step %d: not committed\n", step)
+			}
+			continue
+		}
+		params, err := r.gather(lo, part)
+		if err != nil {
+			return err
+		}
+		r.m.params = params
+		r.res.Step, r.res.CheckpointStep = step, step
+		if r.rank == 0 {
+			_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", step)
+		}
+		r.restored(step)
 		return nil
 	}
-	p, err := ck.Read("params", 0, int64(r.n))
-	if err != nil {
-		return &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", ck.Manifest.Step, err)}
+}
+
+// What a rank found when it verified its part of a step.
+const (
+	partCorrupt = iota
+	partUncommitted
+	partMisfit
+	partOK
+)
+
+// verifyPart opens step's manifest and reads and verifies this rank's slice of the parameters.
+func (r *rankState) verifyPart(step int64) (lo int64, part []float32, outcome int, err error) {
+	n := int64(r.n)
+	lo, hi := n*int64(r.rank)/int64(r.world), n*int64(r.rank+1)/int64(r.world)
+	ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotCommitted):
+		return lo, nil, partUncommitted, err
+	case err != nil:
+		return lo, nil, partCorrupt, err
+	case ck.Elements("params") != n:
+		return lo, nil, partMisfit, fmt.Errorf("it holds %d parameters, the model has %d", ck.Elements("params"), n)
 	}
-	r.m.params = p
-	r.res.Step, r.res.CheckpointStep = ck.Manifest.Step, ck.Manifest.Step
+	part, err = ck.Read("params", lo, hi-lo)
+	if err != nil {
+		return lo, nil, partCorrupt, err
+	}
+	return lo, part, partOK, nil
+}
+
+// dropCorrupt is the ranks' common decision on a step some rank could not verify: rank 0
+// verifies the whole step to learn why and moves it aside; if it finds nothing wrong, the
+// step is kept and the gang fails (a node that cannot read good data must not destroy it).
+func (r *rankState) dropCorrupt(step int64, own error) error {
+	decision := []float64{0} // 1: moved aside, 2: rank 0 found it good
 	if r.rank == 0 {
-		_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", ck.Manifest.Step)
+		reason := own
+		if reason == nil {
+			ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
+			if err == nil {
+				err = ck.Verify()
+			}
+			reason = err
+		}
+		decision[0] = 2
+		if reason != nil {
+			to, err := checkpoint.MoveAside(r.cfg.CheckpointDir, step, reason.Error())
+			if err != nil {
+				return fmt.Errorf("moving corrupt step %d aside: %w", step, err)
+			}
+			decision[0] = 1
+			_, _ = fmt.Fprintf(r.cfg.Log, "checkpoint step %d is corrupt, moved to %s: %v\n", step, to, reason)
+			if r.cfg.TerminationLog != "" {
+				appendLine(r.cfg.TerminationLog, fmt.Sprintf("%s step=%d moved to %s: %s", contract.TerminationMessageCorruptPrefix, step, filepath.Base(to), truncate(reason.Error(), 300)))
+			}
+		}
+	}
+	if err := r.tr.AllReduce(decision); err != nil {
+		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+	}
+	if decision[0] != 1 {
+		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but verified on rank 0: %v", r.rank, step, own)
 	}
 	return nil
+}
+
+// gather gives every rank the whole parameters from each rank's verified slice: an all-reduce
+// of the float32 bits (as exact float64 integers, every other rank adding zero), so no bit
+// changes, the sign of zero and NaN payloads included.
+func (r *rankState) gather(lo int64, part []float32) ([]float32, error) {
+	if r.world == 1 {
+		return part, nil
+	}
+	vec := make([]float64, r.n)
+	for i, x := range part {
+		vec[lo+int64(i)] = float64(math.Float32bits(x))
+	}
+	if err := r.tr.AllReduce(vec); err != nil {
+		return nil, fmt.Errorf("rank %d sharing restored parameters: %w", r.rank, err)
+	}
+	out := make([]float32, r.n)
+	for i, v := range vec {
+		out[i] = math.Float32frombits(uint32(v))
+	}
+	return out, nil
+}
+
+// restored tells the operator, once per process, which step training goes on from (0: none).
+func (r *rankState) restored(step int64) {
+	if r.local == 0 && r.cfg.TerminationLog != "" {
+		appendLine(r.cfg.TerminationLog, contract.TerminationMessageRestoredPrefix+strconv.FormatInt(step, 10))
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // startTraining starts the clocks of throughput and time-based checkpoints.
