@@ -1,12 +1,13 @@
 // Package checkpoint is distributed checkpointing: every rank writes its own shard in parallel,
-// then one coordinator commits a manifest — written to a temporary name, fsynced, renamed into
-// place, directory fsynced. The manifest is the commit marker: a checkpoint without one does
+// then one coordinator commits a manifest — written to a unique temporary name, fsynced,
+// linked into place, directories fsynced. The manifest is the commit marker: a checkpoint without one does
 // not exist. It lists every tensor's dtype, global shape and shards (file, byte offset,
 // element range, CRC32C), so a loader verifies what it reads and can reshard N ranks' state
 // onto M ranks.
 //
-// Layout: <dir>/step-<step, 12 digits>/rank-<rank>.bin, rank-<rank>.json (the rank's shard
-// list, fsynced) and manifest.json.
+// Layout: <dir>/attempt-<N> (the fence of the newest gang attempt), <dir>/step-<step, 12
+// digits>/rank-<rank>.a<attempt>.bin, rank-<rank>.a<attempt>.json (the rank's shard list,
+// fsynced) and manifest.a<attempt>.json; docs/worker-contract.md has the protocol.
 package checkpoint
 
 import (
@@ -16,19 +17,19 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
 const FormatVersion = 1
-
-const manifestName = "manifest.json"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -64,26 +65,149 @@ type Manifest struct {
 	FormatVersion int               `json:"formatVersion"`
 	Step          int64             `json:"step"`
 	World         int               `json:"world"`
+	Attempt       int               `json:"attempt"` // the gang attempt that wrote it (ZAYA_RESTART_ATTEMPT)
 	Tensors       []TensorMeta      `json:"tensors"`
 	State         map[string]string `json:"state,omitempty"` // RNG state, data position, ...
 	Committed     time.Time         `json:"committed"`
 }
 
+// ErrFenced is a writer of an attempt older than the newest one that has started in the
+// checkpoint directory: it may no longer write, publish or delete anything there.
+var ErrFenced = errors.New("checkpoint: fenced")
+
+// legacyAttempt is the attempt of checkpoints written before attempts were in file names
+// (manifest.json, rank-R.bin): older than every attempt, still read.
+const legacyAttempt = -1
+
 func stepDir(dir string, step int64) string {
 	return filepath.Join(dir, fmt.Sprintf("step-%012d", step))
 }
 
-// WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced.
-// Every rank calls it in parallel; nothing is visible to loaders until Commit.
-func WriteShard(dir string, step int64, rank int, tensors []Tensor) error {
+// Names are per attempt, so writers of two attempts never touch the same file.
+func shardName(rank, attempt int) string {
+	if attempt == legacyAttempt {
+		return fmt.Sprintf("rank-%05d.bin", rank)
+	}
+	return fmt.Sprintf("rank-%05d.a%d.bin", rank, attempt)
+}
+
+func listName(rank, attempt int) string { return fmt.Sprintf("rank-%05d.a%d.json", rank, attempt) }
+
+func manifestName(attempt int) string {
+	if attempt == legacyAttempt {
+		return "manifest.json"
+	}
+	return fmt.Sprintf("manifest.a%d.json", attempt)
+}
+
+const fencePrefix = "attempt-"
+
+// parseNumber is the attempt in name = prefix + decimal digits (no sign, no leading zero,
+// at most 9 digits) + suffix.
+func parseNumber(name, prefix, suffix string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	if digits, ok = strings.CutSuffix(digits, suffix); !ok || digits == "" || len(digits) > 9 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(digits) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// manifestAttempt is the attempt of a manifest file name.
+func manifestAttempt(name string) (int, bool) {
+	if name == manifestName(legacyAttempt) {
+		return legacyAttempt, true
+	}
+	return parseNumber(name, "manifest.a", ".json")
+}
+
+// newestFence is the newest attempt whose fence marker is in dir (-1: none).
+func newestFence(dir string) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	newest := -1
+	for _, e := range entries {
+		if n, ok := parseNumber(e.Name(), fencePrefix, ""); ok {
+			newest = max(newest, n)
+		}
+	}
+	return newest, nil
+}
+
+// fenced is ErrFenced when an attempt newer than attempt has started in dir.
+func fenced(dir string, attempt int) error {
+	newest, err := newestFence(dir)
+	if err != nil {
+		return err
+	}
+	if newest > attempt {
+		return fmt.Errorf("%w: attempt %d started after this attempt %d", ErrFenced, newest, attempt)
+	}
+	return nil
+}
+
+// Fence marks dir as owned by attempt (a durable attempt-<N> file) before the attempt reads or
+// writes anything there: from then on writers of older attempts are refused (ErrFenced). It
+// fails with ErrFenced when a newer attempt has already started.
+func Fence(dir string, attempt int) error {
+	if attempt < 0 {
+		return fmt.Errorf("checkpoint: attempt %d is negative", attempt)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := fenced(dir, attempt); err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, attempt)), nil); err != nil {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	// Older markers say nothing the newest does not; a marker of a newer attempt that came
+	// meanwhile fences this one.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if n, ok := parseNumber(e.Name(), fencePrefix, ""); ok && n < attempt {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	return fenced(dir, attempt)
+}
+
+// WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced,
+// under names of attempt's own. Every rank calls it in parallel; nothing is visible to
+// loaders until Commit.
+func WriteShard(dir string, attempt int, step int64, rank int, tensors []Tensor) error {
+	if err := fenced(dir, attempt); err != nil {
+		return err
+	}
 	sd := stepDir(dir, step)
-	if _, err := os.Stat(filepath.Join(sd, manifestName)); err == nil {
-		return fmt.Errorf("checkpoint: step %d is already committed: rewriting its shards would corrupt it", step)
+	if _, err := os.Stat(filepath.Join(sd, manifestName(attempt))); err == nil {
+		return fmt.Errorf("checkpoint: step %d is already committed by attempt %d: rewriting its shards would corrupt it", step, attempt)
 	}
 	if err := os.MkdirAll(sd, 0o755); err != nil {
 		return err
 	}
-	name := fmt.Sprintf("rank-%05d.bin", rank)
+	name := shardName(rank, attempt)
 	f, err := os.OpenFile(filepath.Join(sd, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -113,18 +237,32 @@ func WriteShard(dir string, step int64, rank int, tensors []Tensor) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(sd, fmt.Sprintf("rank-%05d.json", rank)), list)
+	return writeFileSync(filepath.Join(sd, listName(rank, attempt)), list)
 }
 
+// beforePublish runs just before Commit links the manifest into place (tests hold it there
+// to interleave writers of two attempts).
+var beforePublish = func(stepDir string) {}
+
 // Commit is the coordinator's step once every rank's WriteShard returned (after a barrier):
-// it gathers the shard lists into the manifest and publishes it atomically, then keeps only
-// the newest keep committed checkpoints (older ones go only after this one is committed).
-func Commit(dir string, step int64, world int, state map[string]string, keep int) (*Manifest, error) {
+// it gathers attempt's shard lists into the manifest and publishes it, then keeps only the
+// newest keep committed checkpoints (older ones go only after this one is committed).
+//
+// Publishing: the manifest is written to a uniquely named temporary file and fsynced, the step
+// directory is fsynced (every shard's name is durable before the manifest can be), the
+// temporary file is hard-linked to manifest.a<attempt>.json (link never replaces a file, so a
+// published manifest is never overwritten), and the step and parent directories are fsynced.
+// A writer fenced by a newer attempt publishes nothing; one fenced while it published takes
+// its manifest back and prunes nothing.
+func Commit(dir string, attempt int, step int64, world int, state map[string]string, keep int) (*Manifest, error) {
+	if err := fenced(dir, attempt); err != nil {
+		return nil, err
+	}
 	sd := stepDir(dir, step)
-	m := &Manifest{FormatVersion: FormatVersion, Step: step, World: world, State: state, Committed: time.Now().UTC()}
+	m := &Manifest{FormatVersion: FormatVersion, Step: step, World: world, Attempt: attempt, State: state, Committed: time.Now().UTC()}
 	byName := map[string]int{}
 	for rank := range world {
-		b, err := os.ReadFile(filepath.Join(sd, fmt.Sprintf("rank-%05d.json", rank)))
+		b, err := os.ReadFile(filepath.Join(sd, listName(rank, attempt)))
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: step %d: rank %d's shard list: %w", step, rank, err)
 		}
@@ -139,41 +277,105 @@ func Commit(dir string, step int64, world int, state map[string]string, keep int
 				byName[t.Name] = i
 				m.Tensors = append(m.Tensors, TensorMeta{Name: t.Name, DType: t.DType, Shape: t.Shape})
 			}
+			for _, sh := range t.Shards {
+				if sh.Rank != rank || sh.File != shardName(rank, attempt) {
+					return nil, fmt.Errorf("checkpoint: step %d: rank %d's shard list names %s of rank %d", step, rank, sh.File, sh.Rank)
+				}
+			}
 			m.Tensors[i].Shards = append(m.Tensors[i].Shards, t.Shards...)
 		}
+	}
+	if err := m.validate(fileSizes(sd)); err != nil {
+		return nil, fmt.Errorf("checkpoint: step %d: %w", step, err)
 	}
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return nil, err
 	}
-	tmp := filepath.Join(sd, manifestName+".tmp")
-	if err := writeFileSync(tmp, b); err != nil {
+	if err := syncDir(sd); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, filepath.Join(sd, manifestName)); err != nil {
+	tmp, err := os.CreateTemp(sd, "."+manifestName(attempt)+".*.tmp")
+	if err != nil {
 		return nil, err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	beforePublish(sd)
+	final := filepath.Join(sd, manifestName(attempt))
+	if err := publish(tmp.Name(), final); err != nil {
+		return nil, fmt.Errorf("checkpoint: publishing step %d: %w", step, err)
 	}
 	if err := syncDir(sd); err != nil {
 		return nil, err
 	}
-	return m, prune(dir, step, keep)
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	if err := fenced(dir, attempt); err != nil {
+		// A newer attempt started while this one published: take it back, so that a stale
+		// writer's step is at most briefly visible (it is complete and consistent meanwhile).
+		_ = os.Remove(final)
+		_ = syncDir(sd)
+		return nil, err
+	}
+	return m, prune(dir, attempt, step, keep)
+}
+
+// publish makes tmp visible as final without ever replacing an existing final: link(2), or
+// where the file system has no hard links a rename after checking final is absent (final's
+// name is this attempt's own, and one coordinator per attempt commits).
+func publish(tmp, final string) error {
+	err := os.Link(tmp, final)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s already exists: %w", filepath.Base(final), err)
+	}
+	if err != nil && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.ENOSYS)) {
+		if _, serr := os.Lstat(final); serr == nil {
+			return fmt.Errorf("%s already exists", filepath.Base(final))
+		}
+		return os.Rename(tmp, final)
+	}
+	return err
+}
+
+// fileSizes is the size of every file in sd, for validating a manifest against what exists.
+func fileSizes(sd string) func(name string) (int64, bool) {
+	return func(name string) (int64, bool) {
+		fi, err := os.Stat(filepath.Join(sd, name))
+		if err != nil || !fi.Mode().IsRegular() {
+			return 0, false
+		}
+		return fi.Size(), true
+	}
 }
 
 // prune removes committed checkpoints beyond the newest keep, and uncommitted ones older
-// than the newest commit (saves that died half way).
-func prune(dir string, newest int64, keep int) error {
+// than the newest commit (saves that died half way). A directory holding a file of a newer
+// attempt is never touched.
+func prune(dir string, attempt int, newest int64, keep int) error {
 	steps, err := listSteps(dir)
 	if err != nil {
 		return err
 	}
 	kept := 0
 	for _, s := range steps { // newest first
-		_, err := os.Stat(filepath.Join(stepDir(dir, s), manifestName))
+		_, err := Open(dir, s)
 		committed := err == nil
 		switch {
 		case s > newest:
 		case committed && kept < keep:
 			kept++
+		case hasNewerAttempt(stepDir(dir, s), attempt):
 		default:
 			if err := os.RemoveAll(stepDir(dir, s)); err != nil {
 				return err
@@ -181,6 +383,26 @@ func prune(dir string, newest int64, keep int) error {
 		}
 	}
 	return nil
+}
+
+// hasNewerAttempt is whether sd holds a shard, list or manifest of an attempt after attempt.
+func hasNewerAttempt(sd string, attempt int) bool {
+	entries, err := os.ReadDir(sd)
+	if err != nil {
+		return true // unknown: leave it
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if i := strings.Index(name, ".a"); i >= 0 {
+			rest := name[i+2:]
+			if j := strings.IndexByte(rest, '.'); j > 0 {
+				if n, ok := parseNumber(rest[:j], "", ""); ok && n > attempt {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // ErrNotCommitted is a step directory without a manifest: a save that has not finished (or
@@ -257,38 +479,78 @@ func Latest(dir string) (ck *Checkpoint, skipped []error, err error) {
 }
 
 // Open reads step's manifest and checks it, reading no shard: ErrNotCommitted without one.
+// Of several manifests (attempts that each committed the step) the newest attempt's is the
+// step: an older attempt's can never stand for a newer one's.
 func Open(dir string, step int64) (*Checkpoint, error) {
 	sd := stepDir(dir, step)
-	b, err := os.ReadFile(filepath.Join(sd, manifestName))
+	entries, err := os.ReadDir(sd)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNotCommitted
 	}
 	if err != nil {
 		return nil, err
 	}
+	attempt, found := 0, false
+	for _, e := range entries {
+		if a, ok := manifestAttempt(e.Name()); ok && (!found || a > attempt) {
+			attempt, found = a, true
+		}
+	}
+	if !found {
+		return nil, ErrNotCommitted
+	}
+	name := manifestName(attempt)
+	b, err := os.ReadFile(filepath.Join(sd, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNotCommitted // taken back by a fenced writer
+	}
+	if err != nil {
+		return nil, err
+	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("unreadable manifest: %w", err)
+		return nil, fmt.Errorf("%s: unreadable manifest: %w", name, err)
 	}
+	if attempt == legacyAttempt {
+		m.Attempt = legacyAttempt
+	}
+	switch {
+	case m.Step != step:
+		return nil, fmt.Errorf("%s: says step %d", name, m.Step)
+	case m.Attempt != attempt:
+		return nil, fmt.Errorf("%s: says attempt %d", name, m.Attempt)
+	}
+	if err := m.validate(fileSizes(sd)); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &Checkpoint{Dir: sd, Manifest: m}, nil
+}
+
+// validate checks the manifest before anything is read through it; size says how large a
+// file of the step directory is (false: there is none).
+func (m *Manifest) validate(size func(string) (int64, bool)) error {
 	if m.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
-	}
-	if m.Step != step {
-		return nil, fmt.Errorf("%s says step %d", manifestName, m.Step)
+		return fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
 	}
 	for _, t := range m.Tensors {
 		if t.DType != "float32" {
-			return nil, fmt.Errorf("tensor %s: dtype %s is not supported", t.Name, t.DType)
+			return fmt.Errorf("tensor %s: dtype %s is not supported", t.Name, t.DType)
 		}
 		var total int64
 		for _, sh := range t.Shards {
+			if sh.File != shardName(sh.Rank, m.Attempt) {
+				return fmt.Errorf("tensor %s: shard file %q is not rank %d's of attempt %d", t.Name, sh.File, sh.Rank, m.Attempt)
+			}
+			if n, ok := size(sh.File); !ok || sh.FileOffset < 0 || sh.Count < 0 || sh.FileOffset+4*sh.Count > n {
+				return fmt.Errorf("tensor %s: shard %s@%d of %d elements is not within the file", t.Name, sh.File, sh.FileOffset, sh.Count)
+			}
 			total += sh.Count
 		}
 		if want := elements(t.Shape); total != want {
-			return nil, fmt.Errorf("tensor %s: shards cover %d of %d elements", t.Name, total, want)
+			return fmt.Errorf("tensor %s: shards cover %d of %d elements", t.Name, total, want)
 		}
 	}
-	return &Checkpoint{Dir: sd, Manifest: m}, nil
+	return nil
 }
 
 // Verify reads every shard of the checkpoint and checks its CRC32C.

@@ -43,7 +43,7 @@ func save(t *testing.T, dir string, step int64, world, keep int, commit bool) {
 				lo, n := split(int64(len(m[name])), rank, world)
 				ts = append(ts, Tensor{Name: name, Shape: shapes[name], Start: lo, Data: m[name][lo : lo+n]})
 			}
-			errs[rank] = WriteShard(dir, step, rank, ts)
+			errs[rank] = WriteShard(dir, 0, step, rank, ts)
 		})
 	}
 	wg.Wait()
@@ -53,7 +53,7 @@ func save(t *testing.T, dir string, step int64, world, keep int, commit bool) {
 		}
 	}
 	if commit {
-		if _, err := Commit(dir, step, world, map[string]string{"rng": fmt.Sprint(step)}, keep); err != nil {
+		if _, err := Commit(dir, 0, step, world, map[string]string{"rng": fmt.Sprint(step)}, keep); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestCorruptAndUncommittedCheckpointsAreSkipped(t *testing.T) {
 	save(t, dir, 300, 4, 3, false) // the job died before the manifest
 
 	// Flip one byte in a shard of step 200.
-	shard := filepath.Join(stepDir(dir, 200), "rank-00002.bin")
+	shard := filepath.Join(stepDir(dir, 200), "rank-00002.a0.bin")
 	b, err := os.ReadFile(shard)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestRetentionKeepsTheNewestCommitted(t *testing.T) {
 func TestACommittedStepIsNeverRewritten(t *testing.T) {
 	dir := t.TempDir()
 	save(t, dir, 100, 1, 3, true)
-	err := WriteShard(dir, 100, 0, []Tensor{{Name: "b", Shape: []int64{13}, Data: make([]float32, 13)}})
+	err := WriteShard(dir, 0, 100, 0, []Tensor{{Name: "b", Shape: []int64{13}, Data: make([]float32, 13)}})
 	if err == nil || !strings.Contains(err.Error(), "already committed") {
 		t.Errorf("err = %v", err)
 	}
@@ -150,10 +150,10 @@ func TestACommittedStepIsNeverRewritten(t *testing.T) {
 
 func TestCommitNeedsEveryRank(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteShard(dir, 5, 0, []Tensor{{Name: "b", Shape: []int64{2}, Data: []float32{1}}}); err != nil {
+	if err := WriteShard(dir, 0, 5, 0, []Tensor{{Name: "b", Shape: []int64{2}, Data: []float32{1}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Commit(dir, 5, 2, nil, 3); err == nil || !strings.Contains(err.Error(), "rank 1") {
+	if _, err := Commit(dir, 0, 5, 2, nil, 3); err == nil || !strings.Contains(err.Error(), "rank 1") {
 		t.Errorf("err = %v, want a commit refused for the missing rank 1", err)
 	}
 	if ck, _, _ := Latest(dir); ck != nil {
@@ -201,7 +201,7 @@ func TestMoveAsideKeepsTheDataAndTheReason(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(to, "REASON")); string(b) != "rank 1's shard: CRC32C mismatch\n" {
 		t.Errorf("REASON = %q", b)
 	}
-	if _, err := os.Stat(filepath.Join(to, "manifest.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(to, "manifest.a0.json")); err != nil {
 		t.Errorf("the moved step lost its files: %v", err)
 	}
 	if steps, _ := Steps(dir); len(steps) != 0 {

@@ -85,12 +85,12 @@ func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
 			}
 		}},
 		{"torn manifest", true, func(t *testing.T, sd string, _ []string) {
-			if err := os.Truncate(filepath.Join(sd, "manifest.json"), 40); err != nil {
+			if err := os.Truncate(filepath.Join(sd, "manifest.a0.json"), 40); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"missing manifest", false, func(t *testing.T, sd string, _ []string) {
-			if err := os.Remove(filepath.Join(sd, "manifest.json")); err != nil {
+			if err := os.Remove(filepath.Join(sd, "manifest.a0.json")); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -106,7 +106,7 @@ func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
 				_ = os.Remove(filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)))
 			}
 
-			j.port = testnet.FreePort(t)
+			j.port, j.attempt = testnet.FreePort(t), j.attempt+1
 			logs := j.logs()
 			waitAll(t, j.start(t, out, logs), logs) // one restart, and it finishes: no crash loop
 			if p := ParseLog(logs[0].String()); p.Resumed != previous {

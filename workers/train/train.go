@@ -44,6 +44,7 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
+	Attempt                                       int           // ZAYA_RESTART_ATTEMPT: fences older attempts' writers
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
@@ -84,6 +85,7 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}{
 		{contract.EnvNodeRank, &cfg.NodeRank, 0}, {contract.EnvNNodes, &cfg.Nodes, 1}, {contract.EnvGPUsPerNode, &cfg.GPUsPerNode, 1},
 		{contract.EnvWorldSize, &world, 1}, {contract.EnvContextParallel, &cfg.ContextParallel, 1},
+		{contract.EnvRestartAttempt, &cfg.Attempt, 0},
 	} {
 		if err := num(f.name, f.into, f.min); err != nil {
 			return cfg, err
@@ -357,6 +359,11 @@ func (r *rankState) resume() error {
 	}
 	var steps []int64
 	if r.rank == 0 {
+		// Before reading anything: from now on no writer of an older attempt (a stale pod)
+		// can publish or delete a step here.
+		if err := checkpoint.Fence(dir, r.cfg.Attempt); err != nil {
+			return fmt.Errorf("attempt %d: %w", r.cfg.Attempt, err)
+		}
 		var err error
 		if steps, err = checkpoint.Steps(dir); err != nil {
 			return err
@@ -756,7 +763,7 @@ func startSave(cfg Config, rank, world int, step int64, params []float32) *infli
 	f := &inflight{step: step, done: make(chan error, 1)}
 	go func() {
 		t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: snapshot}
-		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, step, rank, []checkpoint.Tensor{t})
+		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t})
 	}()
 	return f
 }
@@ -790,7 +797,7 @@ func finishSave(cfg Config, tr transport.Transport, rank, world int, pending **i
 }
 
 func commit(cfg Config, world int, step int64) error {
-	if _, err := checkpoint.Commit(cfg.CheckpointDir, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
 		return err
 	}
 	_, _ = fmt.Fprintf(cfg.Log, "checkpoint step %d committed\n", step)
@@ -802,7 +809,7 @@ func save(cfg Config, tr transport.Transport, rank, world int, step int64, param
 	n := int64(len(params))
 	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
 	t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: params[lo:hi]}
-	if err := checkpoint.WriteShard(cfg.CheckpointDir, step, rank, []checkpoint.Tensor{t}); err != nil {
+	if err := checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t}); err != nil {
 		return fmt.Errorf("rank %d writing its shard of step %d: %w", rank, step, err)
 	}
 	if err := tr.Barrier(); err != nil {

@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 // job is a gang of worker processes sharing a checkpoint directory.
 type job struct {
 	nodes, gpus, cp int
+	attempt         int // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
 	args            string
 	dir, port       string
 }
@@ -49,7 +50,7 @@ func (j job) env(node int, out string) []string {
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
-		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port,
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port, "ZAYA_RESTART_ATTEMPT="+strconv.Itoa(j.attempt),
 		"ZAYA_CHECKPOINT_DIR="+filepath.Join(j.dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL=4", "ZAYA_CHECKPOINT_KEEP=2",
 		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
 }
@@ -160,7 +161,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	cmds := j.start(t, out, logs)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", "step-000000000008", "manifest.json")); err == nil {
+		if committed(filepath.Join(j.dir, "ckpt"), 8) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -179,7 +180,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 		}
 	}
 
-	j.port = testnet.FreePort(t) // a new gang: new pods
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1 // a new gang: new pods
 	logs = j.logs()
 	waitAll(t, j.start(t, out, logs), logs)
 	if !strings.Contains(logs[0].String(), "resumed from step") {
@@ -232,7 +233,7 @@ func TestMetricsReportProgressAndSaves(t *testing.T) {
 
 func TestConfigurationErrorsExit78(t *testing.T) {
 	base := map[string]string{
-		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2", "ZAYA_RESTART_ATTEMPT": "0",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
 	}
 	cases := []struct {
@@ -242,6 +243,9 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		wants string
 	}{
 		{"missing rank", map[string]string{"NODE_RANK": ""}, "", "NODE_RANK is not set"},
+		{"missing attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": ""}, "", "ZAYA_RESTART_ATTEMPT is not set"},
+		{"garbage attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": "two"}, "", `ZAYA_RESTART_ATTEMPT="two" must be an integer >= 0`},
+		{"negative attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": "-1"}, "", `ZAYA_RESTART_ATTEMPT="-1" must be an integer >= 0`},
 		{"world mismatch", map[string]string{"WORLD_SIZE": "3"}, "", "WORLD_SIZE=3 is not NNODES x GPUS_PER_NODE = 2"},
 		{"no master", map[string]string{"MASTER_PORT": ""}, "", "MASTER_ADDR and MASTER_PORT"},
 		{"cp does not divide", map[string]string{"ZAYA_CONTEXT_PARALLEL": "3"}, "", "must divide the world size"},
@@ -311,8 +315,8 @@ func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
 		if step < 10 {
 			t.Fatalf("final checkpoint at step %d, want >= 10", step)
 		}
-		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", fmt.Sprintf("step-%012d", step), "manifest.json")); err != nil {
-			t.Errorf("the final checkpoint %d is not committed: %v", step, err)
+		if !committed(filepath.Join(j.dir, "ckpt"), step) {
+			t.Errorf("the final checkpoint %d is not committed", step)
 		}
 	}
 }
@@ -390,9 +394,9 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 			t.Fatalf("round %d: gate step %d is past the end of the job", round, gate)
 		}
 		gateRank := r.IntN(j.nodes * j.gpus)
-		fifo := holdSave(t, ckpt, gate, gateRank)
+		j.port, j.attempt = testnet.FreePort(t), round
+		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt)
 
-		j.port = testnet.FreePort(t)
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
 		t.Cleanup(func() { // a held gang never ends by itself if the test stops early
@@ -431,13 +435,13 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 		if err := os.Remove(fifo); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(filepath.Join(ckpt, fmt.Sprintf("step-%012d", gate), "manifest.json")); err == nil {
+		if committed(ckpt, gate) {
 			t.Fatalf("round %d: the held save of step %d was committed", round, gate)
 		}
 		t.Logf("round %d: resumed from step %d, save of step %d held on rank %d, node %d killed at %s", round, from, gate, gateRank, victim, at)
 	}
 
-	j.port = testnet.FreePort(t)
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
 	logs := j.logs()
 	waitAll(t, j.start(t, out, logs), logs)
 	if ParseLog(logs[0].String()).Resumed == 0 {
@@ -450,6 +454,12 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("after 4 kills the parameters differ from the uninterrupted run")
 	}
+}
+
+// committed is whether step is a committed checkpoint in dir.
+func committed(dir string, step int64) bool {
+	_, err := checkpoint.Open(dir, step)
+	return err == nil
 }
 
 // committedStep is the step of the newest checkpoint a gang would resume from (0: none).
@@ -467,7 +477,7 @@ func committedStep(t *testing.T, dir string) int64 {
 
 // holdSave makes rank's shard of step a FIFO: the rank's save blocks opening it until a
 // reader comes, so the checkpoint cannot commit and the gang stops at its next save.
-func holdSave(t *testing.T, dir string, step int64, rank int) string {
+func holdSave(t *testing.T, dir string, step int64, rank, attempt int) string {
 	t.Helper()
 	// step is past the last commit: anything there is a killed gang's unfinished save.
 	sd := filepath.Join(dir, fmt.Sprintf("step-%012d", step))
@@ -477,7 +487,7 @@ func holdSave(t *testing.T, dir string, step int64, rank int) string {
 	if err := os.MkdirAll(sd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(sd, fmt.Sprintf("rank-%05d.bin", rank))
+	fifo := filepath.Join(sd, fmt.Sprintf("rank-%05d.a%d.bin", rank, attempt))
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +526,7 @@ func waitSaveBegun(t *testing.T, dir string, step int64, logs []*syncBuffer) {
 // same steps and the checkpoints commit.
 func TestDurationIntervalCheckpointsByRankZerosClock(t *testing.T) {
 	env := map[string]string{
-		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2", "ZAYA_RESTART_ATTEMPT": "0",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": testnet.FreePort(t), "ZAYA_CHECKPOINT_INTERVAL": "1ns",
 		"ZAYA_CHECKPOINT_DIR": t.TempDir(), "ZAYA_CHECKPOINT_KEEP": "100",
 	}
