@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -499,17 +500,22 @@ func Open(dir string, step int64) (*Checkpoint, error) {
 	if !found {
 		return nil, ErrNotCommitted
 	}
-	name := manifestName(attempt)
-	b, err := os.ReadFile(filepath.Join(sd, name))
+	name := filepath.Join(filepath.Base(sd), manifestName(attempt)) // errors name the file
+	f, err := os.Open(filepath.Join(sd, manifestName(attempt)))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNotCommitted // taken back by a fenced writer
 	}
 	if err != nil {
 		return nil, err
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: unreadable manifest: %w", name, err)
+	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	_ = f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	m, err := decodeManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if attempt == legacyAttempt {
 		m.Attempt = legacyAttempt
@@ -523,32 +529,133 @@ func Open(dir string, step int64) (*Checkpoint, error) {
 	if err := m.validate(fileSizes(sd)); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &Checkpoint{Dir: sd, Manifest: m}, nil
+	return &Checkpoint{Dir: sd, Manifest: *m}, nil
 }
 
-// validate checks the manifest before anything is read through it; size says how large a
-// file of the step directory is (false: there is none).
-func (m *Manifest) validate(size func(string) (int64, bool)) error {
-	if m.FormatVersion != FormatVersion {
-		return fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
+// Bounds of a manifest, checked before anything is allocated from its numbers.
+const (
+	maxManifestBytes = 64 << 20
+	maxWorld         = 65536
+	maxTensors       = 1 << 16
+	maxShards        = 1 << 20 // over all tensors
+	maxDims          = 32
+	maxElements      = 1 << 48 // of one tensor
+)
+
+// decodeManifest parses a manifest of at most maxManifestBytes; validate checks it.
+func decodeManifest(b []byte) (*Manifest, error) {
+	if len(b) > maxManifestBytes {
+		return nil, fmt.Errorf("manifest of %d bytes is over the %d-byte bound", len(b), maxManifestBytes)
 	}
-	for _, t := range m.Tensors {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("unreadable manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// plainName is a file name inside the step directory: no path, no parent.
+func plainName(name string) bool {
+	return name != "" && name != "." && !strings.Contains(name, "..") && !strings.ContainsAny(name, "/\\\x00")
+}
+
+// validate checks the whole manifest before anything is read or allocated through it; size
+// says how large a file of the step directory is (false: there is none). Every error names
+// the rule it breaks.
+func (m *Manifest) validate(size func(string) (int64, bool)) error {
+	switch {
+	case m.FormatVersion != FormatVersion:
+		return fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
+	case m.World < 1 || m.World > maxWorld:
+		return fmt.Errorf("world %d is outside 1..%d", m.World, maxWorld)
+	case m.Step < 0:
+		return fmt.Errorf("step %d is negative", m.Step)
+	case m.Attempt < legacyAttempt:
+		return fmt.Errorf("attempt %d is negative", m.Attempt)
+	case len(m.Tensors) > maxTensors:
+		return fmt.Errorf("%d tensors, over the bound of %d", len(m.Tensors), maxTensors)
+	}
+	names := make(map[string]bool, len(m.Tensors))
+	shards := 0
+	for i, t := range m.Tensors {
+		if t.Name == "" {
+			return fmt.Errorf("tensor %d: the name is empty", i)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("tensor %q: the name is not unique", t.Name)
+		}
+		names[t.Name] = true
 		if t.DType != "float32" {
-			return fmt.Errorf("tensor %s: dtype %s is not supported", t.Name, t.DType)
+			return fmt.Errorf("tensor %q: dtype %q is not known (float32)", t.Name, t.DType)
 		}
-		var total int64
-		for _, sh := range t.Shards {
-			if sh.File != shardName(sh.Rank, m.Attempt) {
-				return fmt.Errorf("tensor %s: shard file %q is not rank %d's of attempt %d", t.Name, sh.File, sh.Rank, m.Attempt)
+		if len(t.Shape) > maxDims {
+			return fmt.Errorf("tensor %q: %d dimensions, over the bound of %d", t.Name, len(t.Shape), maxDims)
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			if d < 1 {
+				return fmt.Errorf("tensor %q: shape %v: a dimension is not positive", t.Name, t.Shape)
 			}
-			if n, ok := size(sh.File); !ok || sh.FileOffset < 0 || sh.Count < 0 || sh.FileOffset+4*sh.Count > n {
-				return fmt.Errorf("tensor %s: shard %s@%d of %d elements is not within the file", t.Name, sh.File, sh.FileOffset, sh.Count)
+			if n > maxElements/d {
+				return fmt.Errorf("tensor %q: shape %v: over the bound of %d elements", t.Name, t.Shape, int64(maxElements))
 			}
-			total += sh.Count
+			n *= d
 		}
-		if want := elements(t.Shape); total != want {
-			return fmt.Errorf("tensor %s: shards cover %d of %d elements", t.Name, total, want)
+		if shards += len(t.Shards); shards > maxShards {
+			return fmt.Errorf("over the bound of %d shards", maxShards)
 		}
+		if err := m.validateShards(t, n, size); err != nil {
+			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// validateShards checks that t's shards lie within their files and cover its n elements
+// exactly once.
+func (m *Manifest) validateShards(t TensorMeta, n int64, size func(string) (int64, bool)) error {
+	for _, sh := range t.Shards {
+		where := fmt.Sprintf("shard %s@%d", sh.File, sh.FileOffset)
+		switch {
+		case sh.Count <= 0:
+			return fmt.Errorf("%s: count %d is not positive", where, sh.Count)
+		case sh.Start < 0 || sh.Start >= n || sh.Count > n-sh.Start:
+			return fmt.Errorf("%s: elements [%d, +%d) are outside the tensor's %d", where, sh.Start, sh.Count, n)
+		case sh.Rank < 0 || sh.Rank >= m.World:
+			return fmt.Errorf("%s: rank %d is outside [0, %d)", where, sh.Rank, m.World)
+		case !plainName(sh.File):
+			return fmt.Errorf("shard file %q is not a plain name inside the step directory", sh.File)
+		case sh.File != shardName(sh.Rank, m.Attempt):
+			return fmt.Errorf("shard file %q is not rank %d's of attempt %d", sh.File, sh.Rank, m.Attempt)
+		case sh.FileOffset < 0:
+			return fmt.Errorf("%s: the file offset is negative", where)
+		}
+		sz, ok := size(sh.File)
+		if !ok {
+			return fmt.Errorf("%s: the file is missing", where)
+		}
+		if sh.FileOffset > sz || 4*sh.Count > sz-sh.FileOffset {
+			return fmt.Errorf("%s: %d elements run past the end of the %d-byte file", where, sh.Count, sz)
+		}
+	}
+	order := make([]int, len(t.Shards))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(t.Shards[a].Start, t.Shards[b].Start) })
+	next := int64(0)
+	for _, i := range order {
+		sh := t.Shards[i]
+		if sh.Start < next {
+			return fmt.Errorf("shards overlap at element %d", sh.Start)
+		}
+		if sh.Start > next {
+			return fmt.Errorf("no shard holds elements [%d, %d)", next, sh.Start)
+		}
+		next = sh.Start + sh.Count
+	}
+	if next != n {
+		return fmt.Errorf("no shard holds elements [%d, %d)", next, n)
 	}
 	return nil
 }
@@ -629,7 +736,7 @@ func (c *Checkpoint) Read(name string, start, count int64) ([]float32, error) {
 		return nil, fmt.Errorf("checkpoint: no tensor %q at step %d", name, c.Manifest.Step)
 	}
 	t := c.Manifest.Tensors[i]
-	if start < 0 || count < 0 || start+count > elements(t.Shape) {
+	if start < 0 || count < 0 || start > elements(t.Shape) || count > elements(t.Shape)-start {
 		return nil, fmt.Errorf("checkpoint: %s[%d:%d] is outside its %d elements", name, start, start+count, elements(t.Shape))
 	}
 	out := make([]float32, count)
