@@ -59,7 +59,7 @@ func BenchmarkSaveParallelShards(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		if _, err := Commit(dir, 0, int64(i), benchRanks, nil, 1); err != nil {
+		if _, err := Commit(dir, 0, int64(i), benchRanks, nil, Retention{Keep: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -81,7 +81,7 @@ func BenchmarkSaveFunnelledThroughRank0(b *testing.B) {
 		if err := WriteShard(dir, 0, int64(i), 0, []Tensor{t}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Commit(dir, 0, int64(i), 1, nil, 1); err != nil {
+		if _, err := Commit(dir, 0, int64(i), 1, nil, Retention{Keep: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -246,8 +247,8 @@ func WriteShard(dir string, attempt int, step int64, rank int, tensors []Tensor)
 var beforePublish = func(stepDir string) {}
 
 // Commit is the coordinator's step once every rank's WriteShard returned (after a barrier):
-// it gathers attempt's shard lists into the manifest and publishes it, then keeps only the
-// newest keep committed checkpoints (older ones go only after this one is committed).
+// it gathers attempt's shard lists into the manifest and publishes it, then applies the
+// retention (older checkpoints go only after this one is committed).
 //
 // Publishing: the manifest is written to a uniquely named temporary file and fsynced, the step
 // directory is fsynced (every shard's name is durable before the manifest can be), the
@@ -255,7 +256,7 @@ var beforePublish = func(stepDir string) {}
 // published manifest is never overwritten), and the step and parent directories are fsynced.
 // A writer fenced by a newer attempt publishes nothing; one fenced while it published takes
 // its manifest back and prunes nothing.
-func Commit(dir string, attempt int, step int64, world int, state map[string]string, keep int) (*Manifest, error) {
+func Commit(dir string, attempt int, step int64, world int, state map[string]string, keep Retention) (*Manifest, error) {
 	if err := fenced(dir, attempt); err != nil {
 		return nil, err
 	}
@@ -360,27 +361,80 @@ func fileSizes(sd string) func(name string) (int64, bool) {
 	}
 }
 
-// prune removes committed checkpoints beyond the newest keep, and uncommitted ones older
-// than the newest commit (saves that died half way). A directory holding a file of a newer
-// attempt is never touched.
-func prune(dir string, attempt int, newest int64, keep int) error {
+// Retention says which committed checkpoints a commit keeps.
+type Retention struct {
+	// Keep is how many of the newest valid committed checkpoints stay (at least 1).
+	Keep int
+	// Protect is a step that stays until a newer valid step of the committing attempt is
+	// kept: the step the gang restored from (verified as it was read) stays until this
+	// attempt has a newer one of its own.
+	Protect int64
+}
+
+// MaxCorrupt is how many moved-aside steps (corrupt-step-*) retention keeps for a human to
+// look at; older ones are deleted at the next commit, so corrupt data cannot fill the volume.
+const MaxCorrupt = 3
+
+// prune applies r after step newest was committed by attempt. Only a valid manifest counts
+// as a kept checkpoint; a committed step whose manifest is no longer valid is moved aside,
+// not deleted. Uncommitted steps older than newest (saves that died half way) are removed.
+// A directory holding a file of a newer attempt, and any step newer than newest (a save in
+// flight), are never touched.
+func prune(dir string, attempt int, newest int64, r Retention) error {
 	steps, err := listSteps(dir)
 	if err != nil {
 		return err
 	}
-	kept := 0
+	kept, keptNewerThanProtected := 0, false
 	for _, s := range steps { // newest first
-		_, err := Open(dir, s)
-		committed := err == nil
+		ck, err := Open(dir, s)
 		switch {
 		case s > newest:
-		case committed && kept < keep:
+		case err == nil && (kept < max(r.Keep, 1) || (s == r.Protect && !keptNewerThanProtected)):
 			kept++
+			// Only a step this attempt wrote (checksummed from memory) replaces the
+			// protected one; another attempt's newer step was never verified by this one.
+			keptNewerThanProtected = keptNewerThanProtected || (s > r.Protect && ck.Manifest.Attempt == attempt)
 		case hasNewerAttempt(stepDir(dir, s), attempt):
+		case err != nil && !errors.Is(err, ErrNotCommitted):
+			if _, err := MoveAside(dir, s, "retention found it invalid: "+err.Error()); err != nil {
+				return err
+			}
 		default:
 			if err := os.RemoveAll(stepDir(dir, s)); err != nil {
 				return err
 			}
+		}
+	}
+	return pruneCorrupt(dir)
+}
+
+// pruneCorrupt deletes all but the newest MaxCorrupt moved-aside steps.
+func pruneCorrupt(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	type moved struct {
+		name  string
+		nanos int64
+	}
+	var all []moved
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), CorruptPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, '-'); i > 0 {
+			if n, err := strconv.ParseInt(rest[i+1:], 10, 64); err == nil {
+				all = append(all, moved{e.Name(), n})
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b moved) int { return cmp.Compare(b.nanos, a.nanos) })
+	for _, m := range all[min(len(all), MaxCorrupt):] {
+		if err := os.RemoveAll(filepath.Join(dir, m.name)); err != nil {
+			return err
 		}
 	}
 	return nil

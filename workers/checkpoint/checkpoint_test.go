@@ -53,7 +53,7 @@ func save(t *testing.T, dir string, step int64, world, keep int, commit bool) {
 		}
 	}
 	if commit {
-		if _, err := Commit(dir, 0, step, world, map[string]string{"rng": fmt.Sprint(step)}, keep); err != nil {
+		if _, err := Commit(dir, 0, step, world, map[string]string{"rng": fmt.Sprint(step)}, Retention{Keep: keep}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,7 +153,7 @@ func TestCommitNeedsEveryRank(t *testing.T) {
 	if err := WriteShard(dir, 0, 5, 0, []Tensor{{Name: "b", Shape: []int64{2}, Data: []float32{1}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Commit(dir, 0, 5, 2, nil, 3); err == nil || !strings.Contains(err.Error(), "rank 1") {
+	if _, err := Commit(dir, 0, 5, 2, nil, Retention{Keep: 3}); err == nil || !strings.Contains(err.Error(), "rank 1") {
 		t.Errorf("err = %v, want a commit refused for the missing rank 1", err)
 	}
 	if ck, _, _ := Latest(dir); ck != nil {
@@ -210,5 +210,93 @@ func TestMoveAsideKeepsTheDataAndTheReason(t *testing.T) {
 	save(t, dir, 100, 2, 3, true) // the step number can be saved again
 	if ck, _, _ := Latest(dir); ck == nil || ck.Manifest.Step != 100 {
 		t.Error("step 100 was not saved again after being moved aside")
+	}
+}
+
+// truncateShard damages step's rank 0 shard so that its manifest no longer validates.
+func truncateShard(t *testing.T, dir string, step int64) {
+	t.Helper()
+	if err := os.Truncate(filepath.Join(stepDir(dir, step), shardName(0, 0)), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetentionNeverDeletesTheOnlyGoodStep: the newest step is damaged by the time retention
+// runs (keep 1); counting it as kept would delete the only good step. It is moved aside
+// instead, and the restored, verified step stays.
+func TestRetentionNeverDeletesTheOnlyGoodStep(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 2, 5, true)
+	save(t, dir, 200, 2, 5, true)
+	truncateShard(t, dir, 200)
+	if err := prune(dir, 0, 200, Retention{Keep: 1, Protect: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if ck, _, _ := Latest(dir); ck == nil || ck.Manifest.Step != 100 {
+		t.Fatalf("the only good step was deleted: %v", ck)
+	}
+	moved, _ := filepath.Glob(filepath.Join(dir, CorruptPrefix+"200-*"))
+	if len(moved) != 1 {
+		t.Errorf("the damaged step was not moved aside: %v", moved)
+	}
+	if b, _ := os.ReadFile(filepath.Join(moved[0], "REASON")); !strings.Contains(string(b), "run past the end") {
+		t.Errorf("REASON = %q", b)
+	}
+}
+
+// TestRetentionKeepsTheRestoredStepUntilANewerOneIsKept: attempt 2 restored step 100; step
+// 150 is an older attempt's, never verified by this one; attempt 2's own step 200 is damaged
+// by the time retention runs (keep 1). Step 150 counts as kept, but the restored step must
+// stay too: only a newer step of attempt 2's own replaces it.
+func TestRetentionKeepsTheRestoredStepUntilANewerOneIsKept(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int64{100, 150} {
+		if err := writeAttempt(dir, 1, step, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Fence(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAttempt(dir, 2, 200, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(stepDir(dir, 200), shardName(0, 2)), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := prune(dir, 2, 200, Retention{Keep: 1, Protect: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := Steps(dir); fmt.Sprint(steps) != "[150 100]" {
+		t.Errorf("steps %v, want [150 100]: the restored step stays until attempt 2 has a good newer one", steps)
+	}
+	if err := writeAttempt(dir, 2, 300, true); err != nil { // Commit prunes with keep 3
+		t.Fatal(err)
+	}
+	if err := prune(dir, 2, 300, Retention{Keep: 1, Protect: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := Steps(dir); fmt.Sprint(steps) != "[300]" {
+		t.Errorf("steps %v, want [300] once attempt 2's step 300 is kept", steps)
+	}
+}
+
+func TestRetentionBoundsTheCorruptSteps(t *testing.T) {
+	dir := t.TempDir()
+	for step := int64(1); step <= MaxCorrupt+2; step++ {
+		save(t, dir, step, 1, 10, true)
+		if _, err := MoveAside(dir, step, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(t, dir, 50, 1, 2, true)
+	moved, _ := filepath.Glob(filepath.Join(dir, CorruptPrefix+"*"))
+	if len(moved) != MaxCorrupt {
+		t.Fatalf("%d corrupt steps kept, want %d: %v", len(moved), MaxCorrupt, moved)
+	}
+	for _, m := range moved {
+		if strings.HasPrefix(filepath.Base(m), CorruptPrefix+"1-") || strings.HasPrefix(filepath.Base(m), CorruptPrefix+"2-") {
+			t.Errorf("an old corrupt step was kept over a newer one: %v", moved)
+		}
 	}
 }

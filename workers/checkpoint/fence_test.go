@@ -31,7 +31,7 @@ func writeAttempt(dir string, attempt int, step int64, commit bool) error {
 		}
 	}
 	if commit {
-		_, err := Commit(dir, attempt, step, 2, nil, 3)
+		_, err := Commit(dir, attempt, step, 2, nil, Retention{Keep: 3})
 		return err
 	}
 	return nil
@@ -70,7 +70,7 @@ func TestAStaleWriterIsFenced(t *testing.T) {
 	if err := Fence(dir, 2); err != nil { // the new gang starts
 		t.Fatal(err)
 	}
-	if _, err := Commit(dir, 1, 10, 2, nil, 3); !errors.Is(err, ErrFenced) {
+	if _, err := Commit(dir, 1, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
 		t.Errorf("the old attempt's commit: %v, want ErrFenced", err)
 	}
 	if err := writeAttempt(dir, 1, 11, false); !errors.Is(err, ErrFenced) {
@@ -126,7 +126,7 @@ func TestFencedWhilePublishing(t *testing.T) {
 		}
 	}
 	defer func() { beforePublish = func(string) {} }()
-	if _, err := Commit(dir, 1, 10, 2, nil, 3); !errors.Is(err, ErrFenced) {
+	if _, err := Commit(dir, 1, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
 		t.Errorf("the old attempt's commit: %v, want ErrFenced", err)
 	}
 	if newErr != nil {

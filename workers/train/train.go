@@ -48,6 +48,7 @@ type Config struct {
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
+	restored                                      int64 // the step resume restored: retention keeps it until a newer one is kept
 	Steps, Seq, Dim                               int
 	LR                                            float64
 	Seed                                          uint64
@@ -413,7 +414,7 @@ func (r *rankState) resume() error {
 			return err
 		}
 		r.m.params = params
-		r.res.Step, r.res.CheckpointStep = step, step
+		r.res.Step, r.res.CheckpointStep, r.cfg.restored = step, step, step
 		if r.rank == 0 {
 			_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", step)
 		}
@@ -797,7 +798,8 @@ func finishSave(cfg Config, tr transport.Transport, rank, world int, pending **i
 }
 
 func commit(cfg Config, world int, step int64) error {
-	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, map[string]string{"step": strconv.FormatInt(step, 10)},
+		checkpoint.Retention{Keep: cfg.Keep, Protect: cfg.restored}); err != nil {
 		return err
 	}
 	_, _ = fmt.Fprintf(cfg.Log, "checkpoint step %d committed\n", step)
