@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
@@ -142,5 +144,142 @@ func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
 				t.Errorf("termination log %q lacks %q", term, corruptLine)
 			}
 		})
+	}
+}
+
+// failingGang runs j (a restarted gang) with env added to node's process and expects every
+// node to fail, not to finish and not to hang.
+func failingGang(t *testing.T, j *job, out string, node int, env string) []*syncBuffer {
+	t.Helper()
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+	logs := j.logs()
+	cmds := make([]*exec.Cmd, j.nodes)
+	for n := range j.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = j.env(n, out)
+		if n == node {
+			cmd.Env = append(cmd.Env, env)
+		}
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	timer := time.AfterFunc(time.Minute, func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	for n, cmd := range cmds {
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("node %d finished although the save failed\n%s", n, logs[n])
+		}
+	}
+	return logs
+}
+
+// TestFullDiskMidSave: a restarted gang's save fails because the disk is full (writes fail
+// with EFBIG: RLIMIT_FSIZE on one node's process), once writing a shard and once writing the
+// manifest. The gang fails at once (no hang, no exit 0), and the next gang, with space
+// again, resumes from the newest good step and ends bit-identical.
+func TestFullDiskMidSave(t *testing.T) {
+	want := uninterrupted(t, faultArgs)
+	for _, c := range []struct {
+		name  string
+		node  int
+		limit int // bytes: a shard is 108, a rank's shard list about 160, the manifest about 900
+		wants string
+	}{
+		{"writing a shard", 1, 64, ".a1.bin: file too large"},
+		{"writing the manifest", 0, 400, ".tmp: file too large"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
+			ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
+			newest, _ := firstGang(t, &j, out)
+			logs := failingGang(t, &j, out, c.node, fmt.Sprintf("ZAYA_TEST_FSIZE=%d", c.limit))
+			if !strings.Contains(logs[c.node].String(), c.wants) {
+				t.Errorf("node %d did not fail on the full disk:\n%s", c.node, logs[c.node])
+			}
+			if got := committedStep(t, ckpt); got != newest {
+				t.Fatalf("after the failed save the newest good step is %d, want %d", got, newest)
+			}
+
+			j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+			logs = j.logs()
+			waitAll(t, j.start(t, out, logs), logs)
+			if p := ParseLog(logs[0].String()); p.Resumed != newest {
+				t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
+			}
+			if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+				t.Fatal("final parameters differ from the uninterrupted run")
+			}
+		})
+	}
+}
+
+// TestStaleGangOfThePreviousAttempt: the operator started attempt 1 while attempt 0's
+// workers still run (a partitioned node, say) on the same volume. Attempt 1 fences the
+// directory; attempt 0 is refused at its next save and fails instead of publishing or
+// pruning; attempt 1 ends bit-identical, and every checkpoint left is its own.
+func TestStaleGangOfThePreviousAttempt(t *testing.T) {
+	const args = "-steps=60 -seq=16 -dim=6 -log-every=1 -pace=15ms"
+	want := uninterrupted(t, args)
+	ckptDir := t.TempDir()
+	stale := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: ckptDir, port: testnet.FreePort(t)}
+	staleOut := filepath.Join(ckptDir, "stale-params")
+	staleLogs := stale.logs()
+	staleCmds := stale.start(t, staleOut, staleLogs)
+	t.Cleanup(func() {
+		for _, cmd := range staleCmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	ckpt := filepath.Join(ckptDir, "ckpt")
+	waitFor(t, "attempt 0's checkpoint of step 8", staleLogs, func() bool { return committed(ckpt, 8) })
+
+	// The new gang: same volume, its own termination logs and parameters file.
+	fresh := stale
+	fresh.attempt, fresh.port = 1, testnet.FreePort(t)
+	out := filepath.Join(ckptDir, "params")
+	logs := fresh.logs()
+	cmds := make([]*exec.Cmd, fresh.nodes)
+	for n := range fresh.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(fresh.env(n, out), "ZAYA_TERMINATION_LOG=") // flags below win anyway
+		cmd.Env = append(cmd.Env, "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+			" -termination-log="+filepath.Join(ckptDir, fmt.Sprintf("termination-new-%d", n)))
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	waitAll(t, cmds, logs)
+	for n, cmd := range staleCmds {
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("stale node %d finished: it must have been fenced\n%s", n, staleLogs[n])
+		}
+	}
+	fencedSeen := false
+	for _, l := range staleLogs {
+		fencedSeen = fencedSeen || strings.Contains(l.String(), "fenced")
+	}
+	if !fencedSeen {
+		t.Errorf("no stale node was refused by the fence:\n%s\n%s", staleLogs[0], staleLogs[1])
+	}
+	if _, err := os.Stat(staleOut); err == nil {
+		t.Error("the stale gang finished its run")
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("the new attempt's final parameters differ from the uninterrupted run")
+	}
+	steps, _ := checkpoint.Steps(ckpt)
+	for _, s := range steps {
+		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1 {
+			t.Errorf("step %d left by attempt %d", s, ck.Manifest.Attempt)
+		}
 	}
 }

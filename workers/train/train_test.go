@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +33,14 @@ import (
 // worker processes that talk TCP, as pods would.
 func TestMain(m *testing.M) {
 	if os.Getenv("ZAYA_TRAIN_CHILD") != "" {
+		if v := os.Getenv("ZAYA_TEST_FSIZE"); v != "" {
+			// A full disk: writes past v bytes fail with EFBIG instead of killing the process.
+			n, _ := strconv.ParseUint(v, 10, 64)
+			signal.Ignore(syscall.SIGXFSZ)
+			if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				panic(err)
+			}
+		}
 		os.Exit(Main(strings.Fields(os.Getenv("ZAYA_ARGS")), os.Getenv, os.Stderr))
 	}
 	os.Exit(m.Run())
