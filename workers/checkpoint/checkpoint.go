@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -175,7 +176,11 @@ func Fence(dir string, attempt int) error {
 	if err := fenced(dir, attempt); err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, attempt)), nil); err != nil {
+	marker := filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, attempt))
+	if _, err := os.Stat(marker); err == nil {
+		return nil // this attempt fenced already (another local rank, an earlier try)
+	}
+	if err := writeFileSync(marker, nil); err != nil {
 		return err
 	}
 	if err := syncDir(dir); err != nil {
@@ -761,6 +766,13 @@ func elements(shape []int64) int64 {
 	return n
 }
 
+// shardBytesRead counts the bytes readShard has read, for ShardBytesRead.
+var shardBytesRead atomic.Int64
+
+// ShardBytesRead is how many bytes of shard data this process has read from checkpoints
+// (benchmarks compare loaders by it: on shared storage it is the load a resume puts there).
+func ShardBytesRead() int64 { return shardBytesRead.Load() }
+
 // readShard reads and verifies one shard.
 func (c *Checkpoint) readShard(sh ShardMeta) ([]float32, error) {
 	f, err := os.Open(filepath.Join(c.Dir, filepath.Base(sh.File)))
@@ -769,7 +781,9 @@ func (c *Checkpoint) readShard(sh ShardMeta) ([]float32, error) {
 	}
 	defer func() { _ = f.Close() }()
 	buf := make([]byte, 4*sh.Count)
-	if _, err := f.ReadAt(buf, sh.FileOffset); err != nil {
+	n, err := f.ReadAt(buf, sh.FileOffset)
+	shardBytesRead.Add(int64(n))
+	if err != nil {
 		return nil, fmt.Errorf("rank %d's shard: %w", sh.Rank, err)
 	}
 	if got := crc32.Checksum(buf, castagnoli); got != sh.CRC32C {

@@ -117,9 +117,13 @@ func BenchmarkResume(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/ranks=%d", p.name, world), func(b *testing.B) {
 				ranks := resumeGang(b, world)
 				b.SetBytes(4 * int64(ranks[0].n))
+				read, iters := checkpoint.ShardBytesRead(), 0
 				for b.Loop() {
 					resumeAll(b, ranks, p.resume)
+					iters++
 				}
+				// The checkpoint's bytes every resume reads from storage, all ranks together.
+				b.ReportMetric(float64(checkpoint.ShardBytesRead()-read)/float64(iters)/(1<<20), "MiB-read/op")
 			})
 		}
 	}

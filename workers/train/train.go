@@ -8,6 +8,7 @@ package train
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -487,12 +488,36 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 	return nil
 }
 
-// gather gives every rank the whole parameters from each rank's verified slice: an all-reduce
-// of the float32 bits (as exact float64 integers, every other rank adding zero), so no bit
-// changes, the sign of zero and NaN payloads included.
+// gather gives every rank the whole parameters from each rank's verified slice, bit for bit:
+// an all-gather of the bytes where the transport has one, else an all-reduce of the float32
+// bits (as exact float64 integers, every other rank adding zero), so no bit changes, the
+// sign of zero and NaN payloads included.
 func (r *rankState) gather(lo int64, part []float32) ([]float32, error) {
 	if r.world == 1 {
 		return part, nil
+	}
+	if g, ok := r.tr.(transport.Gatherer); ok {
+		b := make([]byte, 4*len(part))
+		for i, x := range part {
+			binary.LittleEndian.PutUint32(b[4*i:4*i+4], math.Float32bits(x))
+		}
+		parts, err := g.AllGather(b)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d sharing restored parameters: %w", r.rank, err)
+		}
+		out := make([]float32, r.n)
+		n := int64(r.n)
+		for k, p := range parts {
+			klo := n * int64(k) / int64(r.world)
+			dst := out[klo : n*int64(k+1)/int64(r.world)]
+			if len(p) != 4*len(dst) {
+				return nil, fmt.Errorf("rank %d sharing restored parameters: rank %d sent %d bytes, want %d", r.rank, k, len(p), 4*len(dst))
+			}
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i : 4*i+4]))
+			}
+		}
+		return out, nil
 	}
 	vec := make([]float64, r.n)
 	for i, x := range part {
