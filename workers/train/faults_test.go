@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -248,8 +249,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	cmds := make([]*exec.Cmd, fresh.nodes)
 	for n := range fresh.nodes {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(fresh.env(n, out), "ZAYA_TERMINATION_LOG=") // flags below win anyway
-		cmd.Env = append(cmd.Env, "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+		cmd.Env = append(fresh.env(n, out), "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
 			" -termination-log="+filepath.Join(ckptDir, fmt.Sprintf("termination-new-%d", n)))
 		cmd.Stderr = logs[n]
 		if err := cmd.Start(); err != nil {
@@ -281,5 +281,19 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1 {
 			t.Errorf("step %d left by attempt %d", s, ck.Manifest.Attempt)
 		}
+	}
+
+	// A gang of attempt 0 starting now (or a new job reusing the volume from attempt 0) is
+	// refused at once as a configuration error: restarting it cannot help.
+	stale.port = testnet.FreePort(t)
+	staleLogs = stale.logs()
+	for n, cmd := range stale.start(t, staleOut, staleLogs) {
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != contract.ExitConfig {
+			t.Errorf("late stale node %d: %v, want exit %d\n%s", n, err, contract.ExitConfig, staleLogs[n])
+		}
+	}
+	if !strings.Contains(staleLogs[0].String(), "ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: attempt 1 started after this attempt 0") {
+		t.Errorf("the refusal does not say why:\n%s", staleLogs[0])
 	}
 }

@@ -360,25 +360,39 @@ func (r *rankState) resume() error {
 		return nil
 	}
 	var steps []int64
+	var fenced error
 	if r.rank == 0 {
 		// Before reading anything: from now on no writer of an older attempt (a stale pod)
 		// can publish or delete a step here.
-		if err := checkpoint.Fence(dir, r.cfg.Attempt); err != nil {
-			return fmt.Errorf("attempt %d: %w", r.cfg.Attempt, err)
-		}
-		var err error
-		if steps, err = checkpoint.Steps(dir); err != nil {
+		if err := checkpoint.Fence(dir, r.cfg.Attempt); errors.Is(err, checkpoint.ErrFenced) {
+			fenced = err
+		} else if err != nil {
+			return err
+		} else if steps, err = checkpoint.Steps(dir); err != nil {
 			return err
 		}
 	}
 	for i := 0; ; i++ {
-		// Rank 0's proposal, as step+1 (0: no step left, a fresh start).
-		prop := []float64{0}
+		// Rank 0's proposal, as step+1 (0: no step left, a fresh start), and whether a newer
+		// attempt owns the directory.
+		prop := []float64{0, 0}
 		if r.rank == 0 && i < len(steps) {
 			prop[0] = float64(steps[i] + 1)
 		}
+		if fenced != nil {
+			prop[1] = 1
+		}
 		if err := r.tr.AllReduce(prop); err != nil {
 			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+		}
+		if prop[1] > 0 {
+			// This pod is stale, or a new job reuses an older job's volume with lower
+			// attempt numbers: restarting cannot help either, so every rank says so.
+			if fenced == nil {
+				fenced = errors.New("rank 0 found it fenced by a newer attempt")
+			}
+			return &ConfigError{fmt.Sprintf("%s=%d: %v: another gang owns %s (remove its attempt-<N> marker if no job uses it any more)",
+				contract.EnvRestartAttempt, r.cfg.Attempt, fenced, dir)}
 		}
 		step := int64(prop[0]) - 1
 		if step < 0 {
