@@ -355,16 +355,37 @@ func publish(tmp, final string) error {
 	return err
 }
 
-// fileSizes is the size of every file in sd, for validating a manifest against what exists.
-func fileSizes(sd string) func(name string) (int64, bool) {
-	return func(name string) (int64, bool) {
+// fileSizes is the size of a file in sd, for validating a manifest against what exists:
+// fs.ErrNotExist when there is none, errUnreadable when storage does not say.
+func fileSizes(sd string) func(name string) (int64, error) {
+	return func(name string) (int64, error) {
 		fi, err := os.Stat(filepath.Join(sd, name))
-		if err != nil || !fi.Mode().IsRegular() {
-			return 0, false
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return 0, err
+		case err != nil:
+			return 0, fmt.Errorf("%w: %w", errUnreadable, err)
+		case !fi.Mode().IsRegular():
+			return 0, fs.ErrNotExist
 		}
-		return fi.Size(), true
+		return fi.Size(), nil
 	}
 }
+
+// ErrCorrupt is data that is wrong — a manifest that breaks a rule, a shard that is missing,
+// short or changed — as opposed to storage that cannot be read right now (any other error):
+// only the first justifies moving a step aside.
+var ErrCorrupt = errors.New("checkpoint: corrupt")
+
+type corruptError struct{ error }
+
+func (e corruptError) Is(target error) bool { return target == ErrCorrupt }
+func (e corruptError) Unwrap() error        { return e.error }
+
+func corrupt(err error) error { return corruptError{err} }
+
+// errUnreadable marks an I/O error met while validating a manifest: not corruption.
+var errUnreadable = errors.New("unreadable")
 
 // Retention says which committed checkpoints a commit keeps.
 type Retention struct {
@@ -574,19 +595,21 @@ func Open(dir string, step int64) (*Checkpoint, error) {
 	}
 	m, err := decodeManifest(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, corrupt(fmt.Errorf("%s: %w", name, err))
 	}
 	if attempt == legacyAttempt {
 		m.Attempt = legacyAttempt
 	}
 	switch {
 	case m.Step != step:
-		return nil, fmt.Errorf("%s: says step %d", name, m.Step)
+		return nil, corrupt(fmt.Errorf("%s: says step %d", name, m.Step))
 	case m.Attempt != attempt:
-		return nil, fmt.Errorf("%s: says attempt %d", name, m.Attempt)
+		return nil, corrupt(fmt.Errorf("%s: says attempt %d", name, m.Attempt))
 	}
-	if err := m.validate(fileSizes(sd)); err != nil {
+	if err := m.validate(fileSizes(sd)); errors.Is(err, errUnreadable) {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	} else if err != nil {
+		return nil, corrupt(fmt.Errorf("%s: %w", name, err))
 	}
 	return &Checkpoint{Dir: sd, Manifest: *m}, nil
 }
@@ -621,7 +644,7 @@ func plainName(name string) bool {
 // validate checks the whole manifest before anything is read or allocated through it; size
 // says how large a file of the step directory is (false: there is none). Every error names
 // the rule it breaks.
-func (m *Manifest) validate(size func(string) (int64, bool)) error {
+func (m *Manifest) validate(size func(string) (int64, error)) error {
 	switch {
 	case m.FormatVersion != FormatVersion:
 		return fmt.Errorf("format version %d, this worker reads %d", m.FormatVersion, FormatVersion)
@@ -672,7 +695,7 @@ func (m *Manifest) validate(size func(string) (int64, bool)) error {
 
 // validateShards checks that t's shards lie within their files and cover its n elements
 // exactly once.
-func (m *Manifest) validateShards(t TensorMeta, n int64, size func(string) (int64, bool)) error {
+func (m *Manifest) validateShards(t TensorMeta, n int64, size func(string) (int64, error)) error {
 	for _, sh := range t.Shards {
 		where := fmt.Sprintf("shard %s@%d", sh.File, sh.FileOffset)
 		switch {
@@ -689,9 +712,12 @@ func (m *Manifest) validateShards(t TensorMeta, n int64, size func(string) (int6
 		case sh.FileOffset < 0:
 			return fmt.Errorf("%s: the file offset is negative", where)
 		}
-		sz, ok := size(sh.File)
-		if !ok {
+		sz, err := size(sh.File)
+		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: the file is missing", where)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		if sh.FileOffset > sz || 4*sh.Count > sz-sh.FileOffset {
 			return fmt.Errorf("%s: %d elements run past the end of the %d-byte file", where, sh.Count, sz)
@@ -776,6 +802,9 @@ func ShardBytesRead() int64 { return shardBytesRead.Load() }
 // readShard reads and verifies one shard.
 func (c *Checkpoint) readShard(sh ShardMeta) ([]float32, error) {
 	f, err := os.Open(filepath.Join(c.Dir, filepath.Base(sh.File)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, corrupt(err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -783,11 +812,14 @@ func (c *Checkpoint) readShard(sh ShardMeta) ([]float32, error) {
 	buf := make([]byte, 4*sh.Count)
 	n, err := f.ReadAt(buf, sh.FileOffset)
 	shardBytesRead.Add(int64(n))
+	if errors.Is(err, io.EOF) {
+		return nil, corrupt(fmt.Errorf("rank %d's shard %s@%d: %d of %d bytes: %w", sh.Rank, sh.File, sh.FileOffset, n, len(buf), err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rank %d's shard: %w", sh.Rank, err)
 	}
 	if got := crc32.Checksum(buf, castagnoli); got != sh.CRC32C {
-		return nil, fmt.Errorf("rank %d's shard %s@%d: CRC32C %08x, manifest says %08x", sh.Rank, sh.File, sh.FileOffset, got, sh.CRC32C)
+		return nil, corrupt(fmt.Errorf("rank %d's shard %s@%d: CRC32C %08x, manifest says %08x", sh.Rank, sh.File, sh.FileOffset, got, sh.CRC32C))
 	}
 	out := make([]float32, sh.Count)
 	for i := range out {

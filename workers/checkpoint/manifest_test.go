@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,13 +13,13 @@ import (
 
 // fuzzSizes are the files the fuzzed manifests' step directory holds: 4 ranks' shards of
 // attempt 0, 256 bytes each.
-func fuzzSizes(name string) (int64, bool) {
+func fuzzSizes(name string) (int64, error) {
 	for r := range 4 {
 		if name == shardName(r, 0) {
-			return 256, true
+			return 256, nil
 		}
 	}
-	return 0, false
+	return 0, fs.ErrNotExist
 }
 
 // goodManifest is a valid manifest over fuzzSizes' files: "w" 8x8 in 4 shards, "b" 16 in 1.
@@ -104,6 +106,9 @@ func TestOpenNamesTheFileAndNeverPanics(t *testing.T) {
 	_, err = Open(dir, 100)
 	if err == nil || !strings.Contains(err.Error(), "step-000000000100/manifest.a0.json") || !strings.Contains(err.Error(), "count -3 is not positive") {
 		t.Errorf("Open = %v", err)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("an invalid manifest is not ErrCorrupt: %v", err)
 	}
 	if ck, _, _ := Latest(dir); ck != nil {
 		t.Error("an invalid manifest was loaded")

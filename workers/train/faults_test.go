@@ -158,7 +158,7 @@ func failingGang(t *testing.T, j *job, out string, node int, env string) []*sync
 	for n := range j.nodes {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = j.env(n, out)
-		if n == node {
+		if n == node && env != "" {
 			cmd.Env = append(cmd.Env, env)
 		}
 		cmd.Stderr = logs[n]
@@ -295,5 +295,44 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	}
 	if !strings.Contains(staleLogs[0].String(), "ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: attempt 1 started after this attempt 0") {
 		t.Errorf("the refusal does not say why:\n%s", staleLogs[0])
+	}
+}
+
+// TestUnreadableStepIsNotMovedAside: storage that fails to read (here the manifest's name is
+// a directory: EISDIR) is not corruption. The gang fails and keeps the step; once storage
+// reads again the next gang resumes from it.
+func TestUnreadableStepIsNotMovedAside(t *testing.T) {
+	want := uninterrupted(t, faultArgs)
+	j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
+	ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
+	newest, _ := firstGang(t, &j, out)
+	manifest := filepath.Join(ckpt, fmt.Sprintf("step-%012d", newest), "manifest.a0.json")
+	if err := os.Rename(manifest, manifest+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(manifest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs := failingGang(t, &j, out, 0, "")
+	if !strings.Contains(logs[0].String(), "is a directory") {
+		t.Errorf("rank 0 did not fail on the unreadable step:\n%s", logs[0])
+	}
+	if moved, _ := filepath.Glob(filepath.Join(ckpt, checkpoint.CorruptPrefix+"*")); len(moved) != 0 {
+		t.Fatalf("an unreadable step was moved aside: %v", moved)
+	}
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(manifest+".away", manifest); err != nil {
+		t.Fatal(err)
+	}
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+	logs = j.logs()
+	waitAll(t, j.start(t, out, logs), logs)
+	if p := ParseLog(logs[0].String()); p.Resumed != newest {
+		t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("final parameters differ from the uninterrupted run")
 	}
 }

@@ -400,7 +400,7 @@ func (r *rankState) resume() error {
 			return nil
 		}
 		lo, part, outcome, err := r.verifyPart(step)
-		vote := make([]float64, partOK) // ranks that found it corrupt, not committed, not fitting
+		vote := make([]float64, partOK) // ranks that found it corrupt, not committed, not fitting, unreadable
 		if outcome != partOK {
 			vote[outcome] = 1
 		}
@@ -418,6 +418,10 @@ func (r *rankState) resume() error {
 				return err
 			}
 			continue
+		case vote[partUnreadable] > 0:
+			// Storage that cannot be read now is no reason to give up a step: fail, and
+			// let the restarted gang try again.
+			return fmt.Errorf("rank %d: checkpoint step %d could not be read by %.0f rank(s) (this one: %v)", r.rank, step, vote[partUnreadable], err)
 		case vote[partUncommitted] > 0:
 			if r.rank == 0 {
 				_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint step %d: not committed\n", step)
@@ -443,6 +447,7 @@ const (
 	partCorrupt = iota
 	partUncommitted
 	partMisfit
+	partUnreadable
 	partOK
 )
 
@@ -454,26 +459,32 @@ func (r *rankState) verifyPart(step int64) (lo int64, part []float32, outcome in
 	switch {
 	case errors.Is(err, checkpoint.ErrNotCommitted):
 		return lo, nil, partUncommitted, err
-	case err != nil:
+	case errors.Is(err, checkpoint.ErrCorrupt):
 		return lo, nil, partCorrupt, err
+	case err != nil:
+		return lo, nil, partUnreadable, err
 	case ck.Elements("params") != n:
 		return lo, nil, partMisfit, fmt.Errorf("it holds %d parameters, the model has %d", ck.Elements("params"), n)
 	}
 	part, err = ck.Read("params", lo, hi-lo)
-	if err != nil {
+	if errors.Is(err, checkpoint.ErrCorrupt) {
 		return lo, nil, partCorrupt, err
+	}
+	if err != nil {
+		return lo, nil, partUnreadable, err
 	}
 	return lo, part, partOK, nil
 }
 
-// dropCorrupt is the ranks' common decision on a step some rank could not verify: rank 0
-// verifies the whole step to learn why and moves it aside; if it finds nothing wrong, the
-// step is kept and the gang fails (a node that cannot read good data must not destroy it).
+// dropCorrupt is the ranks' common decision on a step some rank found corrupt: rank 0
+// verifies the whole step to learn why and moves it aside; if it finds nothing wrong, or
+// only storage it cannot read, the step is kept and the gang fails (a node that cannot read
+// good data must not destroy it).
 func (r *rankState) dropCorrupt(step int64, own error) error {
 	decision := []float64{0} // 1: moved aside, 2: rank 0 found it good
 	if r.rank == 0 {
 		reason := own
-		if reason == nil {
+		if !errors.Is(reason, checkpoint.ErrCorrupt) {
 			ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
 			if err == nil {
 				err = ck.Verify()
@@ -481,7 +492,7 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 			reason = err
 		}
 		decision[0] = 2
-		if reason != nil {
+		if errors.Is(reason, checkpoint.ErrCorrupt) {
 			to, err := checkpoint.MoveAside(r.cfg.CheckpointDir, step, reason.Error())
 			if err != nil {
 				return fmt.Errorf("moving corrupt step %d aside: %w", step, err)
@@ -497,7 +508,7 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
 	}
 	if decision[0] != 1 {
-		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but verified on rank 0: %v", r.rank, step, own)
+		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but rank 0 found no corruption: %v", r.rank, step, own)
 	}
 	return nil
 }
