@@ -1,7 +1,7 @@
 // Package checkpoint is distributed checkpointing: every rank writes its own shard in parallel,
 // then one coordinator commits a manifest — written to a unique temporary name, fsynced,
-// linked into place, directories fsynced. The manifest is the commit marker: a checkpoint without one does
-// not exist. It lists every tensor's dtype, global shape and shards (file, byte offset,
+// linked into place, directories fsynced. The manifest is the commit marker: a checkpoint
+// without one does not exist. It lists every tensor's dtype, global shape and shards (file, byte offset,
 // element range, CRC32C), so a loader verifies what it reads and can reshard N ranks' state
 // onto M ranks.
 //
@@ -261,7 +261,7 @@ var beforePublish = func(stepDir string) {}
 // published manifest is never overwritten), and the step and parent directories are fsynced.
 // A writer fenced by a newer attempt publishes nothing; one fenced while it published takes
 // its manifest back and prunes nothing.
-func Commit(dir string, attempt int, step int64, world int, state map[string]string, keep Retention) (*Manifest, error) {
+func Commit(dir string, attempt int, step int64, world int, state map[string]string, r Retention) (*Manifest, error) {
 	if err := fenced(dir, attempt); err != nil {
 		return nil, err
 	}
@@ -335,7 +335,7 @@ func Commit(dir string, attempt int, step int64, world int, state map[string]str
 		_ = syncDir(sd)
 		return nil, err
 	}
-	return m, prune(dir, attempt, step, keep)
+	return m, prune(dir, attempt, step, r)
 }
 
 // publish makes tmp visible as final without ever replacing an existing final: link(2), or
