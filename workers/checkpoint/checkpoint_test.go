@@ -300,3 +300,34 @@ func TestRetentionBoundsTheCorruptSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointsOfEarlierWorkersAreStillRead: a step written before attempts were in file
+// names (manifest.json, rank-R.bin, no attempt field) loads as the oldest attempt.
+func TestCheckpointsOfEarlierWorkersAreStillRead(t *testing.T) {
+	dir := t.TempDir()
+	save(t, dir, 100, 2, 3, true)
+	sd := stepDir(dir, 100)
+	b, err := os.ReadFile(filepath.Join(sd, manifestName(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := strings.ReplaceAll(strings.ReplaceAll(string(b), ".a0.bin", ".bin"), `"attempt": 0,`, "")
+	for r := range 2 {
+		if err := os.Rename(filepath.Join(sd, shardName(r, 0)), filepath.Join(sd, fmt.Sprintf("rank-%05d.bin", r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(sd, manifestName(0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sd, "manifest.json"), []byte(legacy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck, skipped, err := Latest(dir)
+	if err != nil || ck == nil || ck.Manifest.Attempt != legacyAttempt {
+		t.Fatalf("Latest = %+v, skipped %v, %v", ck, skipped, err)
+	}
+	if got, err := ck.Read("b", 0, 13); err != nil || fmt.Sprint(got) != fmt.Sprint(model(100)["b"]) {
+		t.Errorf("read %v, %v", got, err)
+	}
+}
