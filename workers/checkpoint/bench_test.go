@@ -53,13 +53,13 @@ func BenchmarkSaveParallelShards(b *testing.B) {
 			wg.Go(func() {
 				n := int64(benchElements / benchRanks)
 				t := Tensor{Name: "params", Shape: []int64{benchElements}, Start: int64(r) * n, Data: state[int64(r)*n : int64(r+1)*n]}
-				if err := WriteShard(dir, int64(i), r, []Tensor{t}); err != nil {
+				if err := WriteShard(dir, 0, int64(i), r, []Tensor{t}); err != nil {
 					b.Error(err)
 				}
 			})
 		}
 		wg.Wait()
-		if _, err := Commit(dir, int64(i), benchRanks, nil, 1); err != nil {
+		if _, err := Commit(dir, 0, int64(i), benchRanks, nil, Retention{Keep: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -78,10 +78,10 @@ func BenchmarkSaveFunnelledThroughRank0(b *testing.B) {
 			gathered = append(gathered, state[r*n:(r+1)*n]...)
 		}
 		t := Tensor{Name: "params", Shape: []int64{benchElements}, Data: gathered}
-		if err := WriteShard(dir, int64(i), 0, []Tensor{t}); err != nil {
+		if err := WriteShard(dir, 0, int64(i), 0, []Tensor{t}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Commit(dir, int64(i), 1, nil, 1); err != nil {
+		if _, err := Commit(dir, 0, int64(i), 1, nil, Retention{Keep: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

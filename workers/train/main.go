@@ -17,8 +17,9 @@ import (
 )
 
 // Main is the zaya-worker command: flags for the model, the worker contract's environment for
-// everything else. It returns the process exit code: 0 done, 78 bad configuration, 1 failed
-// (a peer was lost, say: the operator restarts the gang).
+// everything else. It returns the process exit code: 0 done, 78 bad configuration, 75 saved
+// and stopped before the last step (signalled, or a peer was), 1 failed (a peer was lost,
+// say: the operator restarts the gang).
 func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zaya-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,13 +66,15 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer stop()
 	res, err := Run(ctx, cfg)
 	var cerr *ConfigError
+	var stopped *StoppedError
 	switch {
 	case errors.As(err, &cerr):
 		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
 		return ExitConfig
-	case errors.Is(err, context.Canceled):
-		_, _ = fmt.Fprintf(stderr, "zaya-worker: stopped at step %d, checkpoint %d\n", res.Step, res.CheckpointStep)
-		return 143 // as if SIGTERM had ended us, after a clean save
+	case errors.As(err, &stopped), errors.Is(err, context.Canceled):
+		// Not done: exit 0 would tell the operator the run is complete.
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: stopped at step %d, checkpoint %d: %v\n", res.Step, res.CheckpointStep, err)
+		return contract.ExitStopped
 	case err != nil:
 		_, _ = fmt.Fprintln(stderr, "zaya-worker:", err)
 		return 1

@@ -8,6 +8,7 @@ package train
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -43,9 +45,11 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
+	Attempt                                       int           // ZAYA_RESTART_ATTEMPT: fences older attempts' writers
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
+	restored                                      int64 // the step resume restored: retention keeps it until a newer one is kept
 	Steps, Seq, Dim                               int
 	LR                                            float64
 	Seed                                          uint64
@@ -83,6 +87,7 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}{
 		{contract.EnvNodeRank, &cfg.NodeRank, 0}, {contract.EnvNNodes, &cfg.Nodes, 1}, {contract.EnvGPUsPerNode, &cfg.GPUsPerNode, 1},
 		{contract.EnvWorldSize, &world, 1}, {contract.EnvContextParallel, &cfg.ContextParallel, 1},
+		{contract.EnvRestartAttempt, &cfg.Attempt, 0},
 	} {
 		if err := num(f.name, f.into, f.min); err != nil {
 			return cfg, err
@@ -140,6 +145,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// StoppedError is why a rank saved and stopped before its last step: it was signalled, or a
+// peer was and the ranks agreed to stop together. The run is not complete: ExitStopped.
+type StoppedError struct {
+	Step int64
+	Why  string
+	err  error // the rank's own cancellation, if it was signalled
+}
+
+func (e *StoppedError) Error() string { return e.Why }
+func (e *StoppedError) Unwrap() error { return e.err }
+
 // Result is what a process reports when it stops.
 type Result struct {
 	Step, CheckpointStep int64
@@ -165,10 +181,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wg.Wait()
 	res := results[0]
+	err := errors.Join(errs...)
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
-	return res, errors.Join(errs...)
+	if cfg.TerminationLog != "" {
+		var stopped *StoppedError
+		switch {
+		case errors.As(err, &stopped):
+			appendLine(cfg.TerminationLog, contract.TerminationMessageStoppedPrefix+" "+stopped.Why)
+		case errors.Is(err, context.Canceled):
+			appendLine(cfg.TerminationLog, fmt.Sprintf("%s signalled at step %d, before the ranks could agree to save", contract.TerminationMessageStoppedPrefix, res.Step))
+		}
+	}
+	return res, err
 }
 
 // rocmError makes a missing or broken ROCm library a configuration error (the image is wrong:
@@ -247,8 +273,8 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if err != nil {
 			return r.res, err
 		}
-		if stop {
-			err = r.saveAndStop(ctx) // not in the return: r.res must be read after it
+		if stop.count > 0 && r.res.Step < int64(r.cfg.Steps) {
+			err = r.saveAndStop(ctx, stop) // not in the return: r.res must be read after it
 			return r.res, err
 		}
 		if err := r.checkpointIfDue(periodDue); err != nil {
@@ -322,33 +348,228 @@ func (r *rankState) connect(ctx context.Context) error {
 	return nil
 }
 
-// resume loads the parameters of the newest good checkpoint, if there is one.
+// resume restores the newest step whose every part verifies, agreed by every rank: rank 0
+// proposes the steps newest first, each rank opens the manifest and reads and verifies only
+// its own slice of the parameters (so the step is read about once in total), and the ranks
+// vote through an all-reduce. A committed step that fails is moved aside by rank 0, so the
+// gang can save that step number again instead of being refused forever; a step without a
+// manifest is an unfinished save and is skipped. The ranks then share their slices.
 func (r *rankState) resume() error {
-	if r.cfg.CheckpointDir == "" {
+	dir := r.cfg.CheckpointDir
+	if dir == "" {
 		return nil
 	}
-	ck, skipped, err := checkpoint.Latest(r.cfg.CheckpointDir)
-	if err != nil {
-		return err
-	}
-	for _, s := range skipped {
-		if r.rank == 0 {
-			_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint %v\n", s)
+	var steps []int64
+	var fenced error
+	if r.rank == 0 {
+		// Before reading anything: from now on no writer of an older attempt (a stale pod)
+		// can publish or delete a step here.
+		if err := checkpoint.Fence(dir, r.cfg.Attempt); errors.Is(err, checkpoint.ErrFenced) {
+			fenced = err
+		} else if err != nil {
+			return err
+		} else if steps, err = checkpoint.Steps(dir); err != nil {
+			return err
 		}
 	}
-	if ck == nil {
+	for i := 0; ; i++ {
+		// Rank 0's proposal, as step+1 (0: no step left, a fresh start), and whether a newer
+		// attempt owns the directory.
+		prop := []float64{0, 0}
+		if r.rank == 0 && i < len(steps) {
+			prop[0] = float64(steps[i] + 1)
+		}
+		if fenced != nil {
+			prop[1] = 1
+		}
+		if err := r.tr.AllReduce(prop); err != nil {
+			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+		}
+		if prop[1] > 0 {
+			// This pod is stale, or a new job reuses an older job's volume with lower
+			// attempt numbers: restarting cannot help either, so every rank says so.
+			if fenced == nil {
+				fenced = errors.New("rank 0 found it fenced by a newer attempt")
+			}
+			return &ConfigError{fmt.Sprintf("%s=%d: %v: another gang owns %s (remove its attempt-<N> marker if no job uses it any more)",
+				contract.EnvRestartAttempt, r.cfg.Attempt, fenced, dir)}
+		}
+		step := int64(prop[0]) - 1
+		if step < 0 {
+			r.restored(0)
+			return nil
+		}
+		lo, part, outcome, err := r.verifyPart(step)
+		vote := make([]float64, partOK) // ranks that found it corrupt, not committed, not fitting, unreadable
+		if outcome != partOK {
+			vote[outcome] = 1
+		}
+		if err := r.tr.AllReduce(vote); err != nil {
+			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+		}
+		switch {
+		case vote[partMisfit] > 0:
+			if err == nil {
+				err = fmt.Errorf("another rank found it does not fit")
+			}
+			return &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", step, err)}
+		case vote[partCorrupt] > 0:
+			if err := r.dropCorrupt(step, err); err != nil {
+				return err
+			}
+			continue
+		case vote[partUnreadable] > 0:
+			// Storage that cannot be read now is no reason to give up a step: fail, and
+			// let the restarted gang try again.
+			return fmt.Errorf("rank %d: checkpoint step %d could not be read by %.0f rank(s) (this one: %v)", r.rank, step, vote[partUnreadable], err)
+		case vote[partUncommitted] > 0:
+			if r.rank == 0 {
+				_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint step %d: not committed\n", step)
+			}
+			continue
+		}
+		params, err := r.gather(lo, part)
+		if err != nil {
+			return err
+		}
+		r.m.params = params
+		r.res.Step, r.res.CheckpointStep, r.cfg.restored = step, step, step
+		if r.rank == 0 {
+			_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", step)
+		}
+		r.restored(step)
 		return nil
 	}
-	p, err := ck.Read("params", 0, int64(r.n))
-	if err != nil {
-		return &ConfigError{fmt.Sprintf("checkpoint at step %d does not fit this model: %v", ck.Manifest.Step, err)}
+}
+
+// What a rank found when it verified its part of a step.
+const (
+	partCorrupt = iota
+	partUncommitted
+	partMisfit
+	partUnreadable
+	partOK
+)
+
+// verifyPart opens step's manifest and reads and verifies this rank's slice of the parameters.
+func (r *rankState) verifyPart(step int64) (lo int64, part []float32, outcome int, err error) {
+	n := int64(r.n)
+	lo, hi := n*int64(r.rank)/int64(r.world), n*int64(r.rank+1)/int64(r.world)
+	ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotCommitted):
+		return lo, nil, partUncommitted, err
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		return lo, nil, partCorrupt, err
+	case err != nil:
+		return lo, nil, partUnreadable, err
+	case ck.Elements("params") != n:
+		return lo, nil, partMisfit, fmt.Errorf("it holds %d parameters, the model has %d", ck.Elements("params"), n)
 	}
-	r.m.params = p
-	r.res.Step, r.res.CheckpointStep = ck.Manifest.Step, ck.Manifest.Step
+	part, err = ck.Read("params", lo, hi-lo)
+	if errors.Is(err, checkpoint.ErrCorrupt) {
+		return lo, nil, partCorrupt, err
+	}
+	if err != nil {
+		return lo, nil, partUnreadable, err
+	}
+	return lo, part, partOK, nil
+}
+
+// dropCorrupt is the ranks' common decision on a step some rank found corrupt: rank 0
+// verifies the whole step to learn why and moves it aside; if it finds nothing wrong, or
+// only storage it cannot read, the step is kept and the gang fails (a node that cannot read
+// good data must not destroy it).
+func (r *rankState) dropCorrupt(step int64, own error) error {
+	decision := []float64{0} // 1: moved aside, 2: rank 0 found it good
 	if r.rank == 0 {
-		_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", ck.Manifest.Step)
+		reason := own
+		if !errors.Is(reason, checkpoint.ErrCorrupt) {
+			ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
+			if err == nil {
+				err = ck.Verify()
+			}
+			reason = err
+		}
+		decision[0] = 2
+		if errors.Is(reason, checkpoint.ErrCorrupt) {
+			to, err := checkpoint.MoveAside(r.cfg.CheckpointDir, step, reason.Error())
+			if err != nil {
+				return fmt.Errorf("moving corrupt step %d aside: %w", step, err)
+			}
+			decision[0] = 1
+			_, _ = fmt.Fprintf(r.cfg.Log, "checkpoint step %d is corrupt, moved to %s: %v\n", step, to, reason)
+			if r.cfg.TerminationLog != "" {
+				appendLine(r.cfg.TerminationLog, fmt.Sprintf("%s step=%d moved to %s: %s", contract.TerminationMessageCorruptPrefix, step, filepath.Base(to), truncate(reason.Error(), 300)))
+			}
+		}
+	}
+	if err := r.tr.AllReduce(decision); err != nil {
+		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+	}
+	if decision[0] != 1 {
+		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but rank 0 found no corruption: %v", r.rank, step, own)
 	}
 	return nil
+}
+
+// gather gives every rank the whole parameters from each rank's verified slice, bit for bit:
+// an all-gather of the bytes where the transport has one, else an all-reduce of the float32
+// bits (as exact float64 integers, every other rank adding zero), so no bit changes, the
+// sign of zero and NaN payloads included.
+func (r *rankState) gather(lo int64, part []float32) ([]float32, error) {
+	if r.world == 1 {
+		return part, nil
+	}
+	if g, ok := r.tr.(transport.Gatherer); ok {
+		b := make([]byte, 4*len(part))
+		for i, x := range part {
+			binary.LittleEndian.PutUint32(b[4*i:4*i+4], math.Float32bits(x))
+		}
+		parts, err := g.AllGather(b)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d sharing restored parameters: %w", r.rank, err)
+		}
+		out := make([]float32, r.n)
+		n := int64(r.n)
+		for k, p := range parts {
+			klo := n * int64(k) / int64(r.world)
+			dst := out[klo : n*int64(k+1)/int64(r.world)]
+			if len(p) != 4*len(dst) {
+				return nil, fmt.Errorf("rank %d sharing restored parameters: rank %d sent %d bytes, want %d", r.rank, k, len(p), 4*len(dst))
+			}
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i : 4*i+4]))
+			}
+		}
+		return out, nil
+	}
+	vec := make([]float64, r.n)
+	for i, x := range part {
+		vec[lo+int64(i)] = float64(math.Float32bits(x))
+	}
+	if err := r.tr.AllReduce(vec); err != nil {
+		return nil, fmt.Errorf("rank %d sharing restored parameters: %w", r.rank, err)
+	}
+	out := make([]float32, r.n)
+	for i, v := range vec {
+		out[i] = math.Float32frombits(uint32(v))
+	}
+	return out, nil
+}
+
+// restored tells the operator, once per process, which step training goes on from (0: none).
+func (r *rankState) restored(step int64) {
+	if r.local == 0 && r.cfg.TerminationLog != "" {
+		appendLine(r.cfg.TerminationLog, contract.TerminationMessageRestoredPrefix+strconv.FormatInt(step, 10))
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // startTraining starts the clocks of throughput and time-based checkpoints.
@@ -357,27 +578,31 @@ func (r *rankState) startTraining() {
 	r.lastSave = time.Now()
 }
 
+// stopVote is what the step's all-reduce said about stopping: how many ranks were signalled
+// and the sum of their ranks (the rank itself when only one was).
+type stopVote struct{ count, rankSum int }
+
 // step trains one step in lockstep with every rank and returns the ranks' stop and save calls.
-func (r *rankState) step(ctx context.Context) (stop, periodDue bool, err error) {
+func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, err error) {
 	if r.cfg.Pace > 0 {
 		time.Sleep(r.cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
 	}
 	vec, err := r.gradients()
 	if err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	if err := r.vote(ctx, vec); err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	if err := r.tr.AllReduce(vec); err != nil {
-		return false, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
+		return stop, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
 	}
 	if err := r.apply(vec); err != nil {
-		return false, false, err
+		return stop, false, err
 	}
 	r.report()
 	n := r.n
-	return vec[1+n] > 0, vec[4+n] > 0, nil
+	return stopVote{int(vec[1+n]), int(vec[5+n])}, vec[4+n] > 0, nil
 }
 
 // gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
@@ -407,8 +632,9 @@ func (r *rankState) gradients() ([]float64, error) {
 	}
 	// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
 	// this rank's background save is written, the last step rank 0 committed, and rank 0's
-	// call (by its clock) that a time-based checkpoint is due after this step (see vote).
-	vec := make([]float64, 5+n)
+	// call (by its clock) that a time-based checkpoint is due after this step, and the sum of
+	// the signalled ranks (see vote).
+	vec := make([]float64, 6+n)
 	vec[0] = loss / r.norm
 	for wi, g := range []attention.Grad{dq, dk, dv} {
 		for i := range xl.Rows {
@@ -427,7 +653,7 @@ func (r *rankState) gradients() ([]float64, error) {
 func (r *rankState) vote(ctx context.Context, vec []float64) error {
 	n := r.n
 	if ctx.Err() != nil {
-		vec[1+n] = 1
+		vec[1+n], vec[5+n] = 1, float64(r.rank)
 	}
 	if r.pending != nil {
 		if written, err := r.pending.written(); err != nil {
@@ -488,8 +714,10 @@ func (r *rankState) report() {
 	}
 }
 
-// saveAndStop checkpoints the step the ranks agreed to stop after and returns why they stopped.
-func (r *rankState) saveAndStop(ctx context.Context) error {
+// saveAndStop checkpoints the step the ranks agreed to stop after and returns why they stopped:
+// always a StoppedError, also on a rank nobody signalled, so that no rank reports a run it
+// did not finish as done.
+func (r *rankState) saveAndStop(ctx context.Context, vote stopVote) error {
 	if err := finishSave(r.cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
 		return err
 	}
@@ -499,7 +727,14 @@ func (r *rankState) saveAndStop(ctx context.Context) error {
 		}
 		r.res.CheckpointStep = r.res.Step
 	}
-	return ctx.Err()
+	why := fmt.Sprintf("%d ranks were stopped at step %d", vote.count, r.res.Step)
+	switch {
+	case ctx.Err() != nil:
+		why = fmt.Sprintf("rank %d was signalled at step %d", r.rank, r.res.Step)
+	case vote.count == 1:
+		why = fmt.Sprintf("peer rank %d was stopped at step %d", vote.rankSum, r.res.Step)
+	}
+	return &StoppedError{Step: r.res.Step, Why: why, err: ctx.Err()}
 }
 
 // checkpointIfDue starts a background save when the step or time interval says so.
@@ -579,7 +814,7 @@ func startSave(cfg Config, rank, world int, step int64, params []float32) *infli
 	f := &inflight{step: step, done: make(chan error, 1)}
 	go func() {
 		t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: snapshot}
-		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, step, rank, []checkpoint.Tensor{t})
+		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t})
 	}()
 	return f
 }
@@ -613,7 +848,8 @@ func finishSave(cfg Config, tr transport.Transport, rank, world int, pending **i
 }
 
 func commit(cfg Config, world int, step int64) error {
-	if _, err := checkpoint.Commit(cfg.CheckpointDir, step, world, map[string]string{"step": strconv.FormatInt(step, 10)}, cfg.Keep); err != nil {
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, map[string]string{"step": strconv.FormatInt(step, 10)},
+		checkpoint.Retention{Keep: cfg.Keep, Protect: cfg.restored}); err != nil {
 		return err
 	}
 	_, _ = fmt.Fprintf(cfg.Log, "checkpoint step %d committed\n", step)
@@ -625,7 +861,7 @@ func save(cfg Config, tr transport.Transport, rank, world int, step int64, param
 	n := int64(len(params))
 	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
 	t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: params[lo:hi]}
-	if err := checkpoint.WriteShard(cfg.CheckpointDir, step, rank, []checkpoint.Tensor{t}); err != nil {
+	if err := checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t}); err != nil {
 		return fmt.Errorf("rank %d writing its shard of step %d: %w", rank, step, err)
 	}
 	if err := tr.Barrier(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
@@ -31,6 +33,14 @@ import (
 // worker processes that talk TCP, as pods would.
 func TestMain(m *testing.M) {
 	if os.Getenv("ZAYA_TRAIN_CHILD") != "" {
+		if v := os.Getenv("ZAYA_TEST_FSIZE"); v != "" {
+			// A full disk: writes past v bytes fail with EFBIG instead of killing the process.
+			n, _ := strconv.ParseUint(v, 10, 64)
+			signal.Ignore(syscall.SIGXFSZ)
+			if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				panic(err)
+			}
+		}
 		os.Exit(Main(strings.Fields(os.Getenv("ZAYA_ARGS")), os.Getenv, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -39,6 +49,7 @@ func TestMain(m *testing.M) {
 // job is a gang of worker processes sharing a checkpoint directory.
 type job struct {
 	nodes, gpus, cp int
+	attempt         int // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
 	args            string
 	dir, port       string
 }
@@ -48,7 +59,7 @@ func (j job) env(node int, out string) []string {
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
-		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port,
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port, "ZAYA_RESTART_ATTEMPT="+strconv.Itoa(j.attempt),
 		"ZAYA_CHECKPOINT_DIR="+filepath.Join(j.dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL=4", "ZAYA_CHECKPOINT_KEEP=2",
 		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
 }
@@ -159,7 +170,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	cmds := j.start(t, out, logs)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", "step-000000000008", "manifest.json")); err == nil {
+		if committed(filepath.Join(j.dir, "ckpt"), 8) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -178,7 +189,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 		}
 	}
 
-	j.port = testnet.FreePort(t) // a new gang: new pods
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1 // a new gang: new pods
 	logs = j.logs()
 	waitAll(t, j.start(t, out, logs), logs)
 	if !strings.Contains(logs[0].String(), "resumed from step") {
@@ -231,7 +242,7 @@ func TestMetricsReportProgressAndSaves(t *testing.T) {
 
 func TestConfigurationErrorsExit78(t *testing.T) {
 	base := map[string]string{
-		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2", "ZAYA_RESTART_ATTEMPT": "0",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
 	}
 	cases := []struct {
@@ -241,6 +252,9 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		wants string
 	}{
 		{"missing rank", map[string]string{"NODE_RANK": ""}, "", "NODE_RANK is not set"},
+		{"missing attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": ""}, "", "ZAYA_RESTART_ATTEMPT is not set"},
+		{"garbage attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": "two"}, "", `ZAYA_RESTART_ATTEMPT="two" must be an integer >= 0`},
+		{"negative attempt", map[string]string{"ZAYA_RESTART_ATTEMPT": "-1"}, "", `ZAYA_RESTART_ATTEMPT="-1" must be an integer >= 0`},
 		{"world mismatch", map[string]string{"WORLD_SIZE": "3"}, "", "WORLD_SIZE=3 is not NNODES x GPUS_PER_NODE = 2"},
 		{"no master", map[string]string{"MASTER_PORT": ""}, "", "MASTER_ADDR and MASTER_PORT"},
 		{"cp does not divide", map[string]string{"ZAYA_CONTEXT_PARALLEL": "3"}, "", "must divide the world size"},
@@ -279,45 +293,94 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 }
 
 // TestSIGTERMSavesAFinalCheckpoint: when the gang is deleted every worker gets SIGTERM; the
-// ranks agree on a step through their all-reduce, save it, and exit 143.
+// ranks agree on a step through their all-reduce, save it, and exit 75: not done.
 func TestSIGTERMSavesAFinalCheckpoint(t *testing.T) {
 	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: testnet.FreePort(t)}
 	logs := j.logs()
 	cmds := j.start(t, filepath.Join(j.dir, "params"), logs)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logs[0].String(), "step 10 ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress:\n%s", logs[0])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStep(t, 10, logs)
 	for _, cmd := range cmds {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 	}
-	steps := map[string]bool{}
+	steps := map[int64]bool{}
 	for node, cmd := range cmds {
 		err := cmd.Wait()
 		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 143 {
-			t.Fatalf("node %d: %v, want exit 143\n%s", node, err, logs[node])
+		if !errors.As(err, &exit) || exit.ExitCode() != contract.ExitStopped {
+			t.Fatalf("node %d: %v, want exit %d\n%s", node, err, contract.ExitStopped, logs[node])
 		}
-		b, _ := os.ReadFile(filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)))
-		steps[strings.TrimSpace(string(b))] = true
+		step, stopped := terminationLines(t, j.dir, node)
+		if want := fmt.Sprintf("rank %d was signalled at step %d", node, step); stopped != want {
+			t.Errorf("node %d: stopped line %q, want %q", node, stopped, want)
+		}
+		steps[step] = true
 	}
 	if len(steps) != 1 {
 		t.Fatalf("nodes disagree on the final checkpoint: %v", steps)
 	}
-	for s := range steps {
-		var step int
-		if _, err := fmt.Sscanf(s, "checkpoint-step=%d", &step); err != nil || step < 10 {
-			t.Fatalf("termination message %q", s)
+	for step := range steps {
+		if step < 10 {
+			t.Fatalf("final checkpoint at step %d, want >= 10", step)
 		}
-		if _, err := os.Stat(filepath.Join(j.dir, "ckpt", fmt.Sprintf("step-%012d", step), "manifest.json")); err != nil {
-			t.Errorf("the final checkpoint %d is not committed: %v", step, err)
+		if !committed(filepath.Join(j.dir, "ckpt"), step) {
+			t.Errorf("the final checkpoint %d is not committed", step)
 		}
 	}
+}
+
+// TestAPeerStoppedRankIsNotDone: only node 1 gets SIGTERM; node 0 stops with it at the agreed
+// step, and must not exit 0 (done) in the middle of the run: it exits 75 and says why.
+func TestAPeerStoppedRankIsNotDone(t *testing.T) {
+	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4", dir: t.TempDir(), port: testnet.FreePort(t)}
+	logs := j.logs()
+	cmds := j.start(t, filepath.Join(j.dir, "params"), logs)
+	waitStep(t, 10, logs)
+	if err := cmds[1].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var steps [2]int64
+	for node, cmd := range cmds {
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != contract.ExitStopped {
+			t.Fatalf("node %d: %v, want exit %d (stopped, not done)\n%s", node, err, contract.ExitStopped, logs[node])
+		}
+		steps[node], _ = terminationLines(t, j.dir, node)
+	}
+	if steps[0] != steps[1] || steps[0] < 10 {
+		t.Fatalf("checkpoint steps %v, want one agreed step >= 10", steps)
+	}
+	if _, stopped := terminationLines(t, j.dir, 0); stopped != fmt.Sprintf("peer rank 1 was stopped at step %d", steps[0]) {
+		t.Errorf("node 0's stopped line %q", stopped)
+	}
+	if _, err := os.Stat(filepath.Join(j.dir, "params")); err == nil {
+		t.Error("a stopped run wrote its final parameters")
+	}
+}
+
+// terminationLines reads node's termination log: the checkpoint step and the stopped reason.
+func terminationLines(t *testing.T, dir string, node int) (step int64, stopped string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("termination-%d", node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step = -1
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "checkpoint-step="); ok {
+			step, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, contract.TerminationMessageStoppedPrefix+" "); ok {
+			stopped = v
+		}
+	}
+	if step < 0 {
+		t.Fatalf("node %d's termination log has no checkpoint step: %q", node, b)
+	}
+	return step, stopped
 }
 
 // TestRandomKillsIncludingMidSave kills a random node's worker at a random step — once right
@@ -340,9 +403,9 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 			t.Fatalf("round %d: gate step %d is past the end of the job", round, gate)
 		}
 		gateRank := r.IntN(j.nodes * j.gpus)
-		fifo := holdSave(t, ckpt, gate, gateRank)
+		j.port, j.attempt = testnet.FreePort(t), round
+		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt)
 
-		j.port = testnet.FreePort(t)
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
 		t.Cleanup(func() { // a held gang never ends by itself if the test stops early
@@ -381,13 +444,13 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 		if err := os.Remove(fifo); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(filepath.Join(ckpt, fmt.Sprintf("step-%012d", gate), "manifest.json")); err == nil {
+		if committed(ckpt, gate) {
 			t.Fatalf("round %d: the held save of step %d was committed", round, gate)
 		}
 		t.Logf("round %d: resumed from step %d, save of step %d held on rank %d, node %d killed at %s", round, from, gate, gateRank, victim, at)
 	}
 
-	j.port = testnet.FreePort(t)
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
 	logs := j.logs()
 	waitAll(t, j.start(t, out, logs), logs)
 	if ParseLog(logs[0].String()).Resumed == 0 {
@@ -400,6 +463,12 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("after 4 kills the parameters differ from the uninterrupted run")
 	}
+}
+
+// committed is whether step is a committed checkpoint in dir.
+func committed(dir string, step int64) bool {
+	_, err := checkpoint.Open(dir, step)
+	return err == nil
 }
 
 // committedStep is the step of the newest checkpoint a gang would resume from (0: none).
@@ -417,7 +486,7 @@ func committedStep(t *testing.T, dir string) int64 {
 
 // holdSave makes rank's shard of step a FIFO: the rank's save blocks opening it until a
 // reader comes, so the checkpoint cannot commit and the gang stops at its next save.
-func holdSave(t *testing.T, dir string, step int64, rank int) string {
+func holdSave(t *testing.T, dir string, step int64, rank, attempt int) string {
 	t.Helper()
 	// step is past the last commit: anything there is a killed gang's unfinished save.
 	sd := filepath.Join(dir, fmt.Sprintf("step-%012d", step))
@@ -427,7 +496,7 @@ func holdSave(t *testing.T, dir string, step int64, rank int) string {
 	if err := os.MkdirAll(sd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(sd, fmt.Sprintf("rank-%05d.bin", rank))
+	fifo := filepath.Join(sd, fmt.Sprintf("rank-%05d.a%d.bin", rank, attempt))
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +535,7 @@ func waitSaveBegun(t *testing.T, dir string, step int64, logs []*syncBuffer) {
 // same steps and the checkpoints commit.
 func TestDurationIntervalCheckpointsByRankZerosClock(t *testing.T) {
 	env := map[string]string{
-		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2",
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "2", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "2", "ZAYA_RESTART_ATTEMPT": "0",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": testnet.FreePort(t), "ZAYA_CHECKPOINT_INTERVAL": "1ns",
 		"ZAYA_CHECKPOINT_DIR": t.TempDir(), "ZAYA_CHECKPOINT_KEEP": "100",
 	}

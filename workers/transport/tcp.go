@@ -331,6 +331,83 @@ func (t *TCP) AllReduce(v []float64) error {
 	return nil
 }
 
+// AllGather gives every rank every rank's part, by rank, through rank 0: each part crosses
+// the network once to rank 0 and once to each other rank, as bytes (no float64 widening).
+func (t *TCP) AllGather(part []byte) ([][]byte, error) {
+	world := t.cfg.World
+	if world == 1 {
+		return [][]byte{part}, nil
+	}
+	if t.cfg.Rank != 0 {
+		if err := t.master.send(part); err != nil {
+			return nil, err
+		}
+		b, err := t.master.recv()
+		if err != nil {
+			return nil, err
+		}
+		return splitParts(b, world)
+	}
+	parts := make([][]byte, world)
+	parts[0] = part
+	total := 8 * world
+	for r := 1; r < world; r++ {
+		b, err := t.members[r].recv()
+		if err != nil {
+			return nil, fmt.Errorf("transport: all-gather from rank %d: %w", r, err)
+		}
+		parts[r] = b
+		total += len(b)
+	}
+	if total > maxFrame {
+		return nil, fmt.Errorf("transport: all-gather of %d bytes is over the %d limit", total, maxFrame)
+	}
+	out := make([]byte, 0, total)
+	for _, p := range parts {
+		out = binary.BigEndian.AppendUint64(out, uint64(len(p)))
+	}
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := 1; r < world; r++ {
+		wg.Go(func() {
+			if err := t.members[r].send(out); err != nil {
+				errs[r] = fmt.Errorf("transport: all-gather to rank %d: %w", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	return parts, errors.Join(errs...)
+}
+
+// splitParts undoes AllGather's message: world lengths, then the parts.
+func splitParts(b []byte, world int) ([][]byte, error) {
+	if len(b) < 8*world {
+		return nil, fmt.Errorf("transport: all-gather message of %d bytes for %d ranks", len(b), world)
+	}
+	parts := make([][]byte, world)
+	off := uint64(8 * world)
+	for r := range world {
+		n := binary.BigEndian.Uint64(b[8*r:])
+		if n > uint64(len(b))-off {
+			return nil, fmt.Errorf("transport: all-gather message is shorter than its parts")
+		}
+		parts[r] = b[off : off+n]
+		off += n
+	}
+	return parts, nil
+}
+
+// Gatherer is a transport with an all-gather of bytes; transports without one can gather
+// through AllReduce.
+type Gatherer interface {
+	AllGather(part []byte) ([][]byte, error)
+}
+
+var _ Gatherer = (*TCP)(nil)
+
 // Barrier returns once every rank has called it.
 func (t *TCP) Barrier() error { return t.AllReduce(nil) }
 

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -119,6 +120,28 @@ func TestAllReduceGivesEveryRankTheSameSum(t *testing.T) {
 	}
 	if results[0][0] != 6 {
 		t.Errorf("sum of ranks = %v, want 6", results[0][0])
+	}
+}
+
+func TestAllGatherGivesEveryRankEveryPart(t *testing.T) {
+	const world = 4
+	var mu sync.Mutex
+	results := map[int]string{}
+	group(t, world, func(tr *TCP) error {
+		part := bytes.Repeat([]byte{byte('a' + tr.Rank())}, tr.Rank()) // rank 0's part is empty
+		parts, err := tr.AllGather(part)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		results[tr.Rank()] = fmt.Sprintf("%q", parts)
+		mu.Unlock()
+		return nil
+	})
+	for r := range world {
+		if got := results[r]; got != `["" "b" "cc" "ddd"]` {
+			t.Errorf("rank %d gathered %s", r, got)
+		}
 	}
 }
 

@@ -1,0 +1,204 @@
+package checkpoint
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// attemptValues is what attempt saves at step: distinct per attempt, so a reader can tell
+// whose data it got.
+func attemptValues(step int64, attempt int) []float32 {
+	v := make([]float32, 64)
+	for i := range v {
+		v[i] = float32(step)*1000 + float32(attempt)*100000 + float32(i)
+	}
+	return v
+}
+
+// writeAttempt writes step from 2 ranks of attempt; commit publishes it.
+func writeAttempt(dir string, attempt int, step int64, commit bool) error {
+	v := attemptValues(step, attempt)
+	for rank := range 2 {
+		t := Tensor{Name: "v", Shape: []int64{64}, Start: int64(32 * rank), Data: v[32*rank : 32*(rank+1)]}
+		if err := WriteShard(dir, attempt, step, rank, []Tensor{t}); err != nil {
+			return err
+		}
+	}
+	if commit {
+		_, err := Commit(dir, attempt, step, 2, nil, Retention{Keep: 3})
+		return err
+	}
+	return nil
+}
+
+// checkWhole fails unless step is committed by attempt and reads back as exactly its data.
+func checkWhole(t *testing.T, dir string, step int64, attempt int) {
+	t.Helper()
+	ck, err := Open(dir, step)
+	if err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	if ck.Manifest.Attempt != attempt {
+		t.Fatalf("step %d is attempt %d's, want attempt %d's", step, ck.Manifest.Attempt, attempt)
+	}
+	got, err := ck.Read("v", 0, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := attemptValues(step, attempt)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("step %d element %d = %v, want attempt %d's %v", step, i, got[i], attempt, want[i])
+		}
+	}
+}
+
+func TestAStaleWriterIsFenced(t *testing.T) {
+	dir := t.TempDir()
+	if err := Fence(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAttempt(dir, 1, 10, false); err != nil { // the old gang's save, in flight
+		t.Fatal(err)
+	}
+	if err := Fence(dir, 2); err != nil { // the new gang starts
+		t.Fatal(err)
+	}
+	if _, err := Commit(dir, 1, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
+		t.Errorf("the old attempt's commit: %v, want ErrFenced", err)
+	}
+	if err := writeAttempt(dir, 1, 11, false); !errors.Is(err, ErrFenced) {
+		t.Errorf("the old attempt's next shard: %v, want ErrFenced", err)
+	}
+	if err := Fence(dir, 1); !errors.Is(err, ErrFenced) {
+		t.Errorf("an old attempt starting late: %v, want ErrFenced", err)
+	}
+	if _, err := Open(dir, 10); !errors.Is(err, ErrNotCommitted) {
+		t.Errorf("step 10 after the fenced commit: %v, want not committed", err)
+	}
+	if err := writeAttempt(dir, 2, 10, true); err != nil {
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 10, 2)
+}
+
+func TestAnOlderAttemptsManifestNeverStandsForANewerOnes(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeAttempt(dir, 1, 10, true); err != nil { // committed before the new gang began
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 10, 1)
+	if err := Fence(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAttempt(dir, 2, 10, true); err != nil { // the same step number again
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 10, 2)
+	if _, err := os.Stat(filepath.Join(stepDir(dir, 10), manifestName(1))); err != nil {
+		t.Errorf("the older attempt's files were touched: %v", err)
+	}
+	if err := writeAttempt(dir, 2, 10, true); err == nil {
+		t.Error("an attempt committed the same step twice")
+	}
+	checkWhole(t, dir, 10, 2)
+}
+
+// TestFencedWhilePublishing: the old attempt passed its fence check and is about to publish
+// when the new attempt starts and commits the same step; the old one must take its
+// manifest back and the step must be wholly the new attempt's.
+func TestFencedWhilePublishing(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeAttempt(dir, 1, 10, false); err != nil {
+		t.Fatal(err)
+	}
+	var newErr error
+	beforePublish = func(string) {
+		beforePublish = func(string) {}
+		if newErr = Fence(dir, 2); newErr == nil {
+			newErr = writeAttempt(dir, 2, 10, true)
+		}
+	}
+	defer func() { beforePublish = func(string) {} }()
+	if _, err := Commit(dir, 1, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
+		t.Errorf("the old attempt's commit: %v, want ErrFenced", err)
+	}
+	if newErr != nil {
+		t.Fatal(newErr)
+	}
+	checkWhole(t, dir, 10, 2)
+	if _, err := os.Stat(filepath.Join(stepDir(dir, 10), manifestName(1))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the fenced manifest is still published: %v", err)
+	}
+}
+
+// TestTwoLiveWritersAndAReader races an old attempt saving steps 1..40 against a new attempt
+// that starts at a random moment and saves the same steps, while a reader keeps loading the
+// newest checkpoint: every checkpoint it ever sees is wholly one attempt's and verifies, the
+// new attempt is never refused or pruned, and in the end every step it saved is its own.
+func TestTwoLiveWritersAndAReader(t *testing.T) {
+	for round := range 5 {
+		dir := t.TempDir()
+		r := rand.New(rand.NewPCG(uint64(round), 7))
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		var readErr atomic.Value
+		wg.Go(func() { // the stale gang
+			for step := int64(1); step <= 40; step++ {
+				if err := writeAttempt(dir, 1, step, true); err != nil {
+					if !errors.Is(err, ErrFenced) {
+						readErr.Store(err)
+					}
+					return
+				}
+			}
+		})
+		wg.Go(func() { // a reader
+			for !stop.Load() {
+				ck, _, err := Latest(dir)
+				if err != nil || ck == nil {
+					continue
+				}
+				got, err := ck.Read("v", 0, 64)
+				if err != nil {
+					continue // pruned under it: the next round reads a newer one
+				}
+				want := attemptValues(ck.Manifest.Step, ck.Manifest.Attempt)
+				for i := range got {
+					if got[i] != want[i] {
+						readErr.Store(errors.New("a reader saw a step mixing attempts"))
+					}
+				}
+			}
+		})
+		time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+		if err := Fence(dir, 2); err != nil {
+			t.Fatal(err)
+		}
+		for step := int64(1); step <= 40; step++ {
+			if err := writeAttempt(dir, 2, step, true); err != nil {
+				t.Fatalf("round %d: the new attempt at step %d: %v", round, step, err)
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		if err, _ := readErr.Load().(error); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		steps, _ := Steps(dir)
+		if len(steps) == 0 || steps[0] != 40 {
+			t.Fatalf("round %d: steps %v", round, steps)
+		}
+		for _, s := range steps {
+			if s >= 38 {
+				checkWhole(t, dir, s, 2)
+			}
+		}
+	}
+}

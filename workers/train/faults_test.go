@@ -1,0 +1,338 @@
+package train
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
+	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
+)
+
+// faultArgs is the run of the fault tests; a first gang runs only its first 12 steps.
+const faultArgs = "-steps=60 -seq=16 -dim=6 -log-every=1"
+
+// firstGang runs j's first 12 steps to the end (checkpoints every 4 steps, keeping 2) and
+// returns the newest and the previous committed checkpoint steps: 12 and 8. Both are steps
+// the next gang saves again.
+func firstGang(t *testing.T, j *job, out string) (newest, previous int64) {
+	t.Helper()
+	first := *j
+	first.args = strings.Replace(j.args, "-steps=60", "-steps=12", 1)
+	first.port = testnet.FreePort(t)
+	logs := first.logs()
+	waitAll(t, first.start(t, out, logs), logs)
+	var committed []int64
+	steps, err := checkpoint.Steps(filepath.Join(j.dir, "ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		if _, err := checkpoint.Open(filepath.Join(j.dir, "ckpt"), s); err == nil {
+			committed = append(committed, s)
+		}
+	}
+	if len(committed) != 2 || committed[0] != 12 || committed[1] != 8 {
+		t.Fatalf("committed steps %v, want [12 8]", committed)
+	}
+	_ = os.Remove(out)
+	return committed[0], committed[1]
+}
+
+// shardFiles are the shard data files of step under dir.
+func shardFiles(t *testing.T, dir string, step int64) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("step-%012d", step), "rank-*.bin"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no shards of step %d: %v", step, err)
+	}
+	return files
+}
+
+// TestDamagedNewestCheckpointResumesFromThePreviousOne damages the newest committed step in
+// each way storage can, restarts the gang once, and checks that it resumes
+// from the previous good step, reports what it restored and lost, saves the damaged step's
+// number again (no crash loop) and ends bit-identical to a run that never stopped.
+func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
+	want := uninterrupted(t, faultArgs)
+	faults := []struct {
+		name    string
+		corrupt bool // moved aside (else skipped as an unfinished save)
+		damage  func(t *testing.T, sd string, shards []string)
+	}{
+		{"bit flip in a shard", true, func(t *testing.T, _ string, shards []string) {
+			b, err := os.ReadFile(shards[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x10
+			if err := os.WriteFile(shards[1], b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated shard", true, func(t *testing.T, _ string, shards []string) {
+			if err := os.Truncate(shards[2], 7); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"missing shard", true, func(t *testing.T, _ string, shards []string) {
+			if err := os.Remove(shards[3]); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"torn manifest", true, func(t *testing.T, sd string, _ []string) {
+			if err := os.Truncate(filepath.Join(sd, "manifest.a0.json"), 40); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"missing manifest", false, func(t *testing.T, sd string, _ []string) {
+			if err := os.Remove(filepath.Join(sd, "manifest.a0.json")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
+			ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
+			newest, previous := firstGang(t, &j, out)
+			sd := filepath.Join(ckpt, fmt.Sprintf("step-%012d", newest))
+			f.damage(t, sd, shardFiles(t, ckpt, newest))
+			for node := range j.nodes {
+				_ = os.Remove(filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)))
+			}
+
+			j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+			logs := j.logs()
+			waitAll(t, j.start(t, out, logs), logs) // one restart, and it finishes: no crash loop
+			if p := ParseLog(logs[0].String()); p.Resumed != previous {
+				t.Errorf("resumed from step %d, want the previous good step %d\n%s", p.Resumed, previous, logs[0])
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("final parameters differ from the uninterrupted run")
+			}
+			term, _ := os.ReadFile(filepath.Join(j.dir, "termination-0"))
+			if !strings.Contains(string(term), fmt.Sprintf("%s%d\n", contract.TerminationMessageRestoredPrefix, previous)) {
+				t.Errorf("termination log %q does not report the restored step %d", term, previous)
+			}
+			moved, _ := filepath.Glob(filepath.Join(ckpt, fmt.Sprintf("%s%d-*", checkpoint.CorruptPrefix, newest)))
+			corruptLine := fmt.Sprintf("%s step=%d moved to ", contract.TerminationMessageCorruptPrefix, newest)
+			if !f.corrupt {
+				if len(moved) != 0 || strings.Contains(string(term), contract.TerminationMessageCorruptPrefix) {
+					t.Errorf("an unfinished save was reported corrupt: %v %q", moved, term)
+				}
+				return
+			}
+			if len(moved) != 1 {
+				t.Fatalf("step %d moved aside to %v, want one directory", newest, moved)
+			}
+			reason, err := os.ReadFile(filepath.Join(moved[0], "REASON"))
+			if err != nil || len(bytes.TrimSpace(reason)) == 0 {
+				t.Errorf("REASON: %q %v", reason, err)
+			}
+			if !strings.Contains(string(term), corruptLine+filepath.Base(moved[0])+": ") {
+				t.Errorf("termination log %q lacks %q", term, corruptLine)
+			}
+		})
+	}
+}
+
+// failingGang runs j (a restarted gang) with env added to node's process and expects every
+// node to fail, not to finish and not to hang.
+func failingGang(t *testing.T, j *job, out string, node int, env string) []*syncBuffer {
+	t.Helper()
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+	logs := j.logs()
+	cmds := make([]*exec.Cmd, j.nodes)
+	for n := range j.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = j.env(n, out)
+		if n == node && env != "" {
+			cmd.Env = append(cmd.Env, env)
+		}
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	timer := time.AfterFunc(time.Minute, func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	for n, cmd := range cmds {
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("node %d finished although the save failed\n%s", n, logs[n])
+		}
+	}
+	return logs
+}
+
+// TestFullDiskMidSave: a restarted gang's save fails because the disk is full (writes fail
+// with EFBIG: RLIMIT_FSIZE on one node's process), once writing a shard and once writing the
+// manifest. The gang fails at once (no hang, no exit 0), and the next gang, with space
+// again, resumes from the newest good step and ends bit-identical.
+func TestFullDiskMidSave(t *testing.T) {
+	want := uninterrupted(t, faultArgs)
+	for _, c := range []struct {
+		name  string
+		node  int
+		limit int // bytes: a shard is 108, a rank's shard list about 160, the manifest about 900
+		wants string
+	}{
+		{"writing a shard", 1, 64, ".a1.bin: file too large"},
+		{"writing the manifest", 0, 400, ".tmp: file too large"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
+			ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
+			newest, _ := firstGang(t, &j, out)
+			logs := failingGang(t, &j, out, c.node, fmt.Sprintf("ZAYA_TEST_FSIZE=%d", c.limit))
+			if !strings.Contains(logs[c.node].String(), c.wants) {
+				t.Errorf("node %d did not fail on the full disk:\n%s", c.node, logs[c.node])
+			}
+			if got := committedStep(t, ckpt); got != newest {
+				t.Fatalf("after the failed save the newest good step is %d, want %d", got, newest)
+			}
+
+			j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+			logs = j.logs()
+			waitAll(t, j.start(t, out, logs), logs)
+			if p := ParseLog(logs[0].String()); p.Resumed != newest {
+				t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
+			}
+			if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+				t.Fatal("final parameters differ from the uninterrupted run")
+			}
+		})
+	}
+}
+
+// TestStaleGangOfThePreviousAttempt: the operator started attempt 1 while attempt 0's
+// workers still run (a partitioned node, say) on the same volume. Attempt 1 fences the
+// directory; attempt 0 is refused at its next save and fails instead of publishing or
+// pruning; attempt 1 ends bit-identical, and every checkpoint left is its own.
+func TestStaleGangOfThePreviousAttempt(t *testing.T) {
+	const args = "-steps=60 -seq=16 -dim=6 -log-every=1 -pace=15ms"
+	want := uninterrupted(t, args)
+	ckptDir := t.TempDir()
+	stale := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: ckptDir, port: testnet.FreePort(t)}
+	staleOut := filepath.Join(ckptDir, "stale-params")
+	staleLogs := stale.logs()
+	staleCmds := stale.start(t, staleOut, staleLogs)
+	t.Cleanup(func() {
+		for _, cmd := range staleCmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	ckpt := filepath.Join(ckptDir, "ckpt")
+	waitFor(t, "attempt 0's checkpoint of step 8", staleLogs, func() bool { return committed(ckpt, 8) })
+
+	// The new gang: same volume, its own termination logs and parameters file.
+	fresh := stale
+	fresh.attempt, fresh.port = 1, testnet.FreePort(t)
+	out := filepath.Join(ckptDir, "params")
+	logs := fresh.logs()
+	cmds := make([]*exec.Cmd, fresh.nodes)
+	for n := range fresh.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(fresh.env(n, out), "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+			" -termination-log="+filepath.Join(ckptDir, fmt.Sprintf("termination-new-%d", n)))
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	waitAll(t, cmds, logs)
+	for n, cmd := range staleCmds {
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("stale node %d finished: it must have been fenced\n%s", n, staleLogs[n])
+		}
+	}
+	fencedSeen := false
+	for _, l := range staleLogs {
+		fencedSeen = fencedSeen || strings.Contains(l.String(), "fenced")
+	}
+	if !fencedSeen {
+		t.Errorf("no stale node was refused by the fence:\n%s\n%s", staleLogs[0], staleLogs[1])
+	}
+	if _, err := os.Stat(staleOut); err == nil {
+		t.Error("the stale gang finished its run")
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("the new attempt's final parameters differ from the uninterrupted run")
+	}
+	steps, _ := checkpoint.Steps(ckpt)
+	for _, s := range steps {
+		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1 {
+			t.Errorf("step %d left by attempt %d", s, ck.Manifest.Attempt)
+		}
+	}
+
+	// A gang of attempt 0 starting now (or a new job reusing the volume from attempt 0) is
+	// refused at once as a configuration error: restarting it cannot help.
+	stale.port = testnet.FreePort(t)
+	staleLogs = stale.logs()
+	for n, cmd := range stale.start(t, staleOut, staleLogs) {
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != contract.ExitConfig {
+			t.Errorf("late stale node %d: %v, want exit %d\n%s", n, err, contract.ExitConfig, staleLogs[n])
+		}
+	}
+	if !strings.Contains(staleLogs[0].String(), "ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: attempt 1 started after this attempt 0") {
+		t.Errorf("the refusal does not say why:\n%s", staleLogs[0])
+	}
+}
+
+// TestUnreadableStepIsNotMovedAside: storage that fails to read (here the manifest's name is
+// a directory: EISDIR) is not corruption. The gang fails and keeps the step; once storage
+// reads again the next gang resumes from it.
+func TestUnreadableStepIsNotMovedAside(t *testing.T) {
+	want := uninterrupted(t, faultArgs)
+	j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
+	ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
+	newest, _ := firstGang(t, &j, out)
+	manifest := filepath.Join(ckpt, fmt.Sprintf("step-%012d", newest), "manifest.a0.json")
+	if err := os.Rename(manifest, manifest+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(manifest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs := failingGang(t, &j, out, 0, "")
+	if !strings.Contains(logs[0].String(), "is a directory") {
+		t.Errorf("rank 0 did not fail on the unreadable step:\n%s", logs[0])
+	}
+	if moved, _ := filepath.Glob(filepath.Join(ckpt, checkpoint.CorruptPrefix+"*")); len(moved) != 0 {
+		t.Fatalf("an unreadable step was moved aside: %v", moved)
+	}
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(manifest+".away", manifest); err != nil {
+		t.Fatal(err)
+	}
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+	logs = j.logs()
+	waitAll(t, j.start(t, out, logs), logs)
+	if p := ParseLog(logs[0].String()); p.Resumed != newest {
+		t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("final parameters differ from the uninterrupted run")
+	}
+}
