@@ -31,20 +31,6 @@ const (
 	// ExitConfig is the exit code (EX_CONFIG) of a worker whose configuration is wrong: a
 	// restart cannot help, so the operator treats it as fatal by default.
 	ExitConfig = 78
-	// ExitStopped is the exit code (EX_TEMPFAIL) of a worker that saved and stopped before
-	// its last step because it or a peer rank was signalled: the run is not complete, and a
-	// restart resumes it. Exit 0 means the run is complete.
-	ExitStopped = 75
-	// TerminationMessageStoppedPrefix starts the line a stopped worker appends to the
-	// termination log: "zaya: stopped: peer rank 1 was stopped at step 16".
-	TerminationMessageStoppedPrefix = "zaya: stopped:"
-	// TerminationMessageRestoredPrefix starts the line that reports the checkpoint step a
-	// worker resumed from when it started: "checkpoint-restored=1200" (0: a fresh start).
-	TerminationMessageRestoredPrefix = "checkpoint-restored="
-	// TerminationMessageCorruptPrefix starts the line a worker appends for every committed
-	// checkpoint that failed verification and was moved aside (its steps are lost):
-	// "zaya: checkpoint-corrupt: step=1300 moved to corrupt-step-1300-<nanos>: <reason>".
-	TerminationMessageCorruptPrefix = "zaya: checkpoint-corrupt:"
 )
 
 // Environment variables of the worker contract.
