@@ -56,6 +56,8 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		}
 		env = append(env,
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointDir, Value: c.MountPath},
+			// The job owns the directory: a job recreated on a kept volume takes it over.
+			corev1.EnvVar{Name: trainingv1alpha1.EnvJobUID, Value: string(job.UID)},
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointEvery, Value: every},
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointKeep, Value: itoa(c.Keep)},
 		)

@@ -35,14 +35,17 @@ const (
 
 // Environment variables of the worker contract.
 const (
-	EnvMasterAddr        = "MASTER_ADDR"
-	EnvMasterPort        = "MASTER_PORT"
-	EnvWorldSize         = "WORLD_SIZE"
-	EnvNNodes            = "NNODES"
-	EnvNodeRank          = "NODE_RANK"
-	EnvGPUsPerNode       = "GPUS_PER_NODE"
-	EnvLocalWorldSize    = "LOCAL_WORLD_SIZE"
-	EnvJobName           = "ZAYA_JOB_NAME"
+	EnvMasterAddr     = "MASTER_ADDR"
+	EnvMasterPort     = "MASTER_PORT"
+	EnvWorldSize      = "WORLD_SIZE"
+	EnvNNodes         = "NNODES"
+	EnvNodeRank       = "NODE_RANK"
+	EnvGPUsPerNode    = "GPUS_PER_NODE"
+	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
+	EnvJobName        = "ZAYA_JOB_NAME"
+	// EnvJobUID is the job's UID: the worker marks the checkpoint directory as the job's, so a
+	// job recreated on a kept volume takes it over from the deleted one (docs/worker-contract.md).
+	EnvJobUID            = "ZAYA_JOB_UID"
 	EnvRestartAttempt    = "ZAYA_RESTART_ATTEMPT"
 	EnvContextParallel   = "ZAYA_CONTEXT_PARALLEL"
 	EnvCheckpointDir     = "ZAYA_CHECKPOINT_DIR"

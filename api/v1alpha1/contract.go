@@ -36,6 +36,7 @@ const (
 	EnvGPUsPerNode       = contract.EnvGPUsPerNode
 	EnvLocalWorldSize    = contract.EnvLocalWorldSize
 	EnvJobName           = contract.EnvJobName
+	EnvJobUID            = contract.EnvJobUID
 	EnvRestartAttempt    = contract.EnvRestartAttempt
 	EnvContextParallel   = contract.EnvContextParallel
 	EnvCheckpointDir     = contract.EnvCheckpointDir

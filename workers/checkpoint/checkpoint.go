@@ -163,41 +163,111 @@ func fenced(dir string, attempt int) error {
 	return nil
 }
 
-// Fence marks dir as owned by attempt (a durable attempt-<N> file) before the attempt reads or
-// writes anything there: from then on writers of older attempts are refused (ErrFenced). It
-// fails with ErrFenced when a newer attempt has already started.
-func Fence(dir string, attempt int) error {
+// ownerName holds the job that owns dir and the base of its attempt numbers: "<uid> <base>".
+const ownerName = "owner"
+
+// readOwner is dir's owner and base; ok is false when there is none or it is unreadable (a
+// torn or garbage file is taken over, not a reason to fail every start).
+func readOwner(dir string) (owner string, base int, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, ownerName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, err
+	}
+	uid, num, found := strings.Cut(strings.TrimSuffix(string(b), "\n"), " ")
+	n, valid := parseNumber(num, "", "")
+	if !found || !valid || len(uid) > 128 {
+		return "", 0, false, nil
+	}
+	return uid, n, true, nil
+}
+
+// takeOver makes job the owner of dir: its attempts count from one past every attempt that
+// fenced dir before, so each writer of the earlier job is fenced by number. A job recreated on
+// a kept volume restarts its attempts at 0; without this its first gang would find itself
+// older than the deleted job's last one.
+func takeOver(dir, job string) (int, error) {
+	newest, err := newestFence(dir)
+	if err != nil {
+		return 0, err
+	}
+	base := newest + 1
+	tmp, err := os.CreateTemp(dir, ".owner-*")
+	if err != nil {
+		return 0, err
+	}
+	_, werr := fmt.Fprintf(tmp, "%s %d\n", job, base)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), filepath.Join(dir, ownerName))
+	}
+	if werr != nil {
+		_ = os.Remove(tmp.Name())
+		return 0, werr
+	}
+	return base, syncDir(dir)
+}
+
+// Fence marks dir as owned by job's attempt (a durable attempt-<N> file) before the attempt
+// reads or writes anything there: from then on writers of older attempts are refused
+// (ErrFenced). It returns the attempt number to write under in dir: attempt itself, offset
+// past the attempts of an earlier job that used dir (see takeOver). An empty job is the
+// unnamed owner of a directory nobody took over. It fails with ErrFenced when a newer
+// attempt has already started.
+func Fence(dir, job string, attempt int) (int, error) {
 	if attempt < 0 {
-		return fmt.Errorf("checkpoint: attempt %d is negative", attempt)
+		return 0, fmt.Errorf("checkpoint: attempt %d is negative", attempt)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return 0, err
 	}
+	owner, base, ok, err := readOwner(dir)
+	if err != nil {
+		return 0, err
+	}
+	if !ok && job == "" {
+		base = 0 // nobody took the directory over: the attempts are the gang's own
+	} else if !ok || owner != job {
+		if base, err = takeOver(dir, job); err != nil {
+			return 0, err
+		}
+	}
+	if attempt > math.MaxInt32-base {
+		return 0, fmt.Errorf("checkpoint: attempt %d past base %d overflows", attempt, base)
+	}
+	attempt += base
 	if err := fenced(dir, attempt); err != nil {
-		return err
+		return 0, err
 	}
 	marker := filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, attempt))
 	if _, err := os.Stat(marker); err == nil {
-		return nil // this attempt fenced already (another local rank, an earlier try)
+		return attempt, nil // this attempt fenced already (another local rank, an earlier try)
 	}
 	if err := writeFileSync(marker, nil); err != nil {
-		return err
+		return 0, err
 	}
 	if err := syncDir(dir); err != nil {
-		return err
+		return 0, err
 	}
 	// Older markers say nothing the newest does not; a marker of a newer attempt that came
 	// meanwhile fences this one.
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, e := range entries {
 		if n, ok := parseNumber(e.Name(), fencePrefix, ""); ok && n < attempt {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	return fenced(dir, attempt)
+	return attempt, fenced(dir, attempt)
 }
 
 // WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced,

@@ -255,7 +255,7 @@ func TestRetentionKeepsTheRestoredStepUntilANewerOneIsKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Fence(dir, 2); err != nil {
+	if _, err := Fence(dir, "", 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := writeAttempt(dir, 2, 200, true); err != nil {

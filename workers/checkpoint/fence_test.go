@@ -61,13 +61,13 @@ func checkWhole(t *testing.T, dir string, step int64, attempt int) {
 
 func TestAStaleWriterIsFenced(t *testing.T) {
 	dir := t.TempDir()
-	if err := Fence(dir, 1); err != nil {
+	if _, err := Fence(dir, "", 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := writeAttempt(dir, 1, 10, false); err != nil { // the old gang's save, in flight
 		t.Fatal(err)
 	}
-	if err := Fence(dir, 2); err != nil { // the new gang starts
+	if _, err := Fence(dir, "", 2); err != nil { // the new gang starts
 		t.Fatal(err)
 	}
 	if _, err := Commit(dir, 1, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
@@ -76,7 +76,7 @@ func TestAStaleWriterIsFenced(t *testing.T) {
 	if err := writeAttempt(dir, 1, 11, false); !errors.Is(err, ErrFenced) {
 		t.Errorf("the old attempt's next shard: %v, want ErrFenced", err)
 	}
-	if err := Fence(dir, 1); !errors.Is(err, ErrFenced) {
+	if _, err := Fence(dir, "", 1); !errors.Is(err, ErrFenced) {
 		t.Errorf("an old attempt starting late: %v, want ErrFenced", err)
 	}
 	if _, err := Open(dir, 10); !errors.Is(err, ErrNotCommitted) {
@@ -94,7 +94,7 @@ func TestAnOlderAttemptsManifestNeverStandsForANewerOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWhole(t, dir, 10, 1)
-	if err := Fence(dir, 2); err != nil {
+	if _, err := Fence(dir, "", 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := writeAttempt(dir, 2, 10, true); err != nil { // the same step number again
@@ -121,7 +121,7 @@ func TestFencedWhilePublishing(t *testing.T) {
 	var newErr error
 	beforePublish = func(string) {
 		beforePublish = func(string) {}
-		if newErr = Fence(dir, 2); newErr == nil {
+		if _, newErr = Fence(dir, "", 2); newErr == nil {
 			newErr = writeAttempt(dir, 2, 10, true)
 		}
 	}
@@ -178,7 +178,7 @@ func TestTwoLiveWritersAndAReader(t *testing.T) {
 			}
 		})
 		time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
-		if err := Fence(dir, 2); err != nil {
+		if _, err := Fence(dir, "", 2); err != nil {
 			t.Fatal(err)
 		}
 		for step := int64(1); step <= 40; step++ {
@@ -200,5 +200,29 @@ func TestTwoLiveWritersAndAReader(t *testing.T) {
 				checkWhole(t, dir, s, 2)
 			}
 		}
+	}
+}
+
+// A job recreated on a kept volume counts its attempts past the deleted job's, so the old
+// job's writers are fenced by number; a garbage owner file is taken over, not fatal.
+func TestANewJobTakesTheDirectoryOver(t *testing.T) {
+	dir := t.TempDir()
+	if a, err := Fence(dir, "job-a", 2); err != nil || a != 2 {
+		t.Fatalf("first owner: attempt %d, %v; want 2", a, err)
+	}
+	if a, err := Fence(dir, "job-b", 0); err != nil || a != 3 {
+		t.Fatalf("new job: attempt %d, %v; want 3", a, err)
+	}
+	if err := fenced(dir, 2); !errors.Is(err, ErrFenced) {
+		t.Errorf("the old job's writer: %v, want ErrFenced", err)
+	}
+	if a, err := Fence(dir, "job-b", 1); err != nil || a != 4 {
+		t.Errorf("the new job's next attempt: %d, %v; want 4", a, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerName), []byte("\x00garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := Fence(dir, "job-c", 0); err != nil || a != 5 {
+		t.Errorf("over a garbage owner file: attempt %d, %v; want 5", a, err)
 	}
 }

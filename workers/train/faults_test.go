@@ -336,3 +336,57 @@ func TestUnreadableStepIsNotMovedAside(t *testing.T) {
 		t.Fatal("final parameters differ from the uninterrupted run")
 	}
 }
+
+// TestANewJobTakesOverAKeptVolume: a job recreated on its kept volume (a new UID, attempts
+// from 0 again) while a gang of the deleted job, at attempt 2, still runs (a partitioned
+// node): the new job takes the directory over instead of finding itself fenced, resumes from
+// the deleted job's checkpoints and ends bit-identical; the old gang is fenced at its next save.
+func TestANewJobTakesOverAKeptVolume(t *testing.T) {
+	const args = "-steps=60 -seq=16 -dim=6 -log-every=1 -pace=15ms"
+	want := uninterrupted(t, args)
+	dir := t.TempDir()
+	old := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: dir, port: testnet.FreePort(t), attempt: 2, uid: "job-a"}
+	oldLogs := old.logs()
+	oldCmds := old.start(t, filepath.Join(dir, "old-params"), oldLogs)
+	t.Cleanup(func() {
+		for _, cmd := range oldCmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	ckpt := filepath.Join(dir, "ckpt")
+	waitFor(t, "the old job's checkpoint of step 8", oldLogs, func() bool { return committed(ckpt, 8) })
+
+	fresh := old
+	fresh.uid, fresh.attempt, fresh.port = "job-b", 0, testnet.FreePort(t)
+	out := filepath.Join(dir, "params")
+	logs := fresh.logs()
+	cmds := make([]*exec.Cmd, fresh.nodes)
+	for n := range fresh.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(fresh.env(n, out), "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+			" -termination-log="+filepath.Join(dir, fmt.Sprintf("termination-new-%d", n)))
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	waitAll(t, cmds, logs)
+	if p := ParseLog(logs[0].String()); p.Resumed < 8 {
+		t.Errorf("the new job resumed from step %d, want the old job's checkpoints (8 or later)", p.Resumed)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("final parameters differ from the uninterrupted run")
+	}
+	if b, err := os.ReadFile(filepath.Join(ckpt, "owner")); err != nil || string(b) != "job-b 3\n" {
+		t.Errorf("owner file %q (%v), want the new job with attempts counted from 3", b, err)
+	}
+	for n, cmd := range oldCmds {
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("the old job's node %d finished: it must have been fenced\n%s", n, oldLogs[n])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "old-params")); err == nil {
+		t.Error("the old job finished its run")
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ type Config struct {
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
 	Attempt                                       int           // ZAYA_RESTART_ATTEMPT: fences older attempts' writers
+	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
@@ -102,6 +104,10 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		return cfg, &ConfigError{fmt.Sprintf("%s=%d is not %s x %s = %d", contract.EnvWorldSize, world, contract.EnvNNodes, contract.EnvGPUsPerNode, cfg.Nodes*cfg.GPUsPerNode)}
 	}
 	cfg.CheckpointDir = getenv(contract.EnvCheckpointDir)
+	cfg.JobUID = getenv(contract.EnvJobUID)
+	if len(cfg.JobUID) > 128 || strings.ContainsAny(cfg.JobUID, " \t\r\n") {
+		return cfg, &ConfigError{fmt.Sprintf("%s=%q must be a job's UID", contract.EnvJobUID, cfg.JobUID)}
+	}
 	if every := getenv(contract.EnvCheckpointEvery); every != "" {
 		if n, err := strconv.Atoi(every); err == nil && n >= 1 {
 			cfg.CheckpointEvery = n
@@ -364,14 +370,30 @@ func (r *rankState) resume() error {
 	if r.rank == 0 {
 		// Before reading anything: from now on no writer of an older attempt (a stale pod)
 		// can publish or delete a step here.
-		if err := checkpoint.Fence(dir, r.cfg.Attempt); errors.Is(err, checkpoint.ErrFenced) {
+		attempt, err := checkpoint.Fence(dir, r.cfg.JobUID, r.cfg.Attempt)
+		switch {
+		case errors.Is(err, checkpoint.ErrFenced):
 			fenced = err
-		} else if err != nil {
-			return err
-		} else if steps, err = checkpoint.Steps(dir); err != nil {
+		case err != nil:
 			return err
 		}
+		if fenced == nil {
+			if steps, err = checkpoint.Steps(dir); err != nil {
+				return err
+			}
+			r.cfg.Attempt = attempt
+		}
 	}
+	// Every rank writes under the attempt number rank 0 fenced the directory with (offset
+	// past an earlier job's when this job took the volume over).
+	shared := []float64{0}
+	if r.rank == 0 {
+		shared[0] = float64(r.cfg.Attempt)
+	}
+	if err := r.tr.AllReduce(shared); err != nil {
+		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
+	}
+	r.cfg.Attempt = int(shared[0])
 	for i := 0; ; i++ {
 		// Rank 0's proposal, as step+1 (0: no step left, a fresh start), and whether a newer
 		// attempt owns the directory.

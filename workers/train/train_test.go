@@ -49,7 +49,8 @@ func TestMain(m *testing.M) {
 // job is a gang of worker processes sharing a checkpoint directory.
 type job struct {
 	nodes, gpus, cp int
-	attempt         int // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
+	attempt         int    // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
+	uid             string // ZAYA_JOB_UID
 	args            string
 	dir, port       string
 }
@@ -59,7 +60,7 @@ func (j job) env(node int, out string) []string {
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
-		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port, "ZAYA_RESTART_ATTEMPT="+strconv.Itoa(j.attempt),
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port, "ZAYA_RESTART_ATTEMPT="+strconv.Itoa(j.attempt), "ZAYA_JOB_UID="+j.uid,
 		"ZAYA_CHECKPOINT_DIR="+filepath.Join(j.dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL=4", "ZAYA_CHECKPOINT_KEEP=2",
 		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
 }
