@@ -65,8 +65,14 @@ func (r *resumeReport) merge(o resumeReport) {
 		r.step = o.step
 	}
 	for _, c := range o.corrupt {
-		if !slices.ContainsFunc(r.corrupt, func(x corruptStep) bool { return x.step == c.step }) {
+		// Rank 0 names where the step went and why; the other ranks only that it was moved:
+		// keep the longest account of each step.
+		i := slices.IndexFunc(r.corrupt, func(x corruptStep) bool { return x.step == c.step })
+		switch {
+		case i < 0:
 			r.corrupt = append(r.corrupt, c)
+		case len(c.detail) > len(r.corrupt[i].detail) || (len(c.detail) == len(r.corrupt[i].detail) && c.detail < r.corrupt[i].detail):
+			r.corrupt[i] = c
 		}
 	}
 	// Newest first, ties by detail: the result must not depend on the pods' listing order.

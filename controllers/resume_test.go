@@ -99,4 +99,17 @@ func TestResumeReportsIgnoreGarbageAndListingOrder(t *testing.T) {
 	if ab.step != 10 || len(ab.corrupt) != 3 || ab.corrupt[0].step != 40 || !slices.Equal(ab.corrupt, ba.corrupt) {
 		t.Errorf("merged %+v and %+v: want step 10, steps 40, 30, 20 in either order", ab, ba)
 	}
+
+	// Rank 0 says where a step went and why, the others only that it moved: rank 0's account
+	// wins in either order.
+	short := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved aside by rank 0"))
+	long := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved to corrupt-step-20-1: rank-00001.a0.bin: crc32c mismatch"))
+	for _, order := range [][]resumeReport{{short, long}, {long, short}} {
+		m := resumeReport{step: -1}
+		m.merge(order[0])
+		m.merge(order[1])
+		if len(m.corrupt) != 1 || !strings.Contains(m.corrupt[0].detail, "crc32c") {
+			t.Errorf("merged %+v, want rank 0's account of step 20", m.corrupt)
+		}
+	}
 }

@@ -144,6 +144,11 @@ func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
 			if !strings.Contains(string(term), corruptLine+filepath.Base(moved[0])+": ") {
 				t.Errorf("termination log %q lacks %q", term, corruptLine)
 			}
+			// The other node says so too: the operator may see only its pod.
+			term1, _ := os.ReadFile(filepath.Join(j.dir, "termination-1"))
+			if want := fmt.Sprintf("%s step=%d moved aside", contract.TerminationMessageCorruptPrefix, newest); !strings.Contains(string(term1), want) {
+				t.Errorf("node 1's termination log %q lacks %q", term1, want)
+			}
 		})
 	}
 }

@@ -532,6 +532,10 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 	if decision[0] != 1 {
 		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but rank 0 found no corruption: %v", r.rank, step, own)
 	}
+	// Every pod says so: the operator may see only the pod that fails next, not rank 0's.
+	if r.rank != 0 && r.local == 0 && r.cfg.TerminationLog != "" {
+		appendLine(r.cfg.TerminationLog, fmt.Sprintf("%s step=%d moved aside by rank 0", contract.TerminationMessageCorruptPrefix, step))
+	}
 	return nil
 }
 
