@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +36,7 @@ import (
 
 // Chaos knobs: CI runs the short fixed-seed version; make chaos sets more faults and a random seed.
 func chaosSettings() (faults int, seed uint64) {
-	faults, seed = 4, 42
+	faults, seed = 5, 42
 	if v, err := strconv.Atoi(os.Getenv("ZAYA_CHAOS_FAULTS")); err == nil && v > 0 {
 		faults = v
 	}
@@ -187,10 +189,11 @@ type faultRecord struct {
 
 // TestTrainingJobSurvivesChaos runs the reference worker for real on process-backed nodes:
 // first uninterrupted to completion, then again while faults hit it at random moments (a
-// worker killed, a node lost, a GPU going unhealthy, a worker hung). The faulted job still
-// completes, its final parameters are bit-identical to the uninterrupted run's, every resume
-// loads a checkpoint that was committed, and no fault costs more than one checkpoint interval
-// (plus the step in which a background save commits).
+// worker killed, a node lost, a GPU going unhealthy, a worker hung, the newest checkpoint
+// corrupted). The faulted job still completes, its final parameters are bit-identical to the
+// uninterrupted run's, every resume loads a checkpoint that was committed, and no fault costs
+// more than one checkpoint interval (plus the step in which a background save commits), two
+// for a corrupted checkpoint (the corrupt step is lost too).
 func TestTrainingJobSurvivesChaos(t *testing.T) {
 	nFaults, seed := chaosSettings()
 	steps := 300 + 120*nFaults
@@ -220,7 +223,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	r := rand.New(rand.NewPCG(seed, 7))
-	kinds := []string{"kill", "node-lost", "gpu-unhealthy", "hang"}
+	kinds := []string{"kill", "node-lost", "gpu-unhealthy", "hang", "corrupt"}
 	var records []faultRecord
 	for i := range nFaults {
 		kind := kinds[i%len(kinds)]
@@ -253,6 +256,12 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 			g.Expect(a.NodeDown(ctx, node)).To(Succeed())
 		case "gpu-unhealthy":
 			g.Expect(a.SetGPUAllocatable(ctx, node, 7)).To(Succeed())
+		case "corrupt":
+			// The next attempt must find the step bad, move it aside and resume from the one
+			// before: a worker is killed so that there is a next attempt.
+			step := corruptNewestStep(t, a.VolumeDir(ns, "chaos"))
+			t.Logf("fault %d: flipped a byte of committed step %d", i+1, step)
+			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
 		}
 		got := waitRunning(g, job, attempt+1)
 		last := train.ParseLog(rank0Log(a, job, attempt)).Last
@@ -274,8 +283,12 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 		if !committed[resumed] {
 			t.Errorf("attempt %d resumed from step %d, which no earlier attempt committed", records[i].attempt+1, resumed)
 		}
-		if lost := records[i].atStep - resumed; lost < 0 || lost > ckptEvery+1 {
-			t.Errorf("fault %d (%s) lost %d steps (at %d, resumed %d): more than one interval (%d)", i+1, records[i].kind, lost, records[i].atStep, resumed, ckptEvery)
+		bound := int64(ckptEvery + 1)
+		if records[i].kind == "corrupt" {
+			bound += ckptEvery
+		}
+		if lost := records[i].atStep - resumed; lost < 0 || lost > bound {
+			t.Errorf("fault %d (%s) lost %d steps (at %d, resumed %d): more than %d", i+1, records[i].kind, lost, records[i].atStep, resumed, bound)
 		}
 	}
 	got, err := os.ReadFile(filepath.Join(a.VolumeDir(ns, "chaos"), "final-params"))
@@ -287,6 +300,18 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	}
 	if final.Status.Restarts != int32(nFaults) {
 		t.Errorf("status.restarts = %d, want %d", final.Status.Restarts, nFaults)
+	}
+	if rs := final.Status.LastResume; rs == nil || rs.Attempt != final.Status.Restarts {
+		t.Errorf("status.lastResume = %+v, want the last attempt's (%d)", rs, final.Status.Restarts)
+	}
+	if slices.ContainsFunc(records, func(r faultRecord) bool { return r.kind == "corrupt" }) {
+		events := &eventsv1.EventList{}
+		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+		if !slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == job.Name && e.Reason == trainingv1alpha1.ReasonCheckpointCorrupt
+		}) {
+			t.Error("a corrupted checkpoint was never reported (no CheckpointCorrupt event)")
+		}
 	}
 
 	// The table make chaos prints.
@@ -306,4 +331,34 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	if out := os.Getenv("ZAYA_CHAOS_REPORT"); out != "" {
 		_ = os.WriteFile(out, []byte(b.String()), 0o644)
 	}
+}
+
+// corruptNewestStep flips one byte in the middle of a data shard of the newest committed
+// checkpoint step under dir and returns that step.
+func corruptNewestStep(t *testing.T, dir string) int64 {
+	t.Helper()
+	steps, err := filepath.Glob(filepath.Join(dir, "step-*", "manifest*.json"))
+	if err != nil || len(steps) == 0 {
+		t.Fatalf("no committed step under %s (%v)", dir, err)
+	}
+	sort.Strings(steps) // step-<12 digits>: newest last
+	sd := filepath.Dir(steps[len(steps)-1])
+	shards, err := filepath.Glob(filepath.Join(sd, "*.bin"))
+	if err != nil || len(shards) == 0 {
+		t.Fatalf("no shard in %s (%v)", sd, err)
+	}
+	sort.Strings(shards)
+	b, err := os.ReadFile(shards[0])
+	if err != nil || len(b) == 0 {
+		t.Fatalf("reading %s: %v (%d bytes)", shards[0], err, len(b))
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(shards[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(sd), "step-"), 10, 64)
+	if err != nil {
+		t.Fatalf("step directory %s: %v", sd, err)
+	}
+	return step
 }
