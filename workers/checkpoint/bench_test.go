@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The save benchmarks write the same 64 MiB of state (16 Mi float32) from 8 ranks, each
@@ -85,4 +86,47 @@ func BenchmarkSaveFunnelledThroughRank0(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSaveVsRawDisk pairs the two: each iteration writes the raw files and then saves
+// through the protocol, in turn, so both meet the same disk and page-cache state; it reports
+// the protocol's throughput as a share of the raw write's (save/raw), the figure to hold at
+// ≥ 0.9.
+func BenchmarkSaveVsRawDisk(b *testing.B) {
+	state := benchState()
+	buf := make([]byte, 4*benchElements/benchRanks)
+	var raw, save time.Duration
+	for i := 0; b.Loop(); i++ {
+		dir := b.TempDir()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for r := range benchRanks {
+			wg.Go(func() {
+				if err := writeFileSync(filepath.Join(dir, fmt.Sprint("raw-", r)), buf); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		raw += time.Since(start)
+
+		start = time.Now()
+		for r := range benchRanks {
+			wg.Go(func() {
+				n := int64(benchElements / benchRanks)
+				t := Tensor{Name: "params", Shape: []int64{benchElements}, Start: int64(r) * n, Data: state[int64(r)*n : int64(r+1)*n]}
+				if err := WriteShard(dir, 0, int64(i), r, []Tensor{t}); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if _, err := Commit(dir, 0, int64(i), benchRanks, nil, Retention{Keep: 1}); err != nil {
+			b.Fatal(err)
+		}
+		save += time.Since(start)
+	}
+	b.ReportMetric(float64(raw)/float64(save), "save/raw")
+	b.ReportMetric(4*benchElements*float64(b.N)/save.Seconds()/1e6, "save-MB/s")
+	b.ReportMetric(4*benchElements*float64(b.N)/raw.Seconds()/1e6, "raw-MB/s")
 }

@@ -145,7 +145,7 @@ func testResumeReadsOnce(t *testing.T, noGather bool) {
 func readEverythingTwice(r *rankState) error {
 	ck, _, err := checkpoint.Latest(r.cfg.CheckpointDir)
 	if err != nil || ck == nil {
-		return fmt.Errorf("latest: %v %v", ck, err)
+		return fmt.Errorf("latest: %v %w", ck, err)
 	}
 	p, err := ck.Read("params", 0, int64(r.n))
 	if err != nil {

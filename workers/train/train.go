@@ -443,7 +443,7 @@ func (r *rankState) resume() error {
 		case vote[partUnreadable] > 0:
 			// Storage that cannot be read now is no reason to give up a step: fail, and
 			// let the restarted gang try again.
-			return fmt.Errorf("rank %d: checkpoint step %d could not be read by %.0f rank(s) (this one: %v)", r.rank, step, vote[partUnreadable], err)
+			return fmt.Errorf("rank %d: checkpoint step %d could not be read by %.0f rank(s) (this one: %w)", r.rank, step, vote[partUnreadable], err)
 		case vote[partUncommitted] > 0:
 			if r.rank == 0 {
 				_, _ = fmt.Fprintf(r.cfg.Log, "skipping checkpoint step %d: not committed\n", step)
@@ -530,7 +530,7 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
 	}
 	if decision[0] != 1 {
-		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but rank 0 found no corruption: %v", r.rank, step, own)
+		return fmt.Errorf("rank %d: checkpoint step %d failed verification on some rank but rank 0 found no corruption: %w", r.rank, step, own)
 	}
 	// Every pod says so: the operator may see only the pod that fails next, not rank 0's.
 	if r.rank != 0 && r.local == 0 && r.cfg.TerminationLog != "" {

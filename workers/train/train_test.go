@@ -170,10 +170,7 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	logs := j.logs()
 	cmds := j.start(t, out, logs)
 	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if committed(filepath.Join(j.dir, "ckpt"), 8) {
-			break
-		}
+	for !committed(filepath.Join(j.dir, "ckpt"), 8) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no checkpoint at step 8; logs:\n%s\n%s", logs[0], logs[1])
 		}
