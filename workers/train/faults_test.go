@@ -236,13 +236,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	ckptDir := t.TempDir()
 	stale := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: ckptDir, port: testnet.FreePort(t)}
 	staleOut := filepath.Join(ckptDir, "stale-params")
-	staleLogs := stale.logs()
-	staleCmds := stale.start(t, staleOut, staleLogs)
-	t.Cleanup(func() {
-		for _, cmd := range staleCmds {
-			_ = cmd.Process.Kill()
-		}
-	})
+	staleCmds, staleLogs := startKilledOnCleanup(t, stale, staleOut)
 	ckpt := filepath.Join(ckptDir, "ckpt")
 	waitFor(t, "attempt 0's checkpoint of step 8", staleLogs, func() bool { return committed(ckpt, 8) })
 
@@ -250,18 +244,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	fresh := stale
 	fresh.attempt, fresh.port = 1, testnet.FreePort(t)
 	out := filepath.Join(ckptDir, "params")
-	logs := fresh.logs()
-	cmds := make([]*exec.Cmd, fresh.nodes)
-	for n := range fresh.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(fresh.env(n, out), "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
-			" -termination-log="+filepath.Join(ckptDir, fmt.Sprintf("termination-new-%d", n)))
-		cmd.Stderr = logs[n]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[n] = cmd
-	}
+	cmds, logs := startBeside(t, fresh, out)
 	waitAll(t, cmds, logs)
 	for n, cmd := range staleCmds {
 		if err := cmd.Wait(); err == nil {
@@ -351,31 +334,14 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	want := uninterrupted(t, args)
 	dir := t.TempDir()
 	old := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: dir, port: testnet.FreePort(t), attempt: 2, uid: "job-a"}
-	oldLogs := old.logs()
-	oldCmds := old.start(t, filepath.Join(dir, "old-params"), oldLogs)
-	t.Cleanup(func() {
-		for _, cmd := range oldCmds {
-			_ = cmd.Process.Kill()
-		}
-	})
+	oldCmds, oldLogs := startKilledOnCleanup(t, old, filepath.Join(dir, "old-params"))
 	ckpt := filepath.Join(dir, "ckpt")
 	waitFor(t, "the old job's checkpoint of step 8", oldLogs, func() bool { return committed(ckpt, 8) })
 
 	fresh := old
 	fresh.uid, fresh.attempt, fresh.port = "job-b", 0, testnet.FreePort(t)
 	out := filepath.Join(dir, "params")
-	logs := fresh.logs()
-	cmds := make([]*exec.Cmd, fresh.nodes)
-	for n := range fresh.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(fresh.env(n, out), "ZAYA_ARGS="+fresh.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
-			" -termination-log="+filepath.Join(dir, fmt.Sprintf("termination-new-%d", n)))
-		cmd.Stderr = logs[n]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[n] = cmd
-	}
+	cmds, logs := startBeside(t, fresh, out)
 	waitAll(t, cmds, logs)
 	if p := ParseLog(logs[0].String()); p.Resumed < 8 {
 		t.Errorf("the new job resumed from step %d, want the old job's checkpoints (8 or later)", p.Resumed)
@@ -394,4 +360,36 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "old-params")); err == nil {
 		t.Error("the old job finished its run")
 	}
+}
+
+// startKilledOnCleanup starts j's gang, killed when the test ends if it still runs.
+func startKilledOnCleanup(t *testing.T, j job, out string) ([]*exec.Cmd, []*syncBuffer) {
+	t.Helper()
+	logs := j.logs()
+	cmds := j.start(t, out, logs)
+	t.Cleanup(func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+		}
+	})
+	return cmds, logs
+}
+
+// startBeside starts j's gang next to another on the same volume, with termination logs of
+// its own.
+func startBeside(t *testing.T, j job, out string) ([]*exec.Cmd, []*syncBuffer) {
+	t.Helper()
+	logs := j.logs()
+	cmds := make([]*exec.Cmd, j.nodes)
+	for n := range j.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(j.env(n, out), "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+			" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-new-%d", n)))
+		cmd.Stderr = logs[n]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[n] = cmd
+	}
+	return cmds, logs
 }
