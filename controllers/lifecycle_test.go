@@ -245,6 +245,42 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 }
 
+// The edit that suspends a job can beat the status write of the pass that created its pods
+// (a conflict): no start time is stored, and no pass saw the pods before they were deleted.
+// Resuming must create the gang at once, not wait for those pods' creation expectations.
+func TestResumeRightAfterALostFirstStatusWrite(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	conflict := true
+	h := newHarness(t, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && conflict {
+				conflict = false
+				return apierrors.NewConflict(trainingv1alpha1.GroupVersion.WithResource("zayatrainingjobs").GroupResource(), obj.GetName(), nil)
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}, job)
+	ctx := context.Background()
+	if _, err := h.reconcile(t, job); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.pods(t)); n != 2 || h.get(t, job).Status.StartTime != nil {
+		t.Fatalf("%d pods, start time %v: want the gang created and its status write lost", n, h.get(t, job).Status.StartTime)
+	}
+	for _, suspend := range []bool{true, false} {
+		stored := h.get(t, job)
+		stored.Spec.Suspend = suspend
+		stored.Generation++
+		if err := h.r.Update(ctx, stored); err != nil {
+			t.Fatal(err)
+		}
+		h.mustReconcile(t, job)
+	}
+	if n := len(h.pods(t)); n != 2 {
+		t.Errorf("%d pods in the first pass after resume, want 2", n)
+	}
+}
+
 func TestActiveDeadline(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
 	job.Spec.ActiveDeadlineSeconds = ptr.To[int64](600)

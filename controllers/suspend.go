@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -12,12 +13,18 @@ import (
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
-	if err := p.deletePods(ctx, activePods(pods), nil); err != nil {
+	active := activePods(pods)
+	if err := p.deletePods(ctx, active, nil); err != nil {
 		return err
 	}
+	// Pods created but not yet seen by the cache are deleted or never will be: expecting
+	// them would hold the resumed gang's pods back until the expectations expire.
+	p.r.creations.forget(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
 		p.normal(trainingv1alpha1.ReasonSuspended, "Suspend", "suspended: deleted the worker pods, kept checkpoints")
-		if job.Status.StartTime != nil {
+		// Pods ran (a start time, or pods whose start was never stored: that pass's status
+		// write lost a conflict with the edit that suspended the job).
+		if job.Status.StartTime != nil || len(active) > 0 {
 			// Resuming starts a new attempt, so the pods being deleted now never pass for it.
 			job.Status.Restarts++
 		}
