@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ type Options struct {
 	WorkDir string
 	// Commands maps a container's command[0] to an executable on this machine.
 	Commands map[string]string
+	// MaxContainerRestartPeriod caps the back-off between restarts of a container that its
+	// restart rules or policy restart in place, as the kubelet's crashLoopBackOff setting of
+	// that name does (0: the kubelet's default, 300 s). The first restart is immediate.
+	MaxContainerRestartPeriod time.Duration
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
 	// Config is how processes reach the API server. With it, a pod that mounts its
@@ -85,9 +90,17 @@ type run struct {
 	env       []string
 	paths     []mapping
 	started   time.Time
-	exited    chan struct{}
+	exited    chan struct{} // closed when the pod's container has exited for good
+	instance  chan struct{} // closed when the current process exits (restarts make new ones)
 	exitCode  int
 	deleting  bool
+	stopping  bool          // stop was called: no more restarts
+	stopNow   chan struct{} // closed by stop
+	bin       string
+	argv      []string
+	logFile   *os.File
+	restarts  int32
+	lastState corev1.ContainerState // the previous instance's end, once restarted
 	logPath   string
 	termPath  string
 	container corev1.Container
@@ -389,12 +402,20 @@ func (a *Agent) remove(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// stop sends SIGTERM to the pod's process group, then SIGKILL after grace.
+// stop sends SIGTERM to the pod's process group, then SIGKILL after grace; the container is
+// not restarted any more.
 func (a *Agent) stop(r *run, grace time.Duration) {
-	if r.cmd == nil || r.cmd.Process == nil {
+	a.mu.Lock()
+	if !r.stopping {
+		r.stopping = true
+		close(r.stopNow)
+	}
+	cmd := r.cmd
+	a.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	pgid := -r.cmd.Process.Pid
+	pgid := -cmd.Process.Pid
 	if grace > 0 {
 		_ = syscall.Kill(pgid, syscall.SIGTERM)
 		select {
@@ -489,94 +510,240 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", fmt.Sprintf("nodeagent knows no command %q", argv[0]))
 	}
 	r := &run{uid: pod.UID, node: pod.Spec.NodeName, ip: ip, dir: dir, env: env, paths: paths, exited: make(chan struct{}),
+		stopNow: make(chan struct{}), bin: bin, argv: argv[1:],
 		logPath: filepath.Join(dir, c.Name+".log"), termPath: terminationPath(&c, paths), container: c}
-	logf, err := os.Create(r.logPath)
-	if err != nil {
-		return 0, err
+	if err := a.launch(r); err != nil {
+		return 0, a.finish(ctx, pod, nil, 127, "StartError", err.Error())
 	}
-	cmd := exec.Command(bin, argv[1:]...)
-	cmd.Env, cmd.Dir = env, dir
+	a.mu.Lock()
+	a.runs[key] = r
+	pid := r.cmd.Process.Pid
+	a.mu.Unlock()
+	a.opts.Logf("nodeagent: %s started on %s at %s (pid %d)", key, pod.Spec.NodeName, ip, pid)
+	go a.supervise(ctx, key, pod, r)
+	return 0, nil
+}
+
+// errStopped refuses to start a container whose pod is being stopped.
+var errStopped = errors.New("nodeagent: the pod is being stopped")
+
+// launch starts the container's process (again, after a restart: same address, folder and
+// environment; the log is appended to, the termination log starts empty as a new container's).
+func (a *Agent) launch(r *run) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r.stopping {
+		return errStopped
+	}
+	logf, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(r.bin, r.argv...)
+	cmd.Env, cmd.Dir = r.env, r.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
-		return 0, a.finish(ctx, pod, nil, 127, "StartError", err.Error())
+		return err
 	}
-	r.cmd, r.started = cmd, time.Now()
-	a.mu.Lock()
-	a.runs[key] = r
-	a.mu.Unlock()
-	a.opts.Logf("nodeagent: %s started on %s at %s (pid %d)", key, pod.Spec.NodeName, ip, cmd.Process.Pid)
+	r.cmd, r.logFile, r.started, r.instance = cmd, logf, time.Now(), make(chan struct{})
+	r.ready = r.container.ReadinessProbe == nil
+	return nil
+}
 
-	probeCtx, stopProbe := context.WithCancel(ctx)
-	reported := make(chan struct{})
-	go func() {
-		err := cmd.Wait()
-		<-reported // Running is reported before the exit is
-		_ = logf.Close()
-		stopProbe()
-		r.exitCode = exitCode(err)
-		close(r.exited)
+// supervise reports each process of the container running, probes it, and when it exits
+// either restarts it in place (its restart rules or policy say so, as a kubelet's
+// ContainerShouldRestart does) or reports the container terminated for good.
+func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *run) {
+	for {
 		a.mu.Lock()
-		down := a.down[r.node]
+		cmd, inst, logf := r.cmd, r.instance, r.logFile
+		a.mu.Unlock()
+		if err := a.running(ctx, pod, r); err != nil && ctx.Err() == nil {
+			a.opts.Logf("nodeagent: %s: reporting running: %v", key, err)
+		}
+		probeCtx, stopProbes := context.WithCancel(ctx)
+		a.startProbes(probeCtx, key, pod, r)
+		err := cmd.Wait()
+		stopProbes()
+		_ = logf.Close()
+		code, finishedAt := exitCode(err), metav1.Now()
+		close(inst)
+		a.mu.Lock()
+		down, stopping := a.down[r.node], r.stopping
 		a.mu.Unlock()
 		if down || ctx.Err() != nil {
+			r.exitCode = code
+			close(r.exited)
 			return
 		}
 		msg := readHead(r.termPath, 4096)
 		reason := "Completed"
-		if r.exitCode != 0 {
+		if code != 0 {
 			reason = "Error"
 		}
-		if err := a.finish(ctx, pod, r, r.exitCode, reason, msg); err != nil {
+		if !stopping && shouldRestart(pod, &r.container, code) && a.restart(ctx, key, pod, r, &corev1.ContainerStateTerminated{
+			ExitCode: int32(code), Reason: reason, Message: msg, StartedAt: metav1.NewTime(r.started), FinishedAt: finishedAt,
+			ContainerID: fmt.Sprintf("nodeagent://%d", cmd.Process.Pid),
+		}) {
+			continue
+		}
+		r.exitCode = code
+		close(r.exited)
+		if err := a.finish(ctx, pod, r, code, reason, msg); err != nil {
 			a.opts.Logf("nodeagent: %s: reporting exit: %v", key, err)
 		}
 		a.queue.Add(key) // a pod being deleted can go now
-	}()
-	r.ready = c.ReadinessProbe == nil
-	err = a.running(ctx, pod, r)
-	close(reported)
-	if c.LivenessProbe != nil {
-		go a.probe(probeCtx, key, r, c.LivenessProbe, func(ok bool) bool {
+		return
+	}
+}
+
+// restart waits out the back-off and starts the container again; false when the pod is
+// being stopped meanwhile (or the process cannot start), so the container ends here.
+func (a *Agent) restart(ctx context.Context, key string, pod *corev1.Pod, r *run, ended *corev1.ContainerStateTerminated) bool {
+	a.mu.Lock()
+	r.restarts++
+	r.lastState = corev1.ContainerState{Terminated: ended}
+	n := r.restarts
+	a.mu.Unlock()
+	if delay := restartDelay(n, a.opts.MaxContainerRestartPeriod); delay > 0 {
+		msg := fmt.Sprintf("back-off %v restarting failed container %s", delay, r.container.Name)
+		if err := a.waiting(ctx, pod, r, "CrashLoopBackOff", msg); err != nil && ctx.Err() == nil {
+			a.opts.Logf("nodeagent: %s: reporting back-off: %v", key, err)
+		}
+		select {
+		case <-time.After(delay):
+		case <-r.stopNow:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	_ = os.Truncate(r.termPath, 0)
+	if err := a.launch(r); err != nil {
+		if !errors.Is(err, errStopped) {
+			a.opts.Logf("nodeagent: %s: restarting: %v", key, err)
+		}
+		return false
+	}
+	a.opts.Logf("nodeagent: %s restarted in place (restart %d, exit %d)", key, n, ended.ExitCode)
+	return true
+}
+
+// restartDelay is the kubelet's crash-loop back-off before the n-th restart: none for the
+// first, then 10 s doubling, capped at limit (default 300 s).
+func restartDelay(n int32, limit time.Duration) time.Duration {
+	if limit <= 0 {
+		limit = 300 * time.Second
+	}
+	if n <= 1 {
+		return 0
+	}
+	d := 10 * time.Second
+	for i := int32(2); i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// shouldRestart is Kubernetes' ContainerShouldRestart for a container that exited with code:
+// its restart rules in order (the first whose exit codes match decides), then the
+// container's restart policy, then the pod's.
+func shouldRestart(pod *corev1.Pod, c *corev1.Container, code int) bool {
+	for _, rule := range c.RestartPolicyRules {
+		if rule.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(rule.ExitCodes.Values, int32(code))
+		if (rule.ExitCodes.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn) == in {
+			return rule.Action == corev1.ContainerRestartRuleActionRestart || rule.Action == corev1.ContainerRestartRuleActionRestartAllContainers
+		}
+	}
+	policy := corev1.ContainerRestartPolicy(pod.Spec.RestartPolicy)
+	if c.RestartPolicy != nil {
+		policy = *c.RestartPolicy
+	}
+	switch policy {
+	case corev1.ContainerRestartPolicyAlways:
+		return true
+	case corev1.ContainerRestartPolicyOnFailure:
+		return code != 0
+	}
+	return false
+}
+
+// startProbes runs the container's liveness and readiness probes until ctx ends (the
+// process exits): a failed liveness probe kills the process, and its restart rules decide.
+func (a *Agent) startProbes(ctx context.Context, key string, pod *corev1.Pod, r *run) {
+	if p := r.container.LivenessProbe; p != nil {
+		go a.probe(ctx, key, r, p, func(ok bool) bool {
 			if !ok {
 				a.kill(r, pod)
 			}
 			return !ok
 		})
 	}
-	if c.ReadinessProbe != nil {
-		go a.probe(probeCtx, key, r, c.ReadinessProbe, func(ok bool) bool {
-			if ok != r.ready {
-				r.ready = ok
-				if err := a.running(probeCtx, pod, r); err != nil && probeCtx.Err() == nil {
+	if p := r.container.ReadinessProbe; p != nil {
+		go a.probe(ctx, key, r, p, func(ok bool) bool {
+			a.mu.Lock()
+			changed := ok != r.ready
+			r.ready = ok
+			a.mu.Unlock()
+			if changed {
+				if err := a.running(ctx, pod, r); err != nil && ctx.Err() == nil {
 					a.opts.Logf("nodeagent: %s: reporting readiness: %v", key, err)
 				}
 			}
 			return false
 		})
 	}
-	return 0, err
+}
+
+// waiting reports the container waiting to restart; the pod stays Running and not ready.
+func (a *Agent) waiting(ctx context.Context, pod *corev1.Pod, r *run, reason, message string) error {
+	a.mu.Lock()
+	restarts, last := r.restarts, r.lastState
+	a.mu.Unlock()
+	now := metav1.Now()
+	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
+		if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
+			return
+		}
+		st.Conditions = conditions(corev1.ConditionFalse, now)
+		st.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: r.container.Name, Image: r.container.Image, ImageID: "nodeagent://" + r.container.Image, Started: ptr.To(false),
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+			LastTerminationState: last, RestartCount: restarts,
+		}}
+	})
 }
 
 // running reports the pod Running at its address.
 func (a *Agent) running(ctx context.Context, pod *corev1.Pod, r *run) error {
+	a.mu.Lock()
+	started, ready, pid, restarts, last := r.started, r.ready, r.cmd.Process.Pid, r.restarts, r.lastState
+	a.mu.Unlock()
 	return a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
 		if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
 			return // a late readiness report must not revive an exited pod
 		}
-		now := metav1.NewTime(r.started)
+		now := metav1.NewTime(started)
 		st.Phase = corev1.PodRunning
 		st.HostIP, st.PodIP = "127.0.0.1", statusIP(r.ip)
 		st.HostIPs, st.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: statusIP(r.ip)}}
-		st.StartTime = &now
-		ready := corev1.ConditionFalse
-		if r.ready {
-			ready = corev1.ConditionTrue
+		if st.StartTime == nil {
+			st.StartTime = &now // the pod's start: a restarted process keeps it
 		}
-		st.Conditions = conditions(ready, now)
+		condition := corev1.ConditionFalse
+		if ready {
+			condition = corev1.ConditionTrue
+		}
+		st.Conditions = conditions(condition, now)
 		st.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: r.container.Name, Image: r.container.Image, ImageID: "nodeagent://" + r.container.Image, ContainerID: fmt.Sprintf("nodeagent://%d", r.cmd.Process.Pid),
-			Ready: r.ready, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			Name: r.container.Name, Image: r.container.Image, ImageID: "nodeagent://" + r.container.Image, ContainerID: fmt.Sprintf("nodeagent://%d", pid),
+			Ready: ready, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}},
+			LastTerminationState: last, RestartCount: restarts,
 		}}
 	})
 }
@@ -598,8 +765,16 @@ func (a *Agent) finish(ctx context.Context, pod *corev1.Pod, r *run, code int, r
 		}
 		st.Conditions = conditions(corev1.ConditionFalse, now)
 		name, image := pod.Spec.Containers[0].Name, pod.Spec.Containers[0].Image
+		var restarts int32
+		var last corev1.ContainerState
+		if r != nil {
+			a.mu.Lock()
+			restarts, last = r.restarts, r.lastState
+			a.mu.Unlock()
+		}
 		st.ContainerStatuses = []corev1.ContainerStatus{{
 			Name: name, Image: image, ImageID: "nodeagent://" + image, Started: ptr.To(false),
+			RestartCount: restarts, LastTerminationState: last,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: int32(code), Reason: reason, Message: message, StartedAt: started, FinishedAt: now,
 			}},
@@ -731,13 +906,25 @@ func containerPort(c *corev1.Container, port intstr.IntOrString) (int, error) {
 	return 0, fmt.Errorf("no container port named %q", port.StrVal)
 }
 
-// kill is the kubelet's answer to a failed liveness probe: SIGTERM, grace period, SIGKILL.
+// kill is the kubelet's answer to a failed liveness probe: SIGTERM, grace period, SIGKILL of
+// the current process; its restart rules then decide whether it runs again.
 func (a *Agent) kill(r *run, pod *corev1.Pod) {
 	grace := int64(30)
 	if pod.Spec.TerminationGracePeriodSeconds != nil {
 		grace = *pod.Spec.TerminationGracePeriodSeconds
 	}
-	a.stop(r, time.Duration(grace)*time.Second)
+	a.mu.Lock()
+	cmd, inst := r.cmd, r.instance
+	a.mu.Unlock()
+	pgid := -cmd.Process.Pid
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-inst:
+		return
+	case <-time.After(time.Duration(grace) * time.Second):
+	}
+	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	<-inst
 }
 
 // serviceAccountKubeconfig writes a kubeconfig holding a token bound to the pod for its
@@ -991,11 +1178,15 @@ func expand(s string, lookup func(string) (string, bool)) string {
 func (a *Agent) Signal(ns, name string, sig syscall.Signal) error {
 	a.mu.Lock()
 	r := a.runs[ns+"/"+name]
+	var cmd *exec.Cmd
+	if r != nil {
+		cmd = r.cmd
+	}
 	a.mu.Unlock()
-	if r == nil || r.cmd == nil || r.exitedNow() {
+	if cmd == nil || r.exitedNow() {
 		return fmt.Errorf("nodeagent: pod %s/%s has no running process", ns, name)
 	}
-	return syscall.Kill(-r.cmd.Process.Pid, sig)
+	return syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 // NodeDown kills the node's kubelet: its processes die with it, its heartbeats stop, its pods

@@ -5,7 +5,12 @@
 // 127.1.x.y address, reported as 10.244.x.y because the API refuses loopback
 // endpoints), reporting phase, exit code and termination message, honouring deletion
 // (SIGTERM, grace period, SIGKILL), running exec and httpGet probes (liveness kills,
-// readiness gates the Ready condition), and handing pods that mount a service-account token
+// readiness gates the Ready condition), restarting a container in place when its restart
+// rules or restart policy say so (Kubernetes 1.36's ContainerRestartRules: rules in order,
+// then the container's policy, then the pod's; same address and folder, restartCount and
+// lastState with the exit code and termination message, each run a fresh termination log,
+// the kubelet's crash-loop back-off capped by Options.MaxContainerRestartPeriod), and
+// handing pods that mount a service-account token
 // a token bound to the pod (Options.Config), so an operator installed by Helm runs under its
 // own RBAC.
 //
@@ -14,7 +19,9 @@
 // once their process passes its readiness probe, and a deleted pod's process gets its full
 // grace period. Every write the agent makes is recorded under FieldManager.
 //
-// Where it differs from a kubelet: processes share the host's filesystem, so the agent
+// Where it differs from a kubelet: a RestartAllContainers rule restarts the one container
+// like Restart (pods have exactly one) and the back-off is never reset by a long run;
+// processes share the host's filesystem, so the agent
 // rewrites every path under a volume mount, /dev/shm or the termination-message path in the
 // container's env, command, args and probe commands to the host folder that stands for it;
 // and there is no cluster DNS, so env values naming a pod as <hostname>.<subdomain>.<ns>.svc
