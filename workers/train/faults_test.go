@@ -213,15 +213,7 @@ func TestFullDiskMidSave(t *testing.T) {
 				t.Fatalf("after the failed save the newest good step is %d, want %d", got, newest)
 			}
 
-			j.port, j.attempt = testnet.FreePort(t), j.attempt+1
-			logs = j.logs()
-			waitAll(t, j.start(t, out, logs), logs)
-			if p := ParseLog(logs[0].String()); p.Resumed != newest {
-				t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
-			}
-			if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
-				t.Fatal("final parameters differ from the uninterrupted run")
-			}
+			nextGangResumes(t, &j, out, newest, want)
 		})
 	}
 }
@@ -314,15 +306,7 @@ func TestUnreadableStepIsNotMovedAside(t *testing.T) {
 	if err := os.Rename(manifest+".away", manifest); err != nil {
 		t.Fatal(err)
 	}
-	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
-	logs = j.logs()
-	waitAll(t, j.start(t, out, logs), logs)
-	if p := ParseLog(logs[0].String()); p.Resumed != newest {
-		t.Errorf("resumed from step %d, want %d", p.Resumed, newest)
-	}
-	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
-		t.Fatal("final parameters differ from the uninterrupted run")
-	}
+	nextGangResumes(t, &j, out, newest, want)
 }
 
 // TestANewJobTakesOverAKeptVolume: a job recreated on its kept volume (a new UID, attempts
@@ -392,4 +376,19 @@ func startBeside(t *testing.T, j job, out string) ([]*exec.Cmd, []*syncBuffer) {
 		cmds[n] = cmd
 	}
 	return cmds, logs
+}
+
+// nextGangResumes runs j's next attempt to the end and checks it resumed from step and ended
+// with the uninterrupted run's parameters.
+func nextGangResumes(t *testing.T, j *job, out string, step int64, want []byte) {
+	t.Helper()
+	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
+	logs := j.logs()
+	waitAll(t, j.start(t, out, logs), logs)
+	if p := ParseLog(logs[0].String()); p.Resumed != step {
+		t.Errorf("resumed from step %d, want %d", p.Resumed, step)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Fatal("final parameters differ from the uninterrupted run")
+	}
 }
