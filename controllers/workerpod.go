@@ -43,6 +43,8 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		{Name: "PET_MASTER_ADDR", Value: masterAddr(job)},
 		{Name: "PET_MASTER_PORT", Value: itoa(trainingv1alpha1.MasterPort)},
 		{Name: trainingv1alpha1.EnvJobName, Value: job.Name},
+		// The job's UID: its ranks' rendezvous token, and the owner of its checkpoint directory.
+		{Name: trainingv1alpha1.EnvJobUID, Value: string(job.UID)},
 		{Name: trainingv1alpha1.EnvRestartAttempt, Value: itoa(attempt)},
 		{Name: trainingv1alpha1.EnvContextParallel, Value: itoa(s.Parallelism.ContextParallel)},
 		{Name: trainingv1alpha1.EnvHeartbeatFile, Value: trainingv1alpha1.HeartbeatFile},
@@ -56,8 +58,6 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		}
 		env = append(env,
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointDir, Value: c.MountPath},
-			// The job owns the directory: a job recreated on a kept volume takes it over.
-			corev1.EnvVar{Name: trainingv1alpha1.EnvJobUID, Value: string(job.UID)},
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointEvery, Value: every},
 			corev1.EnvVar{Name: trainingv1alpha1.EnvCheckpointKeep, Value: itoa(c.Keep)},
 		)

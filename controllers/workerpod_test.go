@@ -52,9 +52,9 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 		"NODE_RANK", "1", "GPUS_PER_NODE", "8", "LOCAL_WORLD_SIZE", "8",
 		"PET_NNODES", "2", "PET_NODE_RANK", "1", "PET_NPROC_PER_NODE", "8",
 		"PET_MASTER_ADDR", "llm-0.llm.team.svc", "PET_MASTER_PORT", "29500",
-		"ZAYA_JOB_NAME", "llm", "ZAYA_RESTART_ATTEMPT", "3", "ZAYA_CONTEXT_PARALLEL", "1",
+		"ZAYA_JOB_NAME", "llm", "ZAYA_JOB_UID", "uid-1", "ZAYA_RESTART_ATTEMPT", "3", "ZAYA_CONTEXT_PARALLEL", "1",
 		"ZAYA_HEARTBEAT_FILE", "/dev/shm/zaya-heartbeat",
-		"ZAYA_CHECKPOINT_DIR", "/checkpoints", "ZAYA_JOB_UID", "uid-1", "ZAYA_CHECKPOINT_INTERVAL", "50", "ZAYA_CHECKPOINT_KEEP", "3",
+		"ZAYA_CHECKPOINT_DIR", "/checkpoints", "ZAYA_CHECKPOINT_INTERVAL", "50", "ZAYA_CHECKPOINT_KEEP", "3",
 		"ZAYA_TERMINATION_LOG", "/dev/termination-log",
 	)
 	wantEnv := append(append(contract, network...), env("NCCL_DEBUG", "INFO", "MY_RANK", "$(NODE_RANK)")...)

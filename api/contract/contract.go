@@ -43,8 +43,9 @@ const (
 	EnvGPUsPerNode    = "GPUS_PER_NODE"
 	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
 	EnvJobName        = "ZAYA_JOB_NAME"
-	// EnvJobUID is the job's UID: the worker marks the checkpoint directory as the job's, so a
-	// job recreated on a kept volume takes it over from the deleted one (docs/worker-contract.md).
+	// EnvJobUID is the job's UID: with the attempt, the ranks' rendezvous token; and the owner
+	// of the checkpoint directory, so a job recreated on a kept volume takes it over from the
+	// deleted one (docs/worker-contract.md).
 	EnvJobUID            = "ZAYA_JOB_UID"
 	EnvRestartAttempt    = "ZAYA_RESTART_ATTEMPT"
 	EnvContextParallel   = "ZAYA_CONTEXT_PARALLEL"

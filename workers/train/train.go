@@ -341,7 +341,11 @@ func setupRank(cfg Config, rank int) (*rankState, error) {
 // connect joins the job's collectives: TCP, or RCCL on this rank's device.
 func (r *rankState) connect(ctx context.Context) error {
 	cfg := r.cfg
-	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, Listen: cfg.Listen, RingSize: cfg.ContextParallel, Timeout: cfg.RendezvousTimeout}
+	// The gang's own ranks know the job's UID and the attempt; a stray connection, another
+	// job's rank or an older attempt's does not, and is dropped.
+	token := cfg.JobUID + "/" + strconv.Itoa(cfg.Attempt)
+	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, Listen: cfg.Listen, RingSize: cfg.ContextParallel,
+		Timeout: cfg.RendezvousTimeout, Token: token}
 	var err error
 	if cfg.Transport == "rccl" {
 		r.tr, err = rocm.DialRCCL(ctx, tcfg, r.local, cfg.Libraries)

@@ -34,7 +34,14 @@ type Config struct {
 	// RingSize splits the world into rings of consecutive ranks (context-parallel groups);
 	// Exchange passes messages around this rank's ring. 0 means one ring of every rank.
 	RingSize int
+	// Token is what every rank of this gang, and nothing else, knows (the job's UID and the
+	// attempt): a connection that does not present it — a stray client, another job's or an
+	// older attempt's rank — is dropped instead of joining or breaking the rendezvous.
+	Token string
 }
+
+// helloTimeout bounds how long a connection may take to say who it is.
+const helloTimeout = 10 * time.Second
 
 // ring is the first rank and the size of rank's ring.
 func (c Config) ring() (first, size int) {
@@ -90,8 +97,51 @@ func (c *conn) recv() ([]byte, error) {
 }
 
 type hello struct {
-	Rank int    `json:"rank"`
-	Addr string `json:"addr"`
+	Rank  int    `json:"rank"`
+	Addr  string `json:"addr,omitempty"`
+	Token string `json:"token"`
+}
+
+// greeted is a connection that said who it is.
+type greeted struct {
+	c  *conn
+	nc net.Conn
+	h  hello
+}
+
+// acceptGreeted accepts connections on l until ctx ends and hands on those whose hello (read
+// within helloTimeout, each connection on its own, so a silent one delays nobody) presents
+// token; the others are closed.
+func acceptGreeted(ctx context.Context, l net.Listener, token string) <-chan greeted {
+	out := make(chan greeted)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return // closed: the caller is done, or ctx ended
+			}
+			go func() {
+				_ = nc.SetReadDeadline(time.Now().Add(helloTimeout))
+				c := newConn(nc)
+				b, err := c.recv()
+				var h hello
+				if err == nil {
+					err = json.Unmarshal(b, &h)
+				}
+				if err != nil || h.Token != token {
+					_ = nc.Close()
+					return
+				}
+				_ = nc.SetReadDeadline(time.Time{})
+				select {
+				case out <- greeted{c, nc, h}:
+				case <-ctx.Done():
+					_ = nc.Close()
+				}
+			}()
+		}
+	}()
+	return out
 }
 
 // Dial joins the job: it blocks until every rank has registered and the ring is connected.
@@ -132,13 +182,28 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	}
 	// Connect the ring: dial the next rank while accepting the previous one.
 	type acceptResult struct {
-		c   net.Conn
+		g   greeted
 		err error
 	}
 	accepted := make(chan acceptResult, 1)
+	ringCtx, stopRing := context.WithCancel(ctx)
+	defer stopRing()
+	greetings := acceptGreeted(ringCtx, ring, cfg.Token)
 	go func() {
-		c, err := ring.Accept()
-		accepted <- acceptResult{c, err}
+		// The previous rank, and only it, may take this end of the ring.
+		for {
+			select {
+			case g := <-greetings:
+				if g.h.Rank == prevRank {
+					accepted <- acceptResult{g, nil}
+					return
+				}
+				_ = g.nc.Close()
+			case <-ringCtx.Done():
+				accepted <- acceptResult{greeted{}, ringCtx.Err()}
+				return
+			}
+		}
 	}()
 	var d net.Dialer
 	nc, err := dialRetry(ctx, &d, addrs[next])
@@ -147,12 +212,15 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	}
 	t.next = newConn(nc)
 	t.closers = append(t.closers, nc)
+	if b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token}); t.next.send(b) != nil {
+		return nil, fmt.Errorf("transport: rank %d greeting rank %d: %w", cfg.Rank, next, err)
+	}
 	a := <-accepted
 	if a.err != nil {
 		return nil, fmt.Errorf("transport: rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err)
 	}
-	t.prev = newConn(a.c)
-	t.closers = append(t.closers, a.c)
+	t.prev = a.g.c // its reader may hold what followed the hello
+	t.closers = append(t.closers, a.g.nc)
 	ok = true
 	return t, nil
 }
@@ -175,22 +243,21 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 		addrs := make([]string, cfg.World)
 		addrs[0] = net.JoinHostPort(host, fmt.Sprint(ringPort))
 		t.members = make([]*conn, cfg.World)
-		for range cfg.World - 1 {
-			nc, err := l.Accept()
-			if err != nil {
-				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+		greetings := acceptGreeted(ctx, l, cfg.Token)
+		for joined := 0; joined < cfg.World-1; {
+			var g greeted
+			select {
+			case g = <-greetings:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("transport: rendezvous: %d of %d ranks joined: %w", joined+1, cfg.World, ctx.Err())
 			}
-			t.closers = append(t.closers, nc)
-			c := newConn(nc)
-			b, err := c.recv()
-			if err != nil {
-				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+			if g.h.Rank <= 0 || g.h.Rank >= cfg.World || t.members[g.h.Rank] != nil {
+				_ = g.nc.Close() // presents the token but no free rank: not this gang's to break
+				continue
 			}
-			var h hello
-			if err := json.Unmarshal(b, &h); err != nil || h.Rank <= 0 || h.Rank >= cfg.World || t.members[h.Rank] != nil {
-				return nil, fmt.Errorf("transport: rendezvous: bad or duplicate registration %q", b)
-			}
-			t.members[h.Rank], addrs[h.Rank] = c, h.Addr
+			t.closers = append(t.closers, g.nc)
+			t.members[g.h.Rank], addrs[g.h.Rank] = g.c, g.h.Addr
+			joined++
 		}
 		table, _ := json.Marshal(addrs)
 		for _, c := range t.members[1:] {
@@ -210,7 +277,7 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 	t.master = newConn(nc)
 	// Peers reach us at the address we reach the master from.
 	host, _, _ := net.SplitHostPort(nc.LocalAddr().String())
-	b, _ := json.Marshal(hello{Rank: cfg.Rank, Addr: net.JoinHostPort(host, fmt.Sprint(ringPort))})
+	b, _ := json.Marshal(hello{Rank: cfg.Rank, Addr: net.JoinHostPort(host, fmt.Sprint(ringPort)), Token: cfg.Token})
 	if err := t.master.send(b); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,5 +155,62 @@ func TestDialFailsClearlyWhenARankNeverComes(t *testing.T) {
 	}
 	if _, err := Dial(context.Background(), Config{Rank: 2, World: 2}); err == nil {
 		t.Error("rank 2 of world 2 was accepted")
+	}
+}
+
+// Connections to rank 0's rendezvous port that are not this gang's — one that says nothing,
+// one that sends garbage, another attempt's rank claiming a rank with the wrong token — are
+// dropped: the gang still forms, with its own ranks, and exchanges.
+func TestStraysCannotJoinOrBreakTheRendezvous(t *testing.T) {
+	const world, token = 3, "job-uid/4"
+	master := testnet.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	strays := []func(net.Conn){
+		func(net.Conn) {}, // silent, held open
+		func(c net.Conn) { _, _ = c.Write([]byte("\x00\x00\x00\x05hello")) },
+		func(c net.Conn) {
+			b, _ := json.Marshal(hello{Rank: 1, Addr: "127.0.0.1:1", Token: "job-uid/3"})
+			_ = newConn(c).send(b)
+		},
+	}
+	for _, stray := range strays {
+		go func() {
+			var d net.Dialer
+			c, err := dialRetry(ctx, &d, master)
+			if err != nil {
+				return
+			}
+			defer func() { _ = c.Close() }()
+			stray(c)
+			<-ctx.Done()
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // the strays are dialling before any rank is up
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for r := world - 1; r >= 0; r-- {
+		wg.Go(func() {
+			if r == 0 {
+				time.Sleep(200 * time.Millisecond) // strays connect first
+			}
+			tr, err := Dial(ctx, Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Token: token})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer func() { _ = tr.Close() }()
+			got, err := tr.Exchange([]byte{byte(r)})
+			if err == nil && (len(got) != 1 || int(got[0]) != (r+world-1)%world) {
+				err = fmt.Errorf("got %v from the previous rank", got)
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }
