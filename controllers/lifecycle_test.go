@@ -59,21 +59,26 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	}
 }
 
+// failNextJobStatusWrite fails a job's status write with err while *armed, once.
+func failNextJobStatusWrite(armed *bool, err error) interceptor.Funcs {
+	return interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && *armed {
+				*armed = false
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}
+}
+
 // TestSuccessSurvivesAFailedStatusWrite: the pass that decides success deletes nothing, so
 // when its status write fails the next pass decides the same (it found rank 1 deleted under
 // rank 0 and restarted the gang, in the faulty-API integration test).
 func TestSuccessSurvivesAFailedStatusWrite(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
 	failWrite := false
-	h := newHarness(t, interceptor.Funcs{
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if _, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && failWrite {
-				failWrite = false
-				return apierrors.NewServiceUnavailable("injected")
-			}
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		},
-	}, job)
+	h := newHarness(t, failNextJobStatusWrite(&failWrite, apierrors.NewServiceUnavailable("injected")), job)
 	h.mustReconcile(t, job)
 	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
 		running("n1")(p)
@@ -251,15 +256,8 @@ func TestSuspendAndResume(t *testing.T) {
 func TestResumeRightAfterALostFirstStatusWrite(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
 	conflict := true
-	h := newHarness(t, interceptor.Funcs{
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if _, ok := obj.(*trainingv1alpha1.ZayaTrainingJob); ok && conflict {
-				conflict = false
-				return apierrors.NewConflict(trainingv1alpha1.GroupVersion.WithResource("zayatrainingjobs").GroupResource(), obj.GetName(), nil)
-			}
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		},
-	}, job)
+	h := newHarness(t, failNextJobStatusWrite(&conflict,
+		apierrors.NewConflict(trainingv1alpha1.GroupVersion.WithResource("zayatrainingjobs").GroupResource(), "llm", nil)), job)
 	ctx := context.Background()
 	if _, err := h.reconcile(t, job); err != nil {
 		t.Fatal(err)

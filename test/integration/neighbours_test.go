@@ -20,6 +20,19 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
+// eventNotes are the notes of the events with reason about the job named name.
+func eventNotes(g Gomega, ns, name, reason string) []string {
+	events := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(context.Background(), events, client.InNamespace(ns))).To(Succeed())
+	var notes []string
+	for _, e := range events.Items {
+		if e.Reason == reason && e.Regarding.Name == name {
+			notes = append(notes, e.Note)
+		}
+	}
+	return notes
+}
+
 // expectNameConflict waits for the job to report a name conflict naming what, with a warning.
 func expectNameConflict(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, what string) {
 	g.Eventually(func(g Gomega) {
@@ -27,15 +40,7 @@ func expectNameConflict(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, what st
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonNameConflict))
 		g.Expect(c.Message).To(ContainSubstring(what))
-		events := &eventsv1.EventList{}
-		g.Expect(k8sClient.List(context.Background(), events, client.InNamespace(job.Namespace))).To(Succeed())
-		var notes []string
-		for _, e := range events.Items {
-			if e.Reason == trainingv1alpha1.ReasonNameConflict && e.Regarding.Name == job.Name {
-				notes = append(notes, e.Note)
-			}
-		}
-		g.Expect(notes).To(ContainElement(ContainSubstring(what)))
+		g.Expect(eventNotes(g, job.Namespace, job.Name, trainingv1alpha1.ReasonNameConflict)).To(ContainElement(ContainSubstring(what)))
 	}, timeout, interval).Should(Succeed())
 }
 

@@ -7,10 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -132,15 +130,7 @@ func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("rdma", ns).Nodes(2).Profile(trainingv1alpha1.NetworkPollaraAINIC).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		events := &eventsv1.EventList{}
-		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns))).To(Succeed())
-		var notes []string
-		for _, e := range events.Items {
-			if e.Reason == trainingv1alpha1.ReasonFailedCreate && e.Regarding.Name == "rdma" {
-				notes = append(notes, e.Note)
-			}
-		}
-		g.Expect(notes).To(ContainElement(And(ContainSubstring("PodSecurity"), ContainSubstring("IPC_LOCK"))))
+		g.Expect(eventNotes(g, ns, "rdma", trainingv1alpha1.ReasonFailedCreate)).To(ContainElement(And(ContainSubstring("PodSecurity"), ContainSubstring("IPC_LOCK"))))
 	}, timeout, interval).Should(Succeed())
 	got := getJob(g, job)
 	g.Expect(got.Status.Restarts).To(BeZero())

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,17 +64,7 @@ func TestAJobTooLargeForItsStatusIsToldOnce(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, small)).To(Succeed())
 	waitPods(g, ns, "small", 2)
 
-	warnings := func(g Gomega) []string {
-		events := &eventsv1.EventList{}
-		g.Expect(k8sClient.List(ctx, events, client.InNamespace(ns))).To(Succeed())
-		var notes []string
-		for _, e := range events.Items {
-			if e.Reason == trainingv1alpha1.ReasonStatusTooLarge && e.Regarding.Name == "big" {
-				notes = append(notes, e.Note)
-			}
-		}
-		return notes
-	}
+	warnings := func(g Gomega) []string { return eventNotes(g, ns, "big", trainingv1alpha1.ReasonStatusTooLarge) }
 	g.Eventually(func(g Gomega) {
 		g.Expect(warnings(g)).To(ConsistOf(ContainSubstring("shorten spec.template")))
 	}, timeout, interval).Should(Succeed())

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 )
@@ -64,12 +65,11 @@ func TestAContainerRestartsInPlaceByItsRules(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := fake.NewClientset()
-	a, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0"}, WorkDir: t.TempDir(),
+	_, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0"}, WorkDir: t.TempDir(),
 		Commands: map[string]string{"sh": "/bin/sh"}, MaxContainerRestartPeriod: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = a
 	// First run: leaves a mark, says why in its termination log and exits 75; second: exits 3.
 	script := `if [ -e ran ]; then exit 3; fi; touch ran; echo "zaya: stopped: peer rank 1" > "$TERM_LOG"; exit 75`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", UID: "u1"},
@@ -83,16 +83,12 @@ func TestAContainerRestartsInPlaceByItsRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got *corev1.Pod
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err = cs.CoreV1().Pods("ns").Get(ctx, "w", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err != nil || got.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if got.Status.Phase != corev1.PodFailed || len(got.Status.ContainerStatuses) != 1 {
 		t.Fatalf("pod status %+v, want Failed after the second run", got.Status)

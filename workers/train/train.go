@@ -388,22 +388,17 @@ func (r *rankState) resume() error {
 			r.cfg.Attempt = attempt
 		}
 	}
-	// Every rank writes under the attempt number rank 0 fenced the directory with (offset
-	// past an earlier job's when this job took the volume over).
-	shared := []float64{0}
-	if r.rank == 0 {
-		shared[0] = float64(r.cfg.Attempt)
-	}
-	if err := r.tr.AllReduce(shared); err != nil {
-		return fmt.Errorf("rank %d resuming: %w", r.rank, err)
-	}
-	r.cfg.Attempt = int(shared[0])
 	for i := 0; ; i++ {
-		// Rank 0's proposal, as step+1 (0: no step left, a fresh start), and whether a newer
-		// attempt owns the directory.
-		prop := []float64{0, 0}
-		if r.rank == 0 && i < len(steps) {
-			prop[0] = float64(steps[i] + 1)
+		// Rank 0's proposal, as step+1 (0: no step left, a fresh start); whether a newer
+		// attempt owns the directory; and the attempt number every rank writes under: the one
+		// rank 0 fenced the directory with (offset past an earlier job's when this job took
+		// the volume over).
+		prop := []float64{0, 0, 0}
+		if r.rank == 0 {
+			prop[2] = float64(r.cfg.Attempt)
+			if i < len(steps) {
+				prop[0] = float64(steps[i] + 1)
+			}
 		}
 		if fenced != nil {
 			prop[1] = 1
@@ -411,13 +406,14 @@ func (r *rankState) resume() error {
 		if err := r.tr.AllReduce(prop); err != nil {
 			return fmt.Errorf("rank %d resuming: %w", r.rank, err)
 		}
+		r.cfg.Attempt = int(prop[2])
 		if prop[1] > 0 {
-			// This pod is stale, or a new job reuses an older job's volume with lower
-			// attempt numbers: restarting cannot help either, so every rank says so.
+			// This pod is stale (a newer attempt of its job started): restarting cannot
+			// help, so every rank says so.
 			if fenced == nil {
 				fenced = errors.New("rank 0 found it fenced by a newer attempt")
 			}
-			return &ConfigError{fmt.Sprintf("%s=%d: %v: another gang owns %s (remove its attempt-<N> marker if no job uses it any more)",
+			return &ConfigError{fmt.Sprintf("%s=%d: %v: a newer attempt of this job owns %s",
 				contract.EnvRestartAttempt, r.cfg.Attempt, fenced, dir)}
 		}
 		step := int64(prop[0]) - 1

@@ -174,6 +174,24 @@ func TestStraysCannotJoinOrBreakTheRendezvous(t *testing.T) {
 			_ = newConn(c).send(b)
 		},
 	}
+	// Rank 0 listens first; the strays connect; only then do the gang's other ranks dial.
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	rank := func(r int) {
+		tr, err := Dial(ctx, Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Token: token})
+		if err != nil {
+			errs[r] = err
+			return
+		}
+		defer func() { _ = tr.Close() }()
+		got, err := tr.Exchange([]byte{byte(r)})
+		if err == nil && (len(got) != 1 || int(got[0]) != (r+world-1)%world) {
+			err = fmt.Errorf("got %v from the previous rank", got)
+		}
+		errs[r] = err
+	}
+	wg.Go(func() { rank(0) })
+	connected := make(chan struct{}, len(strays))
 	for _, stray := range strays {
 		go func() {
 			var d net.Dialer
@@ -183,29 +201,19 @@ func TestStraysCannotJoinOrBreakTheRendezvous(t *testing.T) {
 			}
 			defer func() { _ = c.Close() }()
 			stray(c)
+			connected <- struct{}{}
 			<-ctx.Done()
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // the strays are dialling before any rank is up
-	var wg sync.WaitGroup
-	errs := make([]error, world)
-	for r := world - 1; r >= 0; r-- {
-		wg.Go(func() {
-			if r == 0 {
-				time.Sleep(200 * time.Millisecond) // strays connect first
-			}
-			tr, err := Dial(ctx, Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Token: token})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer func() { _ = tr.Close() }()
-			got, err := tr.Exchange([]byte{byte(r)})
-			if err == nil && (len(got) != 1 || int(got[0]) != (r+world-1)%world) {
-				err = fmt.Errorf("got %v from the previous rank", got)
-			}
-			errs[r] = err
-		})
+	for range strays {
+		select {
+		case <-connected:
+		case <-ctx.Done():
+			t.Fatal("the strays never reached rank 0")
+		}
+	}
+	for r := 1; r < world; r++ {
+		wg.Go(func() { rank(r) })
 	}
 	wg.Wait()
 	for r, err := range errs {
