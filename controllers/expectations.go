@@ -63,7 +63,7 @@ func (c *creations) pending(job *trainingv1alpha1.ZayaTrainingJob, g gang, missi
 	var out []int32
 	var next time.Duration
 	for _, r := range missing {
-		at, ok := seen[podName(job, job.Status.Restarts, r)]
+		at, ok := seen[podName(job, job.Status.Attempt(), r)]
 		if !ok {
 			out = append(out, r)
 			continue

@@ -19,6 +19,7 @@ type verdict struct {
 	failure trainingv1alpha1.JobFailure
 	fatal   bool // fail the job, no restart
 	counted bool // the restart counts against maxRestarts
+	pod     *corev1.Pod
 }
 
 // disruptionReasons are pod failures caused by the cluster rather than the worker.
@@ -70,7 +71,8 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 	case slices.Contains(ft.ExitCodes.Fatal, code):
 		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode
 		return verdict{failure: f, fatal: true}
-	case slices.Contains(ft.ExitCodes.Retryable, code):
+	case slices.Contains(ft.ExitCodes.Retryable, code), code == trainingv1alpha1.ExitStopped:
+		// A worker that stopped because a peer did is worth a restart whatever other says.
 		return verdict{failure: f, counted: true}
 	case ft.ExitCodes.Other == trainingv1alpha1.ExitCodeFail:
 		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode

@@ -24,6 +24,7 @@ type gang struct {
 	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
 	unschedulableSince                         time.Time // earliest verdict still standing
 	checkpointStep                             int64     // newest step in a termination message, -1 if none
+	containerRestarts                          int64     // worker containers' restartCount, summed
 	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
 }
@@ -32,8 +33,8 @@ type gang struct {
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
 	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1, resume: resumeReport{step: -1}}
-	attempt := strconv.FormatInt(int64(job.Status.Restarts), 10)
-	previous := strconv.FormatInt(int64(job.Status.Restarts-1), 10)
+	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
+	previous := strconv.FormatInt(int64(job.Status.Attempt()-1), 10)
 	for i := range pods {
 		pod := &pods[i]
 		rank, ok := podRank(pod)
@@ -53,6 +54,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 			continue
 		}
 		g.ranks[rank] = pod
+		g.containerRestarts += containerRestarts(pod)
 		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
 			g.checkpointStep = step
 		}
@@ -192,9 +194,13 @@ func terminationMessage(pod *corev1.Pod) (string, bool) {
 }
 
 // reportedCheckpoint reads the last committed checkpoint step a stopped worker wrote to its
-// termination message ("checkpoint-step=N" on a line of its own).
+// termination message ("checkpoint-step=N" on a line of its own): of its current run if it
+// ended, else of the run before an in-place restart.
 func reportedCheckpoint(pod *corev1.Pod) (int64, bool) {
 	msg, ok := terminationMessage(pod)
+	if s := workerStatus(pod); !ok && s != nil && s.LastTerminationState.Terminated != nil {
+		msg, ok = s.LastTerminationState.Terminated.Message, true
+	}
 	if !ok {
 		return 0, false
 	}

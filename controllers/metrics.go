@@ -27,17 +27,21 @@ var (
 	})
 	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "zaya_gang_restarts_total",
-		Help: "Whole-gang restarts, by failure reason.",
-	}, []string{"reason"})
-	recoverySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Whole-gang restarts, by failure reason and by mode (InPlace, Recreate).",
+	}, []string{"reason", "mode"})
+	recoverySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "zaya_gang_recovery_seconds",
-		Help:    "Seconds from a failure being seen to every rank of the new attempt running.",
+		Help:    "Seconds from a failure (for in-place restarts: the fault itself) to every rank running again, by the mode the restart ended in.",
 		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
-	})
+	}, []string{"mode"})
+	escalationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_gang_restart_escalations_total",
+		Help: "In-place restarts turned into a recreate of the gang, by why.",
+	}, []string{"reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds)
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal)
 }
 
 // jobsDesc describes the gauge of jobs by True condition.

@@ -76,8 +76,8 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	}
 	err := eg.Wait()
 	if n := created.Load(); n > 0 {
-		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Restarts)
-		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Restarts)
+		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Attempt())
+		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Attempt())
 	}
 	if invalid != nil {
 		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())

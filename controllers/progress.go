@@ -29,7 +29,11 @@ func (p *pass) updateProgress(g gang) ctrl.Result {
 	job := p.job
 	n := job.Spec.Nodes
 	job.Status.ReadyNodes = g.ready
-	if g.ready == n {
+	running := g.ready == n
+	if since, ok := p.inPlaceUnderWay(); ok && !g.restartedSince(since) {
+		running = false // a rank the cascade has not reached yet still runs the old process
+	}
+	if running {
 		p.finishRecovery()
 		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
 			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())

@@ -21,11 +21,12 @@ import (
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).
 const maxRecentFailures = 8
 
-// recover acts on the first failure of the current attempt: it fails the job, or starts a
-// gang restart by moving to the next attempt. It only changes status: the next pass (which
-// the status write triggers) deletes the old attempt's pods and, after the backoff, creates
-// the new ones, so a crash between the two never loses or doubles a restart.
-func (p *pass) recover(ctx context.Context, v verdict) {
+// recover acts on the first failure of the current attempt: it fails the job, or counts a
+// gang restart. A Recreate restart moves to the next attempt and only changes status: the
+// next pass (which the status write triggers) deletes the old attempt's pods and, after the
+// backoff, creates the new ones, so a crash between the two never loses or doubles a restart.
+// An InPlace restart keeps the attempt: the kubelet is already restarting the containers.
+func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.RestartMode) {
 	job := p.job
 	st := &job.Status
 	f := v.failure
@@ -57,15 +58,27 @@ func (p *pass) recover(ctx context.Context, v verdict) {
 	}
 	st.RestartTimes = recent
 	st.Restarts++
-	st.ReadyNodes = 0
-	msg := fmt.Sprintf("restarting the whole gang as attempt %d after: %s", st.Restarts, f.Message)
+	st.LastRestartMode = mode
+	var msg string
+	if mode == trainingv1alpha1.RestartModeInPlace {
+		st.InPlaceRestarts++
+		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s", st.Restarts, st.Attempt(), f.Message)
+	} else {
+		st.ReadyNodes = 0
+		msg = fmt.Sprintf("restarting the whole gang as attempt %d after: %s", st.Attempt(), f.Message)
+	}
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
+	if mode == trainingv1alpha1.RestartModeInPlace {
+		// Timed from the fault the kubelet saw, which a later pass may only now notice.
+		c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting)
+		c.LastTransitionTime = f.Time
+	}
 	p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRestarting, msg)
 	p.warning(trainingv1alpha1.ReasonRestarting, "Restart", "%s", msg)
-	attempt := st.Restarts
+	attempt := st.Attempt()
 	p.whenStored(func() {
-		restartsTotal.WithLabelValues(f.Reason).Inc()
-		log.FromContext(ctx).Info("restarting the gang", "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
+		restartsTotal.WithLabelValues(f.Reason, string(mode)).Inc()
+		log.FromContext(ctx).Info("restarting the gang", "mode", mode, "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
 	})
 }
 
@@ -125,11 +138,12 @@ func (p *pass) finishRecovery() {
 	took := p.now.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs
-	p.whenStored(func() { recoverySeconds.Observe(took.Seconds()) })
+	mode := string(p.job.Status.LastRestartMode)
+	p.whenStored(func() { recoverySeconds.WithLabelValues(mode).Observe(took.Seconds()) })
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,
-		fmt.Sprintf("attempt %d running %ds after the failure", p.job.Status.Restarts, secs))
-	p.normal(trainingv1alpha1.ReasonRecovered, "Restart", "recovered: attempt %d has all %d ranks running, %ds after the failure",
-		p.job.Status.Restarts, p.job.Spec.Nodes, secs)
+		fmt.Sprintf("attempt %d running %ds after the failure (%s)", p.job.Status.Attempt(), secs, p.job.Status.LastRestartMode))
+	p.normal(trainingv1alpha1.ReasonRecovered, "Restart", "recovered %s: attempt %d has all %d ranks running, %ds after the failure",
+		restartModeWords(p.job.Status.LastRestartMode), p.job.Status.Attempt(), p.job.Spec.Nodes, secs)
 }
 
 // clearStuck force-deletes pods of old attempts that have been terminating longer than
@@ -172,4 +186,12 @@ func (p *pass) clearStuck(ctx context.Context, draining []*corev1.Pod) (time.Dur
 		}
 	}
 	return next, nil
+}
+
+// restartModeWords says how a restart happened, for events.
+func restartModeWords(m trainingv1alpha1.RestartMode) string {
+	if m == trainingv1alpha1.RestartModeInPlace {
+		return "in place"
+	}
+	return "by recreating the gang"
 }

@@ -38,7 +38,7 @@ func podNames(m map[string]*corev1.Pod) []string {
 }
 
 func TestRetryableFailureRestartsTheWholeGang(t *testing.T) {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
 	h.runAll(t)

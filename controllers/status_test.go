@@ -73,7 +73,7 @@ func TestDecisionsAreCountedOnceTheirStatusIsStored(t *testing.T) {
 			h.setPod(t, "llm-0-1", exited("n1", 1, now))
 			h.drainEvents()
 
-			restarts := restartsTotal.WithLabelValues(trainingv1alpha1.FailureReasonExitCode)
+			restarts := restartsTotal.WithLabelValues(trainingv1alpha1.FailureReasonExitCode, string(trainingv1alpha1.RestartModeRecreate))
 			before := testutil.ToFloat64(restarts)
 			// The restart is decided three times over, but stored only by the last pass.
 			failing.Store(true)
@@ -97,16 +97,16 @@ func TestDecisionsAreCountedOnceTheirStatusIsStored(t *testing.T) {
 			h.r.Clock = clockAt(now.Add(2 * time.Second))
 			h.mustReconcile(t, job)
 			h.runAll(t)
-			recoveries := histogramCount(t, recoverySeconds)
+			recoveries := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram))
 			failing.Store(true)
 			_, _ = h.reconcile(t, job)
-			if got := histogramCount(t, recoverySeconds) - recoveries; got != 0 {
+			if got := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram)) - recoveries; got != 0 {
 				t.Errorf("recovery observed %d times before its status was stored", got)
 			}
 			failing.Store(false)
 			h.mustReconcile(t, job)
 			h.mustReconcile(t, job)
-			if got := histogramCount(t, recoverySeconds) - recoveries; got != 1 {
+			if got := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram)) - recoveries; got != 1 {
 				t.Errorf("one stored recovery observed %d times", got)
 			}
 			if n := countEvents(h.drainEvents(), "Normal Recovered"); n != 1 {

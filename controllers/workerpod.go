@@ -93,13 +93,13 @@ func containerEnv(contract, network []corev1.EnvVar, c *corev1.Container) []core
 	return append(env, c.Env...)
 }
 
-// newWorkerPod is rank's pod of the job's current attempt (status.restarts). The template is
+// newWorkerPod is rank's pod of the job's current attempt. The template is
 // copied and only added to: GPU and NIC requests on the worker container, the contract's
 // environment, /dev/shm and the checkpoint volume, hostname and subdomain, labels, and
 // placement rules. ValidateSpec refuses templates that would collide with any of these.
 func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
 	s := &job.Spec
-	attempt := job.Status.Restarts
+	attempt := job.Status.Attempt()
 	tmpl := s.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -151,6 +151,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	}
 
 	w := &ps.Containers[workerContainer(ps)]
+	setRestartRules(w, &s.FaultTolerance)
 	setDevice(&w.Resources, "amd.com/gpu", int64(s.GPUsPerNode))
 	if nics := s.NICsPerNode(); nics > 0 {
 		setDevice(&w.Resources, "amd.com/nic", int64(nics))

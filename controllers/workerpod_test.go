@@ -85,6 +85,10 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 					Requests: corev1.ResourceList{"amd.com/gpu": qty("8")},
 					Limits:   corev1.ResourceList{"amd.com/gpu": qty("8")},
 				},
+				// In place on every code but success and the fatal ones.
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever),
+				RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0, 78}}}},
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "zaya-shm", MountPath: "/dev/shm"},
 					{Name: "zaya-checkpoints", MountPath: "/checkpoints"},

@@ -134,6 +134,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	// A status written by hand or restored under an older schema may hold a negative
 	// counter; as an attempt it would be an invalid pod label.
 	job.Status.Restarts = max(job.Status.Restarts, 0)
+	job.Status.InPlaceRestarts = min(max(job.Status.InPlaceRestarts, 0), job.Status.Restarts)
 
 	if finished(job) {
 		return p.finish(ctx, pods)
@@ -183,11 +184,21 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 				return ctrl.Result{}, err
 			}
 		}
-		p.recover(ctx, *v)
+		p.recoverFrom(ctx, *v)
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}
 		return ctrl.Result{}, nil // the status write brings the next pass
+	}
+	if p.noticeInPlace(ctx, gang) {
+		if finished(job) {
+			return p.finish(ctx, pods)
+		}
+		return ctrl.Result{}, nil
+	}
+	inPlaceDue, escalated := p.inPlaceOverdue(gang)
+	if escalated {
+		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
 
 	// A new attempt starts only once the old one is gone: its pods hold the GPUs and answer
@@ -212,14 +223,15 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.blocked(ctx, err)
 	}
 	return soonest(p.updateProgress(gang), p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
-		ctrl.Result{RequeueAfter: recheck}), nil
+		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}), nil
 }
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
 // rank on a node that lost its health (the device plugin never evicts those pods).
 func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 	if pod := g.firstFailure(); pod != nil {
-		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
+		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Attempt())
+		v.pod = pod
 		return &v, nil
 	}
 	f, err := p.unhealthyRank(ctx, g)

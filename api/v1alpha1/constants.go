@@ -86,6 +86,14 @@ const (
 	ReasonRestartBudgetExceeded = "RestartBudgetExceeded"
 	// ReasonRestarting: the gang is being restarted from the last checkpoint.
 	ReasonRestarting = "Restarting"
+	// ReasonInPlaceTimedOut: an in-place restart did not bring every rank back within
+	// faultTolerance.inPlaceTimeout, so the gang is recreated.
+	ReasonInPlaceTimedOut = "InPlaceTimedOut"
+	// ReasonInPlaceFailed: a pod failed during an in-place restart, so the gang is recreated.
+	ReasonInPlaceFailed = "InPlaceFailed"
+	// ReasonInPlaceUnsupported: the cluster dropped or ignored the worker container's restart
+	// rules; the gang restarts by recreating its pods.
+	ReasonInPlaceUnsupported = "InPlaceUnsupported"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.

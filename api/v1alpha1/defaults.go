@@ -26,6 +26,7 @@ const (
 	DefaultBackoffMax         = 5 * time.Minute
 	DefaultHangTimeout        = 30 * time.Minute
 	DefaultTerminatingTimeout = 2 * time.Minute
+	DefaultInPlaceTimeout     = 3 * time.Minute
 	DefaultQuarantineExpiry   = 24 * time.Hour
 	DefaultQuarantineMaxNodes = 32
 )
@@ -84,6 +85,10 @@ func (j *ZayaTrainingJob) Default() {
 	defaultDuration(&f.Backoff.Max, DefaultBackoffMax)
 	defaultDuration(&f.HangTimeout, DefaultHangTimeout)
 	defaultDuration(&f.TerminatingTimeout, DefaultTerminatingTimeout)
+	if f.RestartMode == "" {
+		f.RestartMode = RestartModeInPlace
+	}
+	defaultDuration(&f.InPlaceTimeout, DefaultInPlaceTimeout)
 	if f.ExitCodes.Fatal == nil {
 		f.ExitCodes.Fatal = []int32{ExitCodeConfigError}
 	}
@@ -107,6 +112,12 @@ func defaultDuration(d **metav1.Duration, v time.Duration) {
 	if *d == nil {
 		*d = &metav1.Duration{Duration: v}
 	}
+}
+
+// Attempt is the attempt number of the current pods: every restart but the in-place ones
+// moved it.
+func (s *ZayaTrainingJobStatus) Attempt() int32 {
+	return s.Restarts - s.InPlaceRestarts
 }
 
 // WorldSize is the number of training ranks: nodes * gpusPerNode.

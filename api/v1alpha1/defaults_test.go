@@ -37,6 +37,8 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 		TerminatingTimeout: dur(2 * time.Minute),
 		ExitCodes:          ExitCodePolicy{Fatal: []int32{78}, Other: ExitCodeRestart},
 		DisruptionRestarts: DisruptionRestartsFree,
+		RestartMode:        RestartModeInPlace,
+		InPlaceTimeout:     dur(3 * time.Minute),
 		Quarantine:         QuarantineSpec{NodeTaint: QuarantineTaintNone, ExpireAfter: dur(24 * time.Hour), MaxNodes: 32},
 	}
 	if diff := cmp.Diff(want, job.Spec); diff != "" {

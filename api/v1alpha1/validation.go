@@ -71,7 +71,19 @@ func ValidateSpec(spec *ZayaTrainingJobSpec) field.ErrorList {
 		errs = append(errs, validateContainer(spec, &pod.InitContainers[i], podPath.Child("initContainers").Index(i))...)
 	}
 	for i := range pod.Containers {
-		errs = append(errs, validateContainer(spec, &pod.Containers[i], podPath.Child("containers").Index(i))...)
+		c := &pod.Containers[i]
+		path := podPath.Child("containers").Index(i)
+		errs = append(errs, validateContainer(spec, c, path)...)
+		// The operator owns the regular containers' restart behaviour (faultTolerance.restartMode);
+		// a rule of the template's own could restart a rank the gang has left behind.
+		if c.RestartPolicy != nil {
+			errs = append(errs, field.Forbidden(path.Child("restartPolicy"),
+				"set by the operator from spec.faultTolerance (restartMode, exitCodes)"))
+		}
+		if len(c.RestartPolicyRules) > 0 {
+			errs = append(errs, field.Forbidden(path.Child("restartPolicyRules"),
+				"set by the operator from spec.faultTolerance (restartMode, exitCodes)"))
+		}
 	}
 	return errs
 }

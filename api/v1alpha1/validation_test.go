@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	. "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -30,6 +31,18 @@ func TestValidateSpec(t *testing.T) {
 			[]string{"FieldValueForbidden spec.template.spec.containers[0].env[0].name"}},
 		{"contract env", base().WorkerEnv("ZAYA_CHECKPOINT_DIR", "/x").Obj(),
 			[]string{"FieldValueForbidden spec.template.spec.containers[0].env[0].name"}},
+		{"restart rules of the template's own", func() *ZayaTrainingJob {
+			j := base().Obj()
+			j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, corev1.Container{Name: "side",
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+			j.Spec.Template.Spec.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart}}
+			// A sidecar (an init container that restarts Always) is the template's to keep.
+			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+			return j
+		}(), []string{
+			"FieldValueForbidden spec.template.spec.containers[0].restartPolicyRules",
+			"FieldValueForbidden spec.template.spec.containers[1].restartPolicy",
+		}},
 		{"reserved volume name", func() *ZayaTrainingJob {
 			j := base().Obj()
 			j.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: CheckpointVolumeName}}

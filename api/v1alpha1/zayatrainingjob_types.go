@@ -436,12 +436,43 @@ type FaultToleranceSpec struct {
 	// +optional
 	DisruptionRestarts DisruptionRestarts `json:"disruptionRestarts,omitempty"`
 
+	// restartMode is how a gang restarts after a process fault on a healthy node: InPlace
+	// (default) restarts the worker containers where they run (Kubernetes container restart
+	// rules on the non-fatal exit codes: no pod is deleted or created); Recreate deletes and
+	// recreates every pod. A cluster that drops or ignores the rules falls back to Recreate
+	// on its own, and an in-place restart that does not converge within inPlaceTimeout is
+	// escalated to Recreate.
+	// +kubebuilder:default=InPlace
+	// +optional
+	RestartMode RestartMode `json:"restartMode,omitempty"`
+
+	// inPlaceTimeout is how long an in-place restart may take to bring every rank back
+	// (restarted after the fault and ready) before the operator recreates the gang instead,
+	// a duration from 10s to 1h (default 3m).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="faultTolerance.inPlaceTimeout must be a duration such as 90s, 30m or 1h30m, from 10s to 1h"
+	// +kubebuilder:default="3m"
+	// +optional
+	InPlaceTimeout *metav1.Duration `json:"inPlaceTimeout,omitempty"`
+
 	// quarantine keeps this job's ranks off nodes that were lost or had an unhealthy GPU or NIC,
 	// for expireAfter (default 24h), at most maxNodes (default 32) at a time.
 	// +kubebuilder:default={}
 	// +optional
 	Quarantine QuarantineSpec `json:"quarantine,omitempty"`
 }
+
+// RestartMode is how a gang restarts after a process fault.
+// +kubebuilder:validation:Enum=InPlace;Recreate
+type RestartMode string
+
+const (
+	// RestartModeInPlace restarts the worker containers in their pods.
+	RestartModeInPlace RestartMode = "InPlace"
+	// RestartModeRecreate deletes and recreates every pod of the gang.
+	RestartModeRecreate RestartMode = "Recreate"
+)
 
 // BackoffSpec is an exponential backoff.
 // +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.max) || !self.initial.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') || !self.max.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') || duration(self.initial) <= duration(self.max)",message="faultTolerance.backoff.initial must not exceed backoff.max"
@@ -535,12 +566,29 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// restarts is how many times the whole gang has been restarted, for any reason; it is
-	// also the current attempt number stamped on the pods.
+	// restarts is how many times the whole gang has been restarted, for any reason and by
+	// either mode. restarts minus inPlaceRestarts is the current attempt number stamped on the
+	// pods: an in-place restart keeps the pods.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	Restarts int32 `json:"restarts"`
+
+	// inPlaceRestarts is how many of the restarts happened in place, without new pods.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
+	// +optional
+	InPlaceRestarts int32 `json:"inPlaceRestarts,omitempty"`
+
+	// lastRestartMode is how the latest (or current) restart happens: InPlace or Recreate.
+	// +optional
+	LastRestartMode RestartMode `json:"lastRestartMode,omitempty"`
+
+	// containerRestarts is the sum of the worker containers' restartCount over the current
+	// attempt's pods when the operator last looked: a rise is an in-place restart.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ContainerRestarts int64 `json:"containerRestarts,omitempty"`
 
 	// restartTimes are when the restarts that count against maxRestarts happened, pruned to
 	// restartWindow; this is the restart budget, kept across operator restarts.

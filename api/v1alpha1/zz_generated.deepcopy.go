@@ -185,6 +185,11 @@ func (in *FaultToleranceSpec) DeepCopyInto(out *FaultToleranceSpec) {
 		**out = **in
 	}
 	in.ExitCodes.DeepCopyInto(&out.ExitCodes)
+	if in.InPlaceTimeout != nil {
+		in, out := &in.InPlaceTimeout, &out.InPlaceTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	in.Quarantine.DeepCopyInto(&out.Quarantine)
 }
 

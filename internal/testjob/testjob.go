@@ -75,6 +75,12 @@ func (w *Wrapper) Suspend(s bool) *Wrapper { w.Spec.Suspend = s; return w }
 // ManagedBy sets spec.managedBy.
 func (w *Wrapper) ManagedBy(m string) *Wrapper { w.Spec.ManagedBy = ptr.To(m); return w }
 
+// RestartMode sets spec.faultTolerance.restartMode.
+func (w *Wrapper) RestartMode(m trainingv1alpha1.RestartMode) *Wrapper {
+	w.Spec.FaultTolerance.RestartMode = m
+	return w
+}
+
 // Generation sets metadata.generation.
 func (w *Wrapper) Generation(g int64) *Wrapper { w.ObjectMeta.Generation = g; return w }
 

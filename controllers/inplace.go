@@ -1,0 +1,245 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// In-place gang restart. With restartMode InPlace the worker container carries container
+// restart rules (KEP-5307) on every exit code that would restart the gang: when a rank's
+// process dies the kubelet restarts its container in the same pod, its peers' collectives
+// break, they exit 75 (the cascade) and restart too, and the ranks meet again at the
+// rendezvous. The operator writes nothing to pods: it notices the restart from the
+// kubelet-written restartCount, counts it, and closes it once every rank runs again.
+
+// restartRules are the worker container's restart rules for the spec's exit-code policy:
+// restart in place on exactly the codes judge would restart the gang on, so a fatal code
+// still fails the pod (and the job). Exit 0 is never restarted: the rank is done.
+func restartRules(ft *trainingv1alpha1.FaultToleranceSpec) []corev1.ContainerRestartRule {
+	var req corev1.ContainerRestartRuleOnExitCodes
+	if ft.ExitCodes.Other == trainingv1alpha1.ExitCodeFail {
+		var codes []int32
+		for _, c := range append([]int32{trainingv1alpha1.ExitStopped}, ft.ExitCodes.Retryable...) {
+			if !slices.Contains(codes, c) && !slices.Contains(ft.ExitCodes.Fatal, c) {
+				codes = append(codes, c)
+			}
+		}
+		if len(codes) == 0 {
+			return nil // every exit fails the pod: nothing to restart in place
+		}
+		req = corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: codes}
+	} else {
+		codes := []int32{0}
+		for _, c := range ft.ExitCodes.Fatal {
+			if !slices.Contains(codes, c) {
+				codes = append(codes, c)
+			}
+		}
+		req = corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: codes}
+	}
+	slices.Sort(req.Values)
+	return []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart, ExitCodes: &req}}
+}
+
+// setRestartRules makes the worker container restart in place (restartMode InPlace). The
+// container's restartPolicy must be set with rules; Never keeps the pod's own behaviour for
+// every other exit.
+func setRestartRules(c *corev1.Container, ft *trainingv1alpha1.FaultToleranceSpec) {
+	rules := restartRules(ft)
+	if ft.RestartMode == trainingv1alpha1.RestartModeRecreate || len(rules) == 0 {
+		return
+	}
+	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
+	c.RestartPolicyRules = rules
+}
+
+// containerRestarts is how often pod's worker container was restarted in place.
+func containerRestarts(pod *corev1.Pod) int64 {
+	if s := workerStatus(pod); s != nil {
+		return int64(max(s.RestartCount, 0))
+	}
+	return 0
+}
+
+// inPlaceUnderWay reports whether an in-place restart is under way, and since the fault.
+func (p *pass) inPlaceUnderWay() (time.Time, bool) {
+	since, ok := p.restarting()
+	return since, ok && p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace
+}
+
+// noticeInPlace starts an in-place restart when a worker container of the current attempt
+// restarted since the last pass (the kubelet raised its restartCount): the root cause is the
+// earliest exit that was not the cascade's 75. Restarts seen while one is under way belong to
+// it. It reports whether it started one.
+func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
+	st := &p.job.Status
+	seen := st.ContainerRestarts
+	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
+	if g.containerRestarts <= seen {
+		return false
+	}
+	if _, ok := p.inPlaceUnderWay(); ok {
+		return false
+	}
+	var after time.Time
+	if st.LastFailure != nil {
+		after = st.LastFailure.Time.Time
+	}
+	pod, exit := g.inPlaceRoot(after)
+	if pod == nil {
+		return false // counts rose without a recorded exit: nothing to attribute yet
+	}
+	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Attempt())
+	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
+	at := exit.FinishedAt.Time
+	if at.IsZero() || at.After(p.now) {
+		at = p.now
+	}
+	v.failure.Time = metav1.Time{Time: at}
+	p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
+	return true
+}
+
+// ended is pod as it was when its worker container's run ended with exit: what judge and
+// the termination-message readers expect of a failed pod.
+func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status}
+	out.Status.ContainerStatuses = slices.Clone(pod.Status.ContainerStatuses)
+	if s := workerStatus(out); s != nil {
+		s.State = corev1.ContainerState{Terminated: exit}
+	}
+	out.Status.Phase = corev1.PodFailed
+	return out
+}
+
+// inPlaceRoot is the rank whose last run ended first after `after` with an exit other than
+// the cascade's 75 (else the first of any), ties by rank: the fault that started the restart.
+func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateTerminated) {
+	var root *corev1.Pod
+	var exit *corev1.ContainerStateTerminated
+	better := func(t *corev1.ContainerStateTerminated) bool {
+		if exit == nil {
+			return true
+		}
+		cascade, rootCascade := t.ExitCode == trainingv1alpha1.ExitStopped, exit.ExitCode == trainingv1alpha1.ExitStopped
+		if cascade != rootCascade {
+			return !cascade
+		}
+		return t.FinishedAt.Before(&exit.FinishedAt)
+	}
+	for _, pod := range g.ranks { // by rank: an equal time keeps the lower rank
+		if pod == nil || containerRestarts(pod) == 0 {
+			continue
+		}
+		s := workerStatus(pod)
+		t := s.LastTerminationState.Terminated
+		if t == nil || !t.FinishedAt.Time.After(after) {
+			continue
+		}
+		if better(t) {
+			root, exit = pod, t
+		}
+	}
+	return root, exit
+}
+
+// restartedSince reports whether every rank's worker container runs a process started at or
+// after t, and is ready: the in-place restart is over only once the cascade reached every
+// rank, or a rank not yet torn down would be counted as recovered.
+func (g gang) restartedSince(t time.Time) bool {
+	for _, pod := range g.ranks {
+		if pod == nil || !podReady(pod) {
+			return false
+		}
+		s := workerStatus(pod)
+		if s == nil || s.State.Running == nil || s.State.Running.StartedAt.Time.Before(t.Truncate(time.Second)) {
+			return false
+		}
+	}
+	return true
+}
+
+// inPlaceOverdue escalates an in-place restart that did not bring every rank back within
+// inPlaceTimeout to a full recreate: the same restart (no more budget), a new attempt. It
+// returns how long until it is due (0: not under way, or escalated now).
+func (p *pass) inPlaceOverdue(g gang) (time.Duration, bool) {
+	since, ok := p.inPlaceUnderWay()
+	if !ok || g.restartedSince(since) {
+		return 0, false
+	}
+	timeout := p.job.Spec.FaultTolerance.InPlaceTimeout.Duration
+	if due := since.Add(timeout).Sub(p.now); due > 0 {
+		return due, false
+	}
+	laggards := 0
+	for _, pod := range g.ranks {
+		if pod == nil || !podReady(pod) {
+			laggards++
+		}
+	}
+	p.escalate(trainingv1alpha1.ReasonInPlaceTimedOut, fmt.Sprintf(
+		"the in-place restart did not bring every rank back within %s (%d not ready): recreating the gang", timeout, laggards))
+	return 0, true
+}
+
+// escalate turns the in-place restart under way into a recreate of the whole gang: the
+// restart was counted once, so only the attempt moves.
+func (p *pass) escalate(reason, msg string) {
+	st := &p.job.Status
+	st.InPlaceRestarts = max(st.InPlaceRestarts-1, 0)
+	st.LastRestartMode = trainingv1alpha1.RestartModeRecreate
+	st.ReadyNodes = 0
+	cause := trainingv1alpha1.ReasonRestarting
+	if st.LastFailure != nil {
+		cause = st.LastFailure.Reason
+	}
+	msg = fmt.Sprintf("%s (attempt %d)", msg, st.Attempt())
+	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, cause, msg)
+	p.warning(reason, "Restart", "%s", msg)
+	p.whenStored(func() { escalationsTotal.WithLabelValues(reason).Inc() })
+}
+
+// recoverFrom acts on a failed or lost pod of the current attempt. During an in-place restart
+// it is the same restart going wrong: the gang is recreated without counting it again. A pod
+// that failed on an exit its restart rules cover tells that its kubelet ignored them.
+func (p *pass) recoverFrom(ctx context.Context, v verdict) {
+	st := &p.job.Status
+	if _, ok := p.inPlaceUnderWay(); ok && !v.fatal {
+		st.LastFailure = &v.failure
+		st.RecentFailures = append([]trainingv1alpha1.JobFailure{v.failure}, st.RecentFailures...)
+		if len(st.RecentFailures) > maxRecentFailures {
+			st.RecentFailures = st.RecentFailures[:maxRecentFailures]
+		}
+		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.failure.Message))
+		return
+	}
+	if f := v.failure; v.pod != nil && !v.fatal && f.ExitCode != nil && f.Reason == trainingv1alpha1.FailureReasonExitCode &&
+		rulesRestart(v.pod.Spec.Containers[workerContainer(&v.pod.Spec)].RestartPolicyRules, *f.ExitCode) {
+		p.warning(trainingv1alpha1.ReasonInPlaceUnsupported, "Restart",
+			"rank %d on %s exited %d, which its container restart rules restart in place, but its pod failed: the kubelet there does not honour container restart rules (ContainerRestartRules, Kubernetes 1.35+); recreating the gang",
+			ptr.Deref(f.Rank, -1), f.Node, *f.ExitCode)
+	}
+	p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
+}
+
+// rulesRestart reports whether rules restart a container that exited with code.
+func rulesRestart(rules []corev1.ContainerRestartRule, code int32) bool {
+	for _, r := range rules {
+		if r.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(r.ExitCodes.Values, code)
+		if (r.ExitCodes.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn) == in {
+			return r.Action == corev1.ContainerRestartRuleActionRestart
+		}
+	}
+	return false
+}

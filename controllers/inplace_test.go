@@ -1,0 +1,233 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// restartedInPlace is what the kubelet reports after restarting a pod's worker container
+// under its restart rules: the run that ended in lastState, a new one running since started.
+func restartedInPlace(node string, count, code int32, exitAt, started time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.NodeName = node
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: "worker", RestartCount: count, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: code, Reason: "Error", FinishedAt: metav1.NewTime(exitAt), Message: "checkpoint-step=40\n"}},
+		}}
+	}
+}
+
+// inPlaceGang is a running 3-rank job whose pods carry restart rules.
+func inPlaceGang(t *testing.T, mutate ...func(*trainingv1alpha1.ZayaTrainingJob)) (*harness, *trainingv1alpha1.ZayaTrainingJob) {
+	t.Helper()
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	for _, m := range mutate {
+		m(job)
+	}
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	h.drainEvents()
+	return h, job
+}
+
+func TestProcessFaultRestartsTheGangInPlace(t *testing.T) {
+	h, job := inPlaceGang(t)
+	pods := podNames(h.pods(t))
+	fault := now.Add(-3 * time.Second)
+	// Rank 1 crashed and the kubelet restarted it; its peers have not noticed yet.
+	h.setPod(t, "llm-0-1", restartedInPlace("node-llm-0-1", 1, 139, fault, fault.Add(time.Second)))
+	h.writes.Store(0)
+	h.mustReconcile(t, job)
+
+	got := h.get(t, job)
+	st := got.Status
+	if st.Restarts != 1 || st.InPlaceRestarts != 1 || st.Attempt() != 0 || st.LastRestartMode != trainingv1alpha1.RestartModeInPlace || len(st.RestartTimes) != 1 {
+		t.Fatalf("restarts %d, in place %d, attempt %d, mode %q, restartTimes %v; want one counted in-place restart of attempt 0",
+			st.Restarts, st.InPlaceRestarts, st.Attempt(), st.LastRestartMode, st.RestartTimes)
+	}
+	if f := st.LastFailure; f == nil || *f.Rank != 1 || *f.ExitCode != 139 || f.Reason != trainingv1alpha1.FailureReasonExitCode || !f.Time.Time.Equal(fault) {
+		t.Errorf("lastFailure = %+v, want rank 1 exit 139 at the fault (%s)", f, fault)
+	}
+	if c := condition(got, "Restarting"); c == nil || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(fault) {
+		t.Errorf("Restarting = %+v, want True since the fault", c)
+	}
+	if st.LastCheckpoint == nil || st.LastCheckpoint.Step != 40 {
+		t.Errorf("lastCheckpoint = %+v, want step 40 from the ended run's message", st.LastCheckpoint)
+	}
+	if w := h.writes.Load(); w != 1 {
+		t.Errorf("the in-place restart took %d writes, want only the status write", w)
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning Restarting restarting the gang in place") {
+		t.Errorf("events = %q", ev)
+	}
+
+	// The cascade: the other ranks exit 75 and come back. No restart is counted for them,
+	// and the restart is not over while a rank still runs its pre-fault process.
+	h.setPod(t, "llm-0-0", restartedInPlace("node-llm-0-0", 1, trainingv1alpha1.ExitStopped, fault.Add(time.Second), fault.Add(2*time.Second)))
+	h.mustReconcile(t, job)
+	if got := h.get(t, job); got.Status.Restarts != 1 || condition(got, "Restarting").Status != metav1.ConditionTrue ||
+		condition(got, "Running").Status != metav1.ConditionFalse {
+		t.Fatalf("after rank 0 restarted: restarts %d, Restarting %+v, Running %+v", got.Status.Restarts,
+			condition(got, "Restarting"), condition(got, "Running"))
+	}
+	h.setPod(t, "llm-0-2", restartedInPlace("node-llm-0-2", 1, trainingv1alpha1.ExitStopped, fault.Add(time.Second), fault.Add(2*time.Second)))
+	h.mustReconcile(t, job)
+	got = h.get(t, job)
+	if got.Status.Restarts != 1 || got.Status.ContainerRestarts != 3 {
+		t.Errorf("restarts %d, containerRestarts %d; want 1 and 3", got.Status.Restarts, got.Status.ContainerRestarts)
+	}
+	if c := condition(got, "Restarting"); c.Status != metav1.ConditionFalse || c.Reason != trainingv1alpha1.ReasonRecovered {
+		t.Errorf("Restarting = %+v, want Recovered", c)
+	}
+	if s := got.Status.LastRecoverySeconds; s == nil || *s != 3 {
+		t.Errorf("lastRecoverySeconds = %v, want 3 (from the fault)", s)
+	}
+	if diff := cmp.Diff(pods, podNames(h.pods(t))); diff != "" {
+		t.Errorf("pods changed (-before +after):\n%s", diff)
+	}
+	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, "Normal Recovered recovered in place") }) {
+		t.Errorf("events = %q, want a Recovered in place", ev)
+	}
+}
+
+func TestInPlaceRootIsTheFirstExitThatIsNotTheCascade(t *testing.T) {
+	h, job := inPlaceGang(t)
+	t0 := now.Add(-10 * time.Second)
+	// Seen together: ranks 0 and 2 stopped (75) before rank 1's own error was recorded.
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(time.Second)))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(time.Second)))
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, t0.Add(time.Second), t0.Add(2*time.Second)))
+	h.mustReconcile(t, job)
+	if f := h.get(t, job).Status.LastFailure; f == nil || *f.Rank != 1 || *f.ExitCode != 1 {
+		t.Errorf("lastFailure = %+v, want rank 1's exit 1", f)
+	}
+}
+
+func TestInPlaceRestartThatDoesNotConvergeRecreatesTheGang(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-time.Second)
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault, fault))
+	h.mustReconcile(t, job)
+	res := h.mustReconcile(t, job)
+	if res.RequeueAfter <= 0 || res.RequeueAfter > job.Spec.FaultTolerance.InPlaceTimeout.Duration {
+		t.Errorf("requeue after %s, want within inPlaceTimeout", res.RequeueAfter)
+	}
+	h.drainEvents()
+
+	h.r.Clock = clockAt(fault.Add(job.Spec.FaultTolerance.InPlaceTimeout.Duration + time.Second))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	st := got.Status
+	if st.Restarts != 1 || st.InPlaceRestarts != 0 || st.Attempt() != 1 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || len(st.RestartTimes) != 1 {
+		t.Fatalf("restarts %d, in place %d, attempt %d, mode %q, restartTimes %d; want the same restart, now recreating as attempt 1",
+			st.Restarts, st.InPlaceRestarts, st.Attempt(), st.LastRestartMode, len(st.RestartTimes))
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning InPlaceTimedOut") {
+		t.Errorf("events = %q", ev)
+	}
+	h.mustReconcile(t, job) // deletes attempt 0
+	h.mustReconcile(t, job) // creates attempt 1
+	if diff := cmp.Diff([]string{"llm-1-0", "llm-1-1", "llm-1-2"}, podNames(h.pods(t))); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+}
+
+func TestAPodFailingDuringAnInPlaceRestartRecreatesWithoutCountingTwice(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-time.Second)
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault, fault))
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-2", exited("n2", 137, now))
+	h.drainEvents()
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.Restarts != 1 || st.Attempt() != 1 || len(st.RestartTimes) != 1 || st.LastFailure == nil || *st.LastFailure.Rank != 2 {
+		t.Errorf("restarts %d, attempt %d, restartTimes %d, lastFailure %+v; want one restart, recreating as attempt 1 after rank 2",
+			st.Restarts, st.Attempt(), len(st.RestartTimes), st.LastFailure)
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning InPlaceFailed") {
+		t.Errorf("events = %q", ev)
+	}
+}
+
+func TestInPlaceRestartsUseTheBudget(t *testing.T) {
+	h, job := inPlaceGang(t, func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](1) })
+	fault := now.Add(-time.Minute)
+	for r := range 3 {
+		h.setPod(t, podName(job, 0, int32(r)), restartedInPlace("n", 1, 1, fault, fault.Add(time.Second)))
+	}
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	if c := condition(h.get(t, job), "Restarting"); c.Status != metav1.ConditionFalse {
+		t.Fatalf("Restarting = %+v, want recovered", c)
+	}
+	h.setPod(t, "llm-0-2", restartedInPlace("n", 2, 1, now.Add(-time.Second), now))
+	h.mustReconcile(t, job)
+	if c := condition(h.get(t, job), "Failed"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != trainingv1alpha1.ReasonRestartBudgetExceeded {
+		t.Errorf("Failed = %+v, want RestartBudgetExceeded", c)
+	}
+}
+
+func TestAKubeletIgnoringTheRestartRulesIsNamed(t *testing.T) {
+	h, job := inPlaceGang(t)
+	h.setPod(t, "llm-0-1", exited("n1", 1, now))
+	h.mustReconcile(t, job)
+	ev := h.drainEvents()
+	if len(ev) != 2 || !strings.HasPrefix(ev[0], "Warning InPlaceUnsupported rank 1 on n1 exited 1") ||
+		!strings.HasPrefix(ev[1], "Warning Restarting restarting the whole gang as attempt 1") {
+		t.Errorf("events = %q", ev)
+	}
+}
+
+func TestRestartRulesFollowTheExitCodePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		codes  trainingv1alpha1.ExitCodePolicy
+		op     corev1.ContainerRestartRuleOnExitCodesOperator
+		values []int32
+	}{
+		{"restart other codes", trainingv1alpha1.ExitCodePolicy{Fatal: []int32{78, 3, 3}, Other: trainingv1alpha1.ExitCodeRestart},
+			corev1.ContainerRestartRuleOnExitCodesOpNotIn, []int32{0, 3, 78}},
+		{"fail other codes", trainingv1alpha1.ExitCodePolicy{Fatal: []int32{78}, Retryable: []int32{137, 1}, Other: trainingv1alpha1.ExitCodeFail},
+			corev1.ContainerRestartRuleOnExitCodesOpIn, []int32{1, 75, 137}},
+		{"only fatal codes", trainingv1alpha1.ExitCodePolicy{Fatal: []int32{75}, Other: trainingv1alpha1.ExitCodeFail}, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := restartRules(&trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes})
+			var want []corev1.ContainerRestartRule
+			if tc.op != "" {
+				want = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: tc.op, Values: tc.values}}}
+			}
+			if diff := cmp.Diff(want, rules); diff != "" {
+				t.Errorf("rules (-want +got):\n%s", diff)
+			}
+			for code := range int32(256) {
+				v := judge(&trainingv1alpha1.ZayaTrainingJobSpec{FaultTolerance: trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes}},
+					ended(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}},
+						Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "worker"}}}},
+						&corev1.ContainerStateTerminated{ExitCode: code}), now, 0)
+				if restarts := code != 0 && !v.fatal; rulesRestart(rules, code) != restarts {
+					t.Errorf("exit %d: rules restart %v, judge restarts %v", code, rulesRestart(rules, code), restarts)
+				}
+			}
+		})
+	}
+}
