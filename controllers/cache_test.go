@@ -47,7 +47,7 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 	want := pod.DeepCopy()
 	want.ManagedFields = nil
 	want.Spec = corev1.PodSpec{NodeName: "node-7", TerminationGracePeriodSeconds: ptr.To[int64](30),
-		Containers: []corev1.Container{{Name: "worker"}}}
+		Containers: []corev1.Container{{Name: "worker", RestartPolicy: pod.Spec.Containers[0].RestartPolicy, RestartPolicyRules: pod.Spec.Containers[0].RestartPolicyRules}}}
 	by, ok := byType[*corev1.Pod](opts.ByObject)
 	if !ok || by.Transform == nil || by.Label == nil || by.Label.Empty() {
 		t.Fatalf("pods are cached without a label selector and transform: %+v", by)

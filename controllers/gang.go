@@ -175,6 +175,9 @@ func podReady(pod *corev1.Pod) bool {
 
 // workerStatus is the status of a pod's worker container, if it has one yet.
 func workerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	if len(pod.Spec.Containers) == 0 {
+		return nil
+	}
 	name := pod.Spec.Containers[workerContainer(&pod.Spec)].Name
 	for i := range pod.Status.ContainerStatuses {
 		if pod.Status.ContainerStatuses[i].Name == name {

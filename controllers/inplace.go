@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -76,26 +77,33 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 }
 
 // noticeInPlace starts an in-place restart when a worker container of the current attempt
+// exited in a pod that lives on (its restart rules restart it) since the last failure, or was
 // restarted since the last pass (the kubelet raised its restartCount): the root cause is the
-// earliest exit that was not the cascade's 75. Restarts seen while one is under way belong to
-// it. It reports whether it started one.
+// earliest exit that was not the cascade's 75. Exits seen while one is under way belong to it.
+// It reports whether it started one.
 func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
 	st := &p.job.Status
 	seen := st.ContainerRestarts
 	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
-	if g.containerRestarts <= seen {
-		return false
-	}
 	if _, ok := p.inPlaceUnderWay(); ok {
 		return false
 	}
+	// Exits up to the last failure, or up to the end of the restart that followed it (the
+	// cascade's), are accounted for.
 	var after time.Time
 	if st.LastFailure != nil {
 		after = st.LastFailure.Time.Time
 	}
+	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.LastTransitionTime.After(after) {
+		after = c.LastTransitionTime.Time
+	}
 	pod, exit := g.inPlaceRoot(after)
+	if pod == nil && g.containerRestarts > seen {
+		// A restart whose exit is no newer than the last failure (times are whole seconds).
+		pod, exit = g.inPlaceRoot(time.Time{})
+	}
 	if pod == nil {
-		return false // counts rose without a recorded exit: nothing to attribute yet
+		return false
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Attempt())
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
@@ -120,6 +128,25 @@ func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
 	return out
 }
 
+// lastExit is how pod's worker container last ended while the pod lives on: its current state
+// if it exited (not 0: a rank that is done), else the run before its last restart.
+func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
+	s := workerStatus(pod)
+	if s == nil || podFinished(pod) || len(pod.Spec.Containers[workerContainer(&pod.Spec)].RestartPolicyRules) == 0 {
+		return nil // no rules: an exit fails the pod, which is the Recreate path's to see
+	}
+	if t := s.State.Terminated; t != nil {
+		if t.ExitCode == 0 {
+			return nil
+		}
+		return t
+	}
+	if s.RestartCount > 0 {
+		return s.LastTerminationState.Terminated
+	}
+	return nil
+}
+
 // inPlaceRoot is the rank whose last run ended first after `after` with an exit other than
 // the cascade's 75 (else the first of any), ties by rank: the fault that started the restart.
 func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateTerminated) {
@@ -136,11 +163,10 @@ func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateT
 		return t.FinishedAt.Before(&exit.FinishedAt)
 	}
 	for _, pod := range g.ranks { // by rank: an equal time keeps the lower rank
-		if pod == nil || containerRestarts(pod) == 0 {
+		if pod == nil {
 			continue
 		}
-		s := workerStatus(pod)
-		t := s.LastTerminationState.Terminated
+		t := lastExit(pod)
 		if t == nil || !t.FinishedAt.Time.After(after) {
 			continue
 		}
@@ -165,6 +191,24 @@ func (g gang) restartedSince(t time.Time) bool {
 		}
 	}
 	return true
+}
+
+// backAt is when the last rank came back: the latest start of a worker process or Ready
+// transition, as the kubelet recorded them (zero when unknown).
+func (g gang) backAt() time.Time {
+	var at time.Time
+	for _, pod := range g.ranks {
+		if pod == nil {
+			continue
+		}
+		if s := workerStatus(pod); s != nil && s.State.Running != nil && s.State.Running.StartedAt.Time.After(at) {
+			at = s.State.Running.StartedAt.Time
+		}
+		if c := podCondition(pod, corev1.PodReady); c != nil && c.LastTransitionTime.Time.After(at) {
+			at = c.LastTransitionTime.Time
+		}
+	}
+	return at
 }
 
 // inPlaceOverdue escalates an in-place restart that did not bring every rank back within

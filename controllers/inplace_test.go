@@ -96,8 +96,8 @@ func TestProcessFaultRestartsTheGangInPlace(t *testing.T) {
 	if c := condition(got, "Restarting"); c.Status != metav1.ConditionFalse || c.Reason != trainingv1alpha1.ReasonRecovered {
 		t.Errorf("Restarting = %+v, want Recovered", c)
 	}
-	if s := got.Status.LastRecoverySeconds; s == nil || *s != 3 {
-		t.Errorf("lastRecoverySeconds = %v, want 3 (from the fault)", s)
+	if s := got.Status.LastRecoverySeconds; s == nil || *s != 2 {
+		t.Errorf("lastRecoverySeconds = %v, want 2 (from the fault to the last rank's start)", ptr.Deref(s, -1))
 	}
 	if diff := cmp.Diff(pods, podNames(h.pods(t))); diff != "" {
 		t.Errorf("pods changed (-before +after):\n%s", diff)

@@ -28,7 +28,8 @@ func (podEvents) Create(_ context.Context, e event.CreateEvent, q workqueue.Type
 func (podEvents) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	delay := progressBatch
 	if pod, ok := e.ObjectNew.(*corev1.Pod); ok && (!pod.DeletionTimestamp.IsZero() ||
-		pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Reason != "") {
+		pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Reason != "" ||
+		workerExited(e.ObjectOld, pod)) {
 		delay = 0
 	}
 	enqueueOwner(e.ObjectNew, q, delay)
@@ -40,6 +41,24 @@ func (podEvents) Delete(_ context.Context, e event.DeleteEvent, q workqueue.Type
 
 func (podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	enqueueOwner(e.Object, q, 0)
+}
+
+// workerExited reports whether the update shows a worker process that ended: exited now, or
+// restarted in place since the old version.
+func workerExited(old client.Object, pod *corev1.Pod) bool {
+	s := workerStatus(pod)
+	if s == nil {
+		return false
+	}
+	if s.State.Terminated != nil {
+		return true
+	}
+	o, ok := old.(*corev1.Pod)
+	if !ok {
+		return false
+	}
+	os := workerStatus(o)
+	return os == nil || os.RestartCount != s.RestartCount
 }
 
 // enqueueOwner queues the job that controls obj, after delay.

@@ -129,13 +129,18 @@ func restartBackoff(spec trainingv1alpha1.BackoffSpec, k int) time.Duration {
 	return min(d, limit)
 }
 
-// finishRecovery closes a gang restart once every rank of the new attempt runs.
-func (p *pass) finishRecovery() {
+// finishRecovery closes a gang restart once every rank of the new attempt runs: an in-place
+// one as of when its last rank came back, since that is known exactly and a pass may come later.
+func (p *pass) finishRecovery(g gang) {
 	since, ok := p.restarting()
 	if !ok {
 		return
 	}
-	took := p.now.Sub(since)
+	end := p.now
+	if back := g.backAt(); p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace && back.After(since) && back.Before(end) {
+		end = back
+	}
+	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs
 	mode := string(p.job.Status.LastRestartMode)

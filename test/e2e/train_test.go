@@ -72,7 +72,10 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		Labels:   map[string]string{agentLabel: "true"},
 		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 		Commands: map[string]string{"zaya-worker": worker, "sh": "/bin/sh"},
-		Logf:     t.Logf,
+		// A kubelet configured with crashLoopBackOff.maxContainerRestartPeriod: 1s (KEP-4603):
+		// a default one waits 10 s before a container's second in-place restart within 10 min.
+		MaxContainerRestartPeriod: time.Second,
+		Logf:                      t.Logf,
 	})
 	if err != nil {
 		cancel()
@@ -182,22 +185,33 @@ func rank0Log(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt
 
 type faultRecord struct {
 	kind            string
-	attempt         int32
+	before, after   runID // rank 0's run the fault hit, and the one that resumed
 	atStep, resumed int64
+	podsReplaced    int
 	recovery        time.Duration
+}
+
+// runID names one run of rank 0's worker: its pod, and how often the container had been
+// restarted in place before it.
+type runID struct {
+	pod      string
+	restarts int32
 }
 
 // TestTrainingJobSurvivesChaos runs the reference worker for real on process-backed nodes:
 // first uninterrupted to completion, then again while faults hit it at random moments (a
 // worker killed, a node lost, a GPU going unhealthy, a worker hung, the newest checkpoint
-// corrupted). The faulted job still completes, its final parameters are bit-identical to the
-// uninterrupted run's, every resume loads a checkpoint that was committed, and no fault costs
-// more than one checkpoint interval (plus the step in which a background save commits), two
-// for a corrupted checkpoint (the corrupt step is lost too).
+// corrupted), once restarting in place (the default) and once recreating the gang, with the
+// same faults at the same steps. The faulted jobs still complete, their final parameters are
+// bit-identical to the uninterrupted run's, every resume loads a checkpoint that was
+// committed, no fault costs more than one checkpoint interval (plus the step in which a
+// background save commits; two for a corrupted checkpoint, whose step is lost too), and an
+// in-place restart replaces no pod.
 func TestTrainingJobSurvivesChaos(t *testing.T) {
 	nFaults, seed := chaosSettings()
 	steps := 300 + 120*nFaults
-	a := processCluster(t, trainNodes+2+nFaults)
+	// Each mode may lose a node and quarantine another per five faults.
+	a := processCluster(t, trainNodes+2+2*nFaults)
 	ns := newNamespace(t)
 	ctx := context.Background()
 
@@ -217,34 +231,81 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 		t.Errorf("uninterrupted run committed %d checkpoints, want %d", len(committed), steps/ckptEvery)
 	}
 
-	// The same job under faults.
-	sharedClaim(t, ns, "chaos")
-	job := trainingJob(ns, "chaos", "chaos", steps)
+	var report strings.Builder
+	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {
+		t.Run(string(mode), func(t *testing.T) {
+			report.WriteString(chaosRun(t, a, ns, mode, steps, nFaults, seed, want))
+		})
+	}
+	t.Log(report.String())
+	if out := os.Getenv("ZAYA_CHAOS_REPORT"); out != "" {
+		_ = os.WriteFile(out, []byte(report.String()), 0o644)
+	}
+}
+
+// chaosRun trains the reference job again under nFaults faults, restarting by mode, checks
+// the outcome against the uninterrupted run's parameters and returns its table.
+func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, mode trainingv1alpha1.RestartMode, steps, nFaults int, seed uint64, want []byte) string {
+	ctx := context.Background()
+	name := "chaos-" + strings.ToLower(string(mode))
+	sharedClaim(t, ns, name)
+	job := trainingJob(ns, name, name, steps)
+	job.Spec.FaultTolerance.RestartMode = mode
 	g := NewWithT(t)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+	rank0 := func(g Gomega) runID {
+		attempt := getJob(g, job).Status.Attempt()
+		pod := &corev1.Pod{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d-0", job.Name, attempt)}, pod)).To(Succeed())
+		id := runID{pod: pod.Name}
+		for _, s := range pod.Status.ContainerStatuses {
+			if s.Name == "worker" {
+				id.restarts = s.RestartCount
+			}
+		}
+		return id
+	}
+	runLog := func(id runID) string {
+		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(a.PodDir(ns, id.pod), "worker.log"), id.restarts))
+		return string(b)
+	}
+	podUIDs := func(g Gomega) map[string]bool {
+		list := &corev1.PodList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
+		out := map[string]bool{}
+		for _, p := range list.Items {
+			out[string(p.UID)] = true
+		}
+		return out
+	}
+
 	r := rand.New(rand.NewPCG(seed, 7))
 	kinds := []string{"kill", "node-lost", "gpu-unhealthy", "hang", "corrupt"}
 	var records []faultRecord
+	var unhealthy []string
 	for i := range nFaults {
 		kind := kinds[i%len(kinds)]
 		if i >= len(kinds) {
 			kind = kinds[r.IntN(len(kinds))]
 		}
-		attempt := int32(i)
-		waitRunning(g, job, attempt)
-		// A random moment: some steps into this attempt (mid-save included: saves start every
+		waitRunning(g, job, int32(i))
+		before := rank0(g)
+		// A random moment: some steps into this run (mid-save included: saves start every
 		// ckptEvery steps and take about a step to commit).
 		target := int64(5 + r.IntN(3*ckptEvery))
 		var begin int64 = -1
 		g.Eventually(func() bool {
-			last := train.ParseLog(rank0Log(a, job, attempt)).Last
+			last := train.ParseLog(runLog(before)).Last
 			if begin < 0 && last > 0 {
 				begin = last
 			}
 			return begin >= 0 && last >= begin+target
-		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "attempt %d made no progress:\n%s", attempt, rank0Log(a, job, attempt))
+		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "run %+v made no progress:\n%s", before, runLog(before))
+		attempt := getJob(g, job).Status.Attempt()
 		victim := fmt.Sprintf("%s-%d-%d", job.Name, attempt, r.IntN(trainNodes))
 		node := a.NodeOf(ns, victim)
+		pods := podUIDs(g)
 		t.Logf("fault %d: %s on %s (node %s)", i+1, kind, victim, node)
 		injected := time.Now()
 		switch kind {
@@ -256,32 +317,44 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 			g.Expect(a.NodeDown(ctx, node)).To(Succeed())
 		case "gpu-unhealthy":
 			g.Expect(a.SetGPUAllocatable(ctx, node, 7)).To(Succeed())
+			unhealthy = append(unhealthy, node)
 		case "corrupt":
-			// The next attempt must find the step bad, move it aside and resume from the one
-			// before: a worker is killed so that there is a next attempt.
-			step := corruptNewestStep(t, a.VolumeDir(ns, "chaos"))
+			// The next run must find the step bad, move it aside and resume from the one
+			// before: a worker is killed so that there is a next run.
+			step := corruptNewestStep(t, a.VolumeDir(ns, name))
 			t.Logf("fault %d: flipped a byte of committed step %d", i+1, step)
 			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
 		}
-		got := waitRunning(g, job, attempt+1)
-		last := train.ParseLog(rank0Log(a, job, attempt)).Last
-		records = append(records, faultRecord{kind: kind, attempt: attempt, atStep: last, recovery: time.Since(injected)})
-		if kind == "node-lost" || kind == "gpu-unhealthy" {
-			expectAvoids(g, got, attempt+1, node)
+		got := waitRunning(g, job, int32(i+1))
+		rec := faultRecord{kind: kind, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
+		for uid := range podUIDs(g) {
+			if !pods[uid] {
+				rec.podsReplaced++
+			}
 		}
+		if kind == "node-lost" || kind == "gpu-unhealthy" {
+			expectAvoids(g, got, got.Status.Attempt(), node)
+		}
+		if (kind == "kill" || kind == "hang" || kind == "corrupt") && mode == trainingv1alpha1.RestartModeInPlace && rec.podsReplaced != 0 {
+			t.Errorf("fault %d (%s) restarted in place but replaced %d pods", i+1, kind, rec.podsReplaced)
+		}
+		records = append(records, rec)
 	}
 	final := waitSucceeded(t, job, 5*time.Minute)
+	for _, n := range unhealthy { // the next run may use them again
+		g.Expect(a.SetGPUAllocatable(ctx, n, 8)).To(Succeed())
+	}
 
-	// What each attempt resumed from, and whether that checkpoint had been committed.
+	// What each run resumed from, and whether that checkpoint had been committed.
 	committed := map[int64]bool{0: true}
 	for i := range records {
-		for _, s := range train.ParseLog(rank0Log(a, job, records[i].attempt)).Committed {
+		for _, s := range train.ParseLog(runLog(records[i].before)).Committed {
 			committed[s] = true
 		}
-		resumed := train.ParseLog(rank0Log(a, job, records[i].attempt+1)).Resumed
+		resumed := train.ParseLog(runLog(records[i].after)).Resumed
 		records[i].resumed = resumed
 		if !committed[resumed] {
-			t.Errorf("attempt %d resumed from step %d, which no earlier attempt committed", records[i].attempt+1, resumed)
+			t.Errorf("run %+v resumed from step %d, which no earlier run committed", records[i].after, resumed)
 		}
 		bound := int64(ckptEvery + 1)
 		if records[i].kind == "corrupt" {
@@ -291,7 +364,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 			t.Errorf("fault %d (%s) lost %d steps (at %d, resumed %d): more than %d", i+1, records[i].kind, lost, records[i].atStep, resumed, bound)
 		}
 	}
-	got, err := os.ReadFile(filepath.Join(a.VolumeDir(ns, "chaos"), "final-params"))
+	got, err := os.ReadFile(filepath.Join(a.VolumeDir(ns, name), "final-params"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +375,7 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 		t.Errorf("status.restarts = %d, want %d", final.Status.Restarts, nFaults)
 	}
 	if rs := final.Status.LastResume; rs == nil || rs.Attempt != final.Status.Restarts {
-		t.Errorf("status.lastResume = %+v, want the last attempt's (%d)", rs, final.Status.Restarts)
+		t.Errorf("status.lastResume = %+v, want the last restart's (%d)", rs, final.Status.Restarts)
 	}
 	if slices.ContainsFunc(records, func(r faultRecord) bool { return r.kind == "corrupt" }) {
 		events := &eventsv1.EventList{}
@@ -318,19 +391,17 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	var recov []time.Duration
 	var lost int64
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-3s %-14s %-8s %-8s %-8s %-6s %s\n", "#", "fault", "attempt", "at step", "resumed", "lost", "recovery")
+	fmt.Fprintf(&b, "\nrestartMode %s\n%-3s %-14s %-8s %-8s %-6s %-6s %s\n", mode, "#", "fault", "at step", "resumed", "lost", "pods", "recovery")
 	for i, rec := range records {
 		recov = append(recov, rec.recovery)
 		lost += rec.atStep - rec.resumed
-		fmt.Fprintf(&b, "%-3d %-14s %-8d %-8d %-8d %-6d %v\n", i+1, rec.kind, rec.attempt, rec.atStep, rec.resumed, rec.atStep-rec.resumed, rec.recovery.Round(10*time.Millisecond))
+		fmt.Fprintf(&b, "%-3d %-14s %-8d %-8d %-6d %-6d %v\n", i+1, rec.kind, rec.atStep, rec.resumed, rec.atStep-rec.resumed, rec.podsReplaced, rec.recovery.Round(10*time.Millisecond))
 	}
 	sort.Slice(recov, func(i, j int) bool { return recov[i] < recov[j] })
-	fmt.Fprintf(&b, "faults injected %d, recovered %d, median recovery %v, steps lost %d of %d trained (goodput %.1f%%), seed %d\n",
-		nFaults, len(records), recov[len(recov)/2].Round(10*time.Millisecond), lost, int64(steps)+lost, 100*float64(steps)/float64(int64(steps)+lost), seed)
-	t.Log(b.String())
-	if out := os.Getenv("ZAYA_CHAOS_REPORT"); out != "" {
-		_ = os.WriteFile(out, []byte(b.String()), 0o644)
-	}
+	fmt.Fprintf(&b, "faults injected %d, recovered %d, median recovery %v, steps lost %d of %d trained (goodput %.1f%%), in place %d, seed %d\n",
+		nFaults, len(records), recov[len(recov)/2].Round(10*time.Millisecond), lost, int64(steps)+lost, 100*float64(steps)/float64(int64(steps)+lost),
+		final.Status.InPlaceRestarts, seed)
+	return b.String()
 }
 
 // corruptNewestStep flips one byte in the middle of a data shard of the newest committed

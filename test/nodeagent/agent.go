@@ -99,6 +99,7 @@ type run struct {
 	bin       string
 	argv      []string
 	logFile   *os.File
+	runLog    *os.File // this run's own log
 	restarts  int32
 	lastState corev1.ContainerState // the previous instance's end, once restarted
 	logPath   string
@@ -539,15 +540,23 @@ func (a *Agent) launch(r *run) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(r.bin, r.argv...)
-	cmd.Env, cmd.Dir = r.env, r.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// And each run's own, as a kubelet keeps <restartCount>.log per container.
+	runf, err := os.Create(RunLogPath(r.logPath, r.restarts))
+	if err != nil {
 		_ = logf.Close()
 		return err
 	}
-	r.cmd, r.logFile, r.started, r.instance = cmd, logf, time.Now(), make(chan struct{})
+	cmd := exec.Command(r.bin, r.argv...)
+	cmd.Env, cmd.Dir = r.env, r.dir
+	out := io.MultiWriter(logf, runf)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		_ = runf.Close()
+		return err
+	}
+	r.cmd, r.logFile, r.runLog, r.started, r.instance = cmd, logf, runf, time.Now(), make(chan struct{})
 	r.ready = r.container.ReadinessProbe == nil
 	return nil
 }
@@ -558,7 +567,7 @@ func (a *Agent) launch(r *run) error {
 func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *run) {
 	for {
 		a.mu.Lock()
-		cmd, inst, logf := r.cmd, r.instance, r.logFile
+		cmd, inst, logf, runf := r.cmd, r.instance, r.logFile, r.runLog
 		a.mu.Unlock()
 		if err := a.running(ctx, pod, r); err != nil && ctx.Err() == nil {
 			a.opts.Logf("nodeagent: %s: reporting running: %v", key, err)
@@ -568,6 +577,7 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 		err := cmd.Wait()
 		stopProbes()
 		_ = logf.Close()
+		_ = runf.Close()
 		code, finishedAt := exitCode(err), metav1.Now()
 		close(inst)
 		a.mu.Lock()
@@ -1231,8 +1241,15 @@ func (a *Agent) SetGPUAllocatable(ctx context.Context, node string, n int64) err
 	return a.postStatus(ctx, node)
 }
 
+// RunLogPath is where the run of a container after restarts in-place restarts logs: next to
+// the container's whole log (<container>.log) as <container>.<restarts>.log.
+func RunLogPath(containerLog string, restarts int32) string {
+	return fmt.Sprintf("%s.%d.log", strings.TrimSuffix(containerLog, ".log"), restarts)
+}
+
 // PodDir is the host folder of a pod the agent ran, even after the pod is gone ("" if none):
-// its container's log (<container>.log), termination-log and emptyDir volumes.
+// its container's log (<container>.log, each run's in <container>.<restarts>.log),
+// termination-log and emptyDir volumes.
 func (a *Agent) PodDir(ns, name string) string {
 	dirs, _ := filepath.Glob(filepath.Join(a.opts.WorkDir, "pods", fmt.Sprintf("%s_%s_*", ns, name)))
 	if len(dirs) == 0 {
