@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -144,6 +145,10 @@ func acceptGreeted(ctx context.Context, l net.Listener, token string) <-chan gre
 	return out
 }
 
+// rendezvousJoined runs on rank 0 each time a rank takes its place in the rendezvous (tests
+// order a rank's second dial after its first).
+var rendezvousJoined = func(rank int) {}
+
 // Dial joins the job: it blocks until every rank has registered and the ring is connected.
 func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
@@ -251,13 +256,22 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("transport: rendezvous: %d of %d ranks joined: %w", joined+1, cfg.World, ctx.Err())
 			}
-			if g.h.Rank <= 0 || g.h.Rank >= cfg.World || t.members[g.h.Rank] != nil {
-				_ = g.nc.Close() // presents the token but no free rank: not this gang's to break
+			if g.h.Rank <= 0 || g.h.Rank >= cfg.World {
+				_ = g.nc.Close() // presents the token but names no rank: not this gang's to break
 				continue
+			}
+			if old := t.members[g.h.Rank]; old != nil {
+				// The rank was restarted in place and dialed again while the others were
+				// still coming: its earlier connection belongs to a dead process. The newest
+				// greeting takes the rank's place, which is counted once.
+				_ = old.c.Close()
+				t.closers = slices.DeleteFunc(t.closers, func(c io.Closer) bool { return c == old.c })
+			} else {
+				joined++
 			}
 			t.closers = append(t.closers, g.nc)
 			t.members[g.h.Rank], addrs[g.h.Rank] = g.c, g.h.Addr
-			joined++
+			rendezvousJoined(g.h.Rank)
 		}
 		table, _ := json.Marshal(addrs)
 		for _, c := range t.members[1:] {

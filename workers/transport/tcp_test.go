@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -220,5 +222,76 @@ func TestStraysCannotJoinOrBreakTheRendezvous(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// A rank restarted in place dials rank 0 again while the rendezvous still waits for others:
+// its new connection takes the rank's place (the old one is closed, the rank counted once),
+// the gang forms with the new process and its all-reduce works.
+func TestARankRestartedInPlaceRejoinsTheRendezvous(t *testing.T) {
+	const world, token = 3, "job-uid/0"
+	master := testnet.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	joins := make(chan int, 2*world)
+	rendezvousJoined = func(rank int) { joins <- rank }
+	t.Cleanup(func() { rendezvousJoined = func(int) {} })
+	awaitJoin := func(what string, rank int) {
+		t.Helper()
+		select {
+		case r := <-joins:
+			if r != rank {
+				t.Fatalf("%s: rank %d joined, want rank %d", what, r, rank)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: rank %d never took its place", what, rank)
+		}
+	}
+
+	var wg sync.WaitGroup
+	sums := make([]float64, world)
+	errs := make([]error, world)
+	rank := func(r int) {
+		tr, err := Dial(ctx, Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Token: token})
+		if err != nil {
+			errs[r] = err
+			return
+		}
+		defer func() { _ = tr.Close() }()
+		v := []float64{float64(r + 1)}
+		errs[r] = tr.AllReduce(v)
+		sums[r] = v[0]
+	}
+	wg.Go(func() { rank(0) })
+
+	// Rank 1's first process greets rank 0, then hangs or dies: its connection stays open here,
+	// so only rank 0 can close it.
+	var d net.Dialer
+	first, err := dialRetry(ctx, &d, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Close() }()
+	b, _ := json.Marshal(hello{Rank: 1, Addr: "127.0.0.1:1", Token: token})
+	if err := newConn(first).send(b); err != nil {
+		t.Fatal(err)
+	}
+	awaitJoin("rank 1's first process", 1)
+
+	wg.Go(func() { rank(1) }) // restarted in place
+	awaitJoin("rank 1's restarted process", 1)
+	wg.Go(func() { rank(2) })
+	wg.Wait()
+	for r := range world {
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v", r, errs[r])
+		} else if sums[r] != 6 {
+			t.Errorf("rank %d: sum %v, want 6", r, sums[r])
+		}
+	}
+	// Rank 0 closed the first connection instead of sending it the gang's addresses.
+	_ = first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := first.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("rank 1's first connection read %d bytes, %v; want EOF: rank 0 must close it", n, err)
 	}
 }
