@@ -149,11 +149,26 @@ func TestAllGatherGivesEveryRankEveryPart(t *testing.T) {
 	}
 }
 
+// A rendezvous that times out is the missing ranks' doing (a PeerError); one the caller
+// cancels is not.
 func TestDialFailsClearlyWhenARankNeverComes(t *testing.T) {
 	master := testnet.FreeAddr(t)
 	_, err := Dial(context.Background(), Config{Rank: 1, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
+	var pe *PeerError
 	if err == nil || !strings.Contains(err.Error(), "rank 1 reaching the master") {
 		t.Errorf("err = %v, want a rendezvous timeout naming the rank", err)
+	} else if !errors.As(err, &pe) || pe.Rank != 0 || pe.Op != OpRendezvous {
+		t.Errorf("err = %#v, want a PeerError blaming rank 0 in the rendezvous", err)
+	}
+	_, err = Dial(context.Background(), Config{Rank: 0, World: 3, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
+	if !errors.As(err, &pe) || pe.Rank != -1 || pe.Op != OpRendezvous || !strings.Contains(err.Error(), "rendezvous: 1 of 3 ranks joined") {
+		t.Errorf("rank 0 alone: err = %v, want a PeerError: rendezvous: 1 of 3 ranks joined", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = Dial(ctx, Config{Rank: 0, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: time.Minute})
+	if !errors.Is(err, context.Canceled) || errors.As(err, &pe) {
+		t.Errorf("cancelled by the caller: err = %v, want context.Canceled and no PeerError", err)
 	}
 	if _, err := Dial(context.Background(), Config{Rank: 2, World: 2}); err == nil {
 		t.Error("rank 2 of world 2 was accepted")
@@ -294,4 +309,21 @@ func TestARankRestartedInPlaceRejoinsTheRendezvous(t *testing.T) {
 	if n, err := first.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Errorf("rank 1's first connection read %d bytes, %v; want EOF: rank 0 must close it", n, err)
 	}
+}
+
+// A rank that goes away during a collective is a PeerError on the others, naming the rank
+// each lost: rank 0 the one that left, the other ranks rank 0 (which stops with it).
+func TestALostPeerIsAPeerError(t *testing.T) {
+	group(t, 3, func(tr *TCP) error {
+		if tr.Rank() == 2 {
+			return nil // leaves: its connections close
+		}
+		err := tr.AllReduce([]float64{1})
+		want := map[int]int{0: 2, 1: 0}[tr.Rank()]
+		var pe *PeerError
+		if !errors.As(err, &pe) || pe.Rank != want || pe.Op != "all-reduce" {
+			return fmt.Errorf("all-reduce without rank 2: %w, want a PeerError naming rank %d", err, want)
+		}
+		return nil
+	})
 }
