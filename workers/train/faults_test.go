@@ -205,7 +205,7 @@ func TestFullDiskMidSave(t *testing.T) {
 		limit int // bytes: a shard is 108, a rank's shard list about 160, the manifest about 900
 		wants string
 	}{
-		{"writing a shard", 1, 64, ".a1.bin: file too large"},
+		{"writing a shard", 1, 64, fmt.Sprintf(".a%d.bin: file too large", 1<<contract.InPlaceAttemptBits)}, // generation 1's first start
 		{"writing the manifest", 0, 400, ".tmp: file too large"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -266,7 +266,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	}
 	steps, _ := checkpoint.Steps(ckpt)
 	for _, s := range steps {
-		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1 {
+		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1<<contract.InPlaceAttemptBits {
 			t.Errorf("step %d left by attempt %d", s, ck.Manifest.Attempt)
 		}
 	}
@@ -281,7 +281,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 			t.Errorf("late stale node %d: %v, want exit %d\n%s", n, err, contract.ExitConfig, staleLogs[n])
 		}
 	}
-	if !strings.Contains(staleLogs[0].String(), "ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: attempt 1 started after this attempt 0") {
+	if want := fmt.Sprintf("ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: generation 1 (attempt %d) started after this generation 0", 1<<contract.InPlaceAttemptBits); !strings.Contains(staleLogs[0].String(), want) {
 		t.Errorf("the refusal does not say why:\n%s", staleLogs[0])
 	}
 }
@@ -368,8 +368,9 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
 		t.Fatal("final parameters differ from the uninterrupted run")
 	}
-	if b, err := os.ReadFile(filepath.Join(ckpt, "owner")); err != nil || string(b) != "job-b 3\n" {
-		t.Errorf("owner file %q (%v), want the new job with attempts counted from 3", b, err)
+	// The old job fenced with generation 2's first number; the new job counts from one past it.
+	if b, want := readOwnerFile(t, ckpt), fmt.Sprintf("job-b %d\n", 2<<contract.InPlaceAttemptBits+1); b != want {
+		t.Errorf("owner file %q, want %q: the new job counting its attempts from one past the old job's", b, want)
 	}
 	for n, cmd := range oldCmds {
 		if err := cmd.Wait(); err == nil {
@@ -379,6 +380,15 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "old-params")); err == nil {
 		t.Error("the old job finished its run")
 	}
+}
+
+func readOwnerFile(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // startKilledOnCleanup starts j's gang, killed when the test ends if it still runs.
@@ -495,5 +505,80 @@ func TestARendezvousShortOfRanksExits75(t *testing.T) {
 		if got := stoppedLine(dir, 0); !strings.HasPrefix(got, want) {
 			t.Errorf("node %d alone: stopped line %q, want %q...", node, got, want)
 		}
+	}
+}
+
+// cancelAt is a run's log that cancels the run once a line containing at is written.
+type cancelAt struct {
+	syncBuffer
+	at     string
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	n, err := c.syncBuffer.Write(p)
+	if strings.Contains(string(p), c.at) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestAnInPlaceRestartFencesThePreviousRun: a gang stops and is restarted in place (a new
+// process, the same ZAYA_RESTART_ATTEMPT, address and volume). The new run resumes from the
+// committed step under the next attempt number of its generation, ends bit-identical to a
+// run that never stopped, and a writer still holding the previous run's number is fenced.
+func TestAnInPlaceRestartFencesThePreviousRun(t *testing.T) {
+	const generation = 5
+	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
+		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, CheckpointEvery: 4, Keep: 2,
+		Steps: 24, Seq: 8, Dim: 4, LR: 0.3, Seed: 3, Attempt: generation, JobUID: "job-a"}
+	ref := cfg
+	ref.CheckpointDir, ref.ParamsOut = t.TempDir(), filepath.Join(t.TempDir(), "params")
+	if _, err := Run(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(ref.ParamsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	cfg.CheckpointDir, cfg.ParamsOut = filepath.Join(dir, "ckpt"), filepath.Join(dir, "params")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := cfg
+	first.Log = &cancelAt{at: "checkpoint step 8 committed", cancel: cancel}
+	res, err := Run(ctx, first)
+	if code := exitCode(err); code != contract.ExitStopped {
+		t.Fatalf("the first run: exit %d (%v), want %d", code, err, contract.ExitStopped)
+	}
+	stoppedAt := res.CheckpointStep
+	firstAttempt := generation << contract.InPlaceAttemptBits
+	if ck, err := checkpoint.Open(cfg.CheckpointDir, stoppedAt); err != nil || ck.Manifest.Attempt != firstAttempt {
+		t.Fatalf("the first run's last checkpoint %d: %v; want it committed by attempt %d", stoppedAt, err, firstAttempt)
+	}
+
+	second := cfg // restarted in place: the same configuration
+	log := &syncBuffer{}
+	second.Log = log
+	if _, err := Run(context.Background(), second); err != nil {
+		t.Fatalf("the restarted run: %v\n%s", err, log)
+	}
+	if p := ParseLog(log.String()); p.Resumed != stoppedAt {
+		t.Errorf("the restarted run resumed from step %d, want %d", p.Resumed, stoppedAt)
+	}
+	ck, err := checkpoint.Open(cfg.CheckpointDir, int64(cfg.Steps))
+	if err != nil || ck.Manifest.Attempt != firstAttempt+1 {
+		t.Fatalf("the final checkpoint: %v; want it committed by attempt %d, the generation's next", err, firstAttempt+1)
+	}
+	if got, _ := os.ReadFile(cfg.ParamsOut); !bytes.Equal(got, want) {
+		t.Error("final parameters differ from the run that never stopped")
+	}
+	stale := checkpoint.Tensor{Name: "params", Shape: []int64{1}, Data: []float32{1}}
+	if err := checkpoint.WriteShard(cfg.CheckpointDir, firstAttempt, 100, 0, []checkpoint.Tensor{stale}); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Errorf("a writer of the first run: %v, want ErrFenced", err)
+	}
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, firstAttempt, stoppedAt, 2, nil, checkpoint.Retention{Keep: 2}); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Errorf("a commit of the first run: %v, want ErrFenced", err)
 	}
 }

@@ -47,7 +47,7 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
-	Attempt                                       int           // ZAYA_RESTART_ATTEMPT: fences older attempts' writers
+	Attempt                                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
 	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
@@ -436,9 +436,10 @@ func (r *rankState) resume() error {
 	var steps []int64
 	var fenced error
 	if r.rank == 0 {
-		// Before reading anything: from now on no writer of an older attempt (a stale pod)
-		// can publish or delete a step here.
-		attempt, err := checkpoint.Fence(dir, r.cfg.JobUID, r.cfg.Attempt)
+		// Before reading anything: from now on no writer of an older attempt can publish or
+		// delete a step here, neither a stale pod of an older generation nor a process of
+		// this generation's run before an in-place restart (each start numbers anew).
+		attempt, err := checkpoint.FenceNext(dir, r.cfg.JobUID, r.cfg.Attempt)
 		switch {
 		case errors.Is(err, checkpoint.ErrFenced):
 			fenced = err
@@ -455,8 +456,8 @@ func (r *rankState) resume() error {
 	for i := 0; ; i++ {
 		// Rank 0's proposal, as step+1 (0: no step left, a fresh start); whether a newer
 		// attempt owns the directory; and the attempt number every rank writes under: the one
-		// rank 0 fenced the directory with (offset past an earlier job's when this job took
-		// the volume over).
+		// rank 0 fenced the directory with (this start's within its generation, offset past an
+		// earlier job's when this job took the volume over; at most 2^53, exact in a float64).
 		prop := []float64{0, 0, 0}
 		if r.rank == 0 {
 			prop[2] = float64(r.cfg.Attempt)

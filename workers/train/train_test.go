@@ -405,7 +405,7 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 		}
 		gateRank := r.IntN(j.nodes * j.gpus)
 		j.port, j.attempt = testnet.FreePort(t), round
-		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt)
+		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt<<contract.InPlaceAttemptBits) // the generation's first start
 
 		logs := j.logs()
 		cmds := j.start(t, out, logs)
