@@ -31,6 +31,11 @@ const (
 	// ExitConfig is the exit code (EX_CONFIG) of a worker whose configuration is wrong: a
 	// restart cannot help, so the operator treats it as fatal by default.
 	ExitConfig = 78
+	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers: a start
+	// of generation G (ZAYA_RESTART_ATTEMPT, which an in-place restart keeps) writes as
+	// G<<InPlaceAttemptBits + k, k counting that generation's starts, so every start fences
+	// out the writers of the run before it, in place or not.
+	InPlaceAttemptBits = 20
 )
 
 // Environment variables of the worker contract.

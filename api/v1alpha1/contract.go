@@ -24,6 +24,9 @@ const (
 	TerminationMessageStoppedPrefix = contract.TerminationMessageStoppedPrefix
 	// ExitStopped is the exit code of a worker stopped before completion (retryable).
 	ExitStopped = contract.ExitStopped
+	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers into the
+	// generation (ZAYA_RESTART_ATTEMPT) and the starts within it.
+	InPlaceAttemptBits = contract.InPlaceAttemptBits
 )
 
 // Environment variables of the worker contract.

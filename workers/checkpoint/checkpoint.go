@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
 )
 
 // FormatVersion is the manifest format this package writes and reads.
@@ -68,7 +70,7 @@ type Manifest struct {
 	FormatVersion int               `json:"formatVersion"`
 	Step          int64             `json:"step"`
 	World         int               `json:"world"`
-	Attempt       int               `json:"attempt"` // the gang attempt that wrote it (ZAYA_RESTART_ATTEMPT)
+	Attempt       int               `json:"attempt"` // the attempt number that wrote it (FenceNext's, or Fence's)
 	Tensors       []TensorMeta      `json:"tensors"`
 	State         map[string]string `json:"state,omitempty"` // RNG state, data position, ...
 	Committed     time.Time         `json:"committed"`
@@ -105,22 +107,27 @@ func manifestName(attempt int) string {
 
 const fencePrefix = "attempt-"
 
+// maxAttempt bounds attempt numbers: the worker shares them through a float64 all-reduce,
+// exact up to 2^53 (and an int must hold them).
+const maxAttempt = min(1<<53, math.MaxInt)
+
 // parseNumber is the attempt in name = prefix + decimal digits (no sign, no leading zero,
-// at most 9 digits) + suffix.
+// at most maxAttempt) + suffix.
 func parseNumber(name, prefix, suffix string) (int, bool) {
 	digits, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return 0, false
 	}
-	if digits, ok = strings.CutSuffix(digits, suffix); !ok || digits == "" || len(digits) > 9 || (digits[0] == '0' && len(digits) > 1) {
+	if digits, ok = strings.CutSuffix(digits, suffix); !ok || digits == "" || len(digits) > 16 || (digits[0] == '0' && len(digits) > 1) {
 		return 0, false
 	}
 	n := 0
 	for _, c := range []byte(digits) {
-		if c < '0' || c > '9' {
+		d := int(c - '0')
+		if c < '0' || c > '9' || n > (maxAttempt-d)/10 {
 			return 0, false
 		}
-		n = n*10 + int(c-'0')
+		n = n*10 + d
 	}
 	return n, true
 }
@@ -215,16 +222,10 @@ func takeOver(dir, job string) (int, error) {
 	return base, syncDir(dir)
 }
 
-// Fence marks dir as owned by job's attempt (a durable attempt-<N> file) before the attempt
-// reads or writes anything there: from then on writers of older attempts are refused
-// (ErrFenced). It returns the attempt number to write under in dir: attempt itself, offset
-// past the attempts of an earlier job that used dir (see takeOver). An empty job is the
-// unnamed owner of a directory nobody took over. It fails with ErrFenced when a newer
-// attempt has already started.
-func Fence(dir, job string, attempt int) (int, error) {
-	if attempt < 0 {
-		return 0, fmt.Errorf("checkpoint: attempt %d is negative", attempt)
-	}
+// ownBase makes sure dir exists and belongs to job, and returns the base of job's attempt
+// numbers there (see takeOver). An empty job is the unnamed owner of a directory nobody took
+// over.
+func ownBase(dir, job string) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
@@ -233,14 +234,31 @@ func Fence(dir, job string, attempt int) (int, error) {
 		return 0, err
 	}
 	if !ok && job == "" {
-		base = 0 // nobody took the directory over: the attempts are the gang's own
-	} else if !ok || owner != job {
-		if base, err = takeOver(dir, job); err != nil {
-			return 0, err
-		}
+		return 0, nil // nobody took the directory over: the attempts are the gang's own
 	}
-	if attempt > math.MaxInt32-base {
-		return 0, fmt.Errorf("checkpoint: attempt %d past base %d overflows", attempt, base)
+	if !ok || owner != job {
+		return takeOver(dir, job)
+	}
+	return base, nil
+}
+
+// Fence marks dir as owned by job's attempt (a durable attempt-<N> file) before the attempt
+// reads or writes anything there: from then on writers of older attempts are refused
+// (ErrFenced). It returns the attempt number to write under in dir: attempt itself, offset
+// past the attempts of an earlier job that used dir (see takeOver). An empty job is the
+// unnamed owner of a directory nobody took over. It fails with ErrFenced when a newer
+// attempt has already started. Fence is for a caller that numbers its attempts itself; the
+// worker fences with FenceNext, which numbers every start.
+func Fence(dir, job string, attempt int) (int, error) {
+	if attempt < 0 {
+		return 0, fmt.Errorf("checkpoint: attempt %d is negative", attempt)
+	}
+	base, err := ownBase(dir, job)
+	if err != nil {
+		return 0, err
+	}
+	if attempt > maxAttempt-base {
+		return 0, fmt.Errorf("checkpoint: attempt %d past base %d is over 2^53, the most an attempt can be", attempt, base)
 	}
 	attempt += base
 	if err := fenced(dir, attempt); err != nil {
@@ -253,21 +271,79 @@ func Fence(dir, job string, attempt int) (int, error) {
 	if err := writeFileSync(marker, nil); err != nil {
 		return 0, err
 	}
-	if err := syncDir(dir); err != nil {
-		return 0, err
+	return attempt, markerWritten(dir, attempt)
+}
+
+// FenceNext fences dir, like Fence, for one start of job's gang of generation (the
+// ZAYA_RESTART_ATTEMPT, which stays the same when the gang is restarted in place) and returns
+// the attempt number this start writes under: base + generation<<contract.InPlaceAttemptBits
+// + k, with k one past the newest start of the same generation that fenced dir (0 for its
+// first). So every start fences out every writer of the run before it, the same generation's
+// too, while a newer generation still fences older ones. It fails with ErrFenced when a newer
+// generation has started (this is a stale pod), and with a plain error when the numbers run
+// out (past 2^53, or 2^InPlaceAttemptBits starts of one generation).
+func FenceNext(dir, job string, generation int) (int, error) {
+	const bits = contract.InPlaceAttemptBits
+	if generation < 0 {
+		return 0, fmt.Errorf("checkpoint: generation %d is negative", generation)
 	}
-	// Older markers say nothing the newest does not; a marker of a newer attempt that came
-	// meanwhile fences this one.
-	entries, err := os.ReadDir(dir)
+	base, err := ownBase(dir, job)
 	if err != nil {
 		return 0, err
+	}
+	if generation > (maxAttempt-base)>>bits {
+		return 0, fmt.Errorf("checkpoint: generation %d past base %d: its attempt numbers would be over 2^53, the most an attempt can be", generation, base)
+	}
+	first := base + generation<<bits
+	for {
+		newest, err := newestFence(dir)
+		if err != nil {
+			return 0, err
+		}
+		attempt := first
+		if newest >= first {
+			if k := newest - first; k>>bits > 0 {
+				return 0, fmt.Errorf("%w: generation %d (attempt %d) started after this generation %d", ErrFenced, (newest-base)>>bits, newest, generation)
+			} else if (k+1)>>bits > 0 || newest >= maxAttempt {
+				return 0, fmt.Errorf("checkpoint: generation %d has started %d times: no attempt number is left for another start", generation, k+1)
+			}
+			attempt = newest + 1
+		}
+		// Exclusive: two starts never share a number (one that lost the race takes the next).
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, attempt)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		return attempt, markerWritten(dir, attempt)
+	}
+}
+
+// markerWritten makes attempt's new fence marker durable and removes the older ones, which
+// say nothing it does not; a marker of a newer attempt that came meanwhile fences this one.
+func markerWritten(dir string, attempt int) error {
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
 	}
 	for _, e := range entries {
 		if n, ok := parseNumber(e.Name(), fencePrefix, ""); ok && n < attempt {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	return attempt, fenced(dir, attempt)
+	return fenced(dir, attempt)
 }
 
 // WriteShard writes rank's tensors for step as one file plus its shard list, both fsynced,

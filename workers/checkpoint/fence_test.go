@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
 )
 
 // attemptValues is what attempt saves at step: distinct per attempt, so a reader can tell
@@ -224,5 +227,129 @@ func TestANewJobTakesTheDirectoryOver(t *testing.T) {
 	}
 	if a, err := Fence(dir, "job-c", 0); err != nil || a != 5 {
 		t.Errorf("over a garbage owner file: attempt %d, %v; want 5", a, err)
+	}
+}
+
+// gen is generation g's first attempt number (base 0).
+func gen(g int) int { return g << contract.InPlaceAttemptBits }
+
+// Each start of one generation (an in-place restart keeps ZAYA_RESTART_ATTEMPT) fences with
+// the next number, so the previous run's writer is refused; a newer generation fences every
+// start of an older one, and an older generation starting after a newer one is a stale pod.
+func TestEveryStartOfAGenerationFencesThePreviousRun(t *testing.T) {
+	dir := t.TempDir()
+	next := func(generation, want int) {
+		t.Helper()
+		if a, err := FenceNext(dir, "", generation); err != nil || a != want {
+			t.Fatalf("FenceNext(generation %d) = %d, %v; want %d", generation, a, err, want)
+		}
+	}
+	next(0, 0)
+	if err := writeAttempt(dir, 0, 10, false); err != nil { // the first run's save, in flight
+		t.Fatal(err)
+	}
+	next(0, 1) // restarted in place
+	if _, err := Commit(dir, 0, 10, 2, nil, Retention{Keep: 3}); !errors.Is(err, ErrFenced) {
+		t.Errorf("the first run's commit: %v, want ErrFenced", err)
+	}
+	if err := writeAttempt(dir, 0, 11, false); !errors.Is(err, ErrFenced) {
+		t.Errorf("the first run's next shard: %v, want ErrFenced", err)
+	}
+	if err := writeAttempt(dir, 1, 10, true); err != nil {
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 10, 1)
+	next(0, 2)
+	if err := writeAttempt(dir, 1, 12, false); !errors.Is(err, ErrFenced) {
+		t.Errorf("the second run's shard after the third start: %v, want ErrFenced", err)
+	}
+
+	next(1, gen(1)) // the operator recreated the pods
+	if err := writeAttempt(dir, 2, 12, false); !errors.Is(err, ErrFenced) {
+		t.Errorf("generation 0's writer: %v, want ErrFenced", err)
+	}
+	if _, err := FenceNext(dir, "", 0); !errors.Is(err, ErrFenced) {
+		t.Errorf("generation 0 starting after generation 1: %v, want ErrFenced", err)
+	}
+	next(1, gen(1)+1)
+	next(3, gen(3)) // generations may be skipped
+	if _, err := FenceNext(dir, "", 2); !errors.Is(err, ErrFenced) {
+		t.Errorf("generation 2 starting after generation 3: %v, want ErrFenced", err)
+	}
+	if err := writeAttempt(dir, gen(3), 20, true); err != nil {
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 20, gen(3))
+	if n, err := newestFence(dir); err != nil || n != gen(3) {
+		t.Errorf("newest fence %d, %v; want %d (older markers removed, the newest kept)", n, err, gen(3))
+	}
+}
+
+// A job recreated on a kept volume counts its generations from one past every number the
+// deleted job fenced with, in-place starts included.
+func TestFenceNextTakesTheDirectoryOver(t *testing.T) {
+	dir := t.TempDir()
+	for k := range 3 {
+		if a, err := FenceNext(dir, "job-a", 2); err != nil || a != gen(2)+k {
+			t.Fatalf("job-a generation 2, start %d: %d, %v; want %d", k, a, err, gen(2)+k)
+		}
+	}
+	base := gen(2) + 3
+	if a, err := FenceNext(dir, "job-b", 0); err != nil || a != base {
+		t.Fatalf("job-b generation 0: %d, %v; want %d", a, err, base)
+	}
+	if err := fenced(dir, gen(2)+2); !errors.Is(err, ErrFenced) {
+		t.Errorf("job-a's last writer: %v, want ErrFenced", err)
+	}
+	if a, err := FenceNext(dir, "job-b", 0); err != nil || a != base+1 {
+		t.Errorf("job-b restarted in place: %d, %v; want %d", a, err, base+1)
+	}
+	if a, err := FenceNext(dir, "job-b", 1); err != nil || a != base+gen(1) {
+		t.Errorf("job-b generation 1: %d, %v; want %d", a, err, base+gen(1))
+	}
+	if _, err := FenceNext(dir, "job-b", 0); !errors.Is(err, ErrFenced) {
+		t.Errorf("job-b generation 0 after its generation 1: %v, want ErrFenced", err)
+	}
+}
+
+// Attempt numbers stay exact in the worker's float64 all-reduce: up to 2^53, and no further.
+// A generation's numbers never run into the next generation's.
+func TestAttemptNumbersStayExactAndWithinTheirGeneration(t *testing.T) {
+	dir := t.TempDir()
+	top := 1 << 53
+	if a, err := FenceNext(dir, "", top>>contract.InPlaceAttemptBits); err != nil || a != top {
+		t.Fatalf("the last generation: %d, %v; want 2^53", a, err)
+	}
+	if n, err := newestFence(dir); err != nil || n != top {
+		t.Fatalf("the 16-digit marker reads back as %d, %v", n, err)
+	}
+	if err := writeAttempt(dir, top, 1, true); err != nil { // 16-digit file names parse too
+		t.Fatal(err)
+	}
+	checkWhole(t, dir, 1, top)
+	for _, g := range []int{top >> contract.InPlaceAttemptBits, top>>contract.InPlaceAttemptBits + 1} {
+		if _, err := FenceNext(dir, "", g); err == nil || errors.Is(err, ErrFenced) {
+			t.Errorf("generation %d past 2^53: %v, want a plain error", g, err)
+		}
+	}
+	if _, err := Fence(dir, "", top+1); err == nil || errors.Is(err, ErrFenced) {
+		t.Errorf("Fence past 2^53: %v, want a plain error", err)
+	}
+	for _, name := range []string{"attempt-9007199254740993", "attempt-99999999999999999"} {
+		if n, ok := parseNumber(name, fencePrefix, ""); ok {
+			t.Errorf("%s parsed as %d: past 2^53", name, n)
+		}
+	}
+
+	dir = t.TempDir()
+	last := gen(1) - 1 // generation 0's last start
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s%d", fencePrefix, last)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := FenceNext(dir, "", 0); err == nil || errors.Is(err, ErrFenced) {
+		t.Errorf("generation 0 out of numbers: %d, %v; want a plain error, not generation 1's number", a, err)
+	}
+	if a, err := FenceNext(dir, "", 1); err != nil || a != gen(1) {
+		t.Errorf("generation 1: %d, %v; want %d", a, err, gen(1))
 	}
 }

@@ -69,6 +69,19 @@ func rcclErr(op string, rc C.int) error {
 	return fmt.Errorf("rocm: %s: %s (%d)", op, C.GoString(C.zr_rccl_error(rc)), int(rc))
 }
 
+// ncclRemoteError is RCCL's "a remote process exited or there was a network error".
+const ncclRemoteError = 6
+
+// collectiveErr is rcclErr for a call that involves other ranks: RCCL's remote error is the
+// peers' failure (transport.PeerError, which rank is not known), anything else this rank's.
+func collectiveErr(op, what string, rc C.int) error {
+	err := rcclErr(what, rc)
+	if rc == ncclRemoteError {
+		return &transport.PeerError{Rank: -1, Op: op, Err: err}
+	}
+	return err
+}
+
 // device checks that dev exists.
 func device(dev int) error {
 	var n C.int
@@ -279,7 +292,7 @@ func DialRCCL(ctx context.Context, cfg transport.Config, dev int, l Libraries) (
 	t := &RCCL{boot: boot, rank: cfg.Rank, world: cfg.World}
 	var comm *C.zr_comm
 	rc := C.zr_comm_init(C.int(dev), id, C.int(cfg.World), C.int(cfg.Rank), &comm) //nolint:gocritic // cgo's generated pointer check trips dupSubExpr
-	if err := rcclErr("ncclCommInitRank", rc); err != nil {
+	if err := collectiveErr(transport.OpRendezvous, "ncclCommInitRank", rc); err != nil {
 		_ = boot.Close()
 		return nil, err
 	}
@@ -324,7 +337,7 @@ func (t *RCCL) sendrecv(send, recv []byte) error {
 		rp = unsafe.Pointer(&recv[0])
 	}
 	rc := C.zr_sendrecv(t.comm, sp, C.size_t(len(send)), C.int(t.next), rp, C.size_t(len(recv)), C.int(t.prev))
-	return rcclErr(fmt.Sprintf("rank %d exchanging with %d/%d", t.rank, t.next, t.prev), rc)
+	return collectiveErr("exchange", fmt.Sprintf("rank %d exchanging with %d/%d", t.rank, t.next, t.prev), rc)
 }
 
 // AllReduce sums v over all ranks in place (float64, ncclSum).
@@ -333,7 +346,7 @@ func (t *RCCL) AllReduce(v []float64) error {
 	if len(v) > 0 {
 		p = (*C.double)(unsafe.Pointer(&v[0]))
 	}
-	return rcclErr(fmt.Sprintf("rank %d all-reduce of %d values", t.rank, len(v)), C.zr_allreduce(t.comm, p, C.size_t(len(v))))
+	return collectiveErr("all-reduce", fmt.Sprintf("rank %d all-reduce of %d values", t.rank, len(v)), C.zr_allreduce(t.comm, p, C.size_t(len(v))))
 }
 
 // Barrier returns once every rank has called it.

@@ -5,6 +5,7 @@ package rocm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -238,6 +239,39 @@ func TestRCCLTransportRingsAndAllReduce(t *testing.T) {
 				}
 				return tr.Barrier()
 			}()
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+		}
+	}
+}
+
+// TestRCCLRemoteErrorIsAPeerError: RCCL's remote error (a peer exited, the network failed)
+// is the peers' failure, which the worker reports as stopped (exit 75), not its own.
+func TestRCCLRemoteErrorIsAPeerError(t *testing.T) {
+	libs, _ := setup(t)
+	t.Setenv("FAKE_RCCL_REMOTE_ERROR", "1")
+	const world = 2
+	master := "127.0.0.1:" + testnet.FreePort(t)
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for rank := range world {
+		wg.Go(func() {
+			tr, err := rocm.DialRCCL(context.Background(), transport.Config{Rank: rank, World: world, Master: master,
+				Listen: "127.0.0.1:0", Timeout: 10 * time.Second}, rank, libs)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer func() { _ = tr.Close() }()
+			err = tr.AllReduce([]float64{1})
+			var pe *transport.PeerError
+			if !errors.As(err, &pe) || pe.Op != "all-reduce" || pe.Rank != -1 {
+				errs[rank] = fmt.Errorf("all-reduce on a remote error: %w, want a PeerError", err)
+			}
 		})
 	}
 	wg.Wait()

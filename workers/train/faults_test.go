@@ -2,11 +2,14 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
+	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
 
 // faultArgs is the run of the fault tests; a first gang runs only its first 12 steps.
@@ -154,8 +158,8 @@ func TestDamagedNewestCheckpointResumesFromThePreviousOne(t *testing.T) {
 }
 
 // failingGang runs j (a restarted gang) with env added to node's process and expects every
-// node to fail, not to finish and not to hang.
-func failingGang(t *testing.T, j *job, out string, node int, env string) []*syncBuffer {
+// node to fail, not to finish and not to hang; it returns their logs and exit codes.
+func failingGang(t *testing.T, j *job, out string, node int, env string) ([]*syncBuffer, []int) {
 	t.Helper()
 	j.port, j.attempt = testnet.FreePort(t), j.attempt+1
 	logs := j.logs()
@@ -178,18 +182,21 @@ func failingGang(t *testing.T, j *job, out string, node int, env string) []*sync
 		}
 	})
 	defer timer.Stop()
+	codes := make([]int, len(cmds))
 	for n, cmd := range cmds {
 		if err := cmd.Wait(); err == nil {
 			t.Fatalf("node %d finished although the save failed\n%s", n, logs[n])
 		}
+		codes[n] = cmd.ProcessState.ExitCode()
 	}
-	return logs
+	return logs, codes
 }
 
 // TestFullDiskMidSave: a restarted gang's save fails because the disk is full (writes fail
 // with EFBIG: RLIMIT_FSIZE on one node's process), once writing a shard and once writing the
-// manifest. The gang fails at once (no hang, no exit 0), and the next gang, with space
-// again, resumes from the newest good step and ends bit-identical.
+// manifest. The gang fails at once (no hang, no exit 0): the full node exits 1, its own
+// fault, and the other node, which only lost its peers, exits 75 and says so. The next gang,
+// with space again, resumes from the newest good step and ends bit-identical.
 func TestFullDiskMidSave(t *testing.T) {
 	want := uninterrupted(t, faultArgs)
 	for _, c := range []struct {
@@ -198,17 +205,18 @@ func TestFullDiskMidSave(t *testing.T) {
 		limit int // bytes: a shard is 108, a rank's shard list about 160, the manifest about 900
 		wants string
 	}{
-		{"writing a shard", 1, 64, ".a1.bin: file too large"},
+		{"writing a shard", 1, 64, fmt.Sprintf(".a%d.bin: file too large", 1<<contract.InPlaceAttemptBits)}, // generation 1's first start
 		{"writing the manifest", 0, 400, ".tmp: file too large"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
 			ckpt, out := filepath.Join(j.dir, "ckpt"), filepath.Join(j.dir, "params")
 			newest, _ := firstGang(t, &j, out)
-			logs := failingGang(t, &j, out, c.node, fmt.Sprintf("ZAYA_TEST_FSIZE=%d", c.limit))
+			logs, codes := failingGang(t, &j, out, c.node, fmt.Sprintf("ZAYA_TEST_FSIZE=%d", c.limit))
 			if !strings.Contains(logs[c.node].String(), c.wants) {
 				t.Errorf("node %d did not fail on the full disk:\n%s", c.node, logs[c.node])
 			}
+			checkRootFailure(t, j.dir, c.node, codes, logs)
 			if got := committedStep(t, ckpt); got != newest {
 				t.Fatalf("after the failed save the newest good step is %d, want %d", got, newest)
 			}
@@ -258,7 +266,7 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 	}
 	steps, _ := checkpoint.Steps(ckpt)
 	for _, s := range steps {
-		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1 {
+		if ck, err := checkpoint.Open(ckpt, s); err == nil && ck.Manifest.Attempt != 1<<contract.InPlaceAttemptBits {
 			t.Errorf("step %d left by attempt %d", s, ck.Manifest.Attempt)
 		}
 	}
@@ -273,9 +281,36 @@ func TestStaleGangOfThePreviousAttempt(t *testing.T) {
 			t.Errorf("late stale node %d: %v, want exit %d\n%s", n, err, contract.ExitConfig, staleLogs[n])
 		}
 	}
-	if !strings.Contains(staleLogs[0].String(), "ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: attempt 1 started after this attempt 0") {
+	if want := fmt.Sprintf("ZAYA_RESTART_ATTEMPT=0: checkpoint: fenced: generation 1 (attempt %d) started after this generation 0", 1<<contract.InPlaceAttemptBits); !strings.Contains(staleLogs[0].String(), want) {
 		t.Errorf("the refusal does not say why:\n%s", staleLogs[0])
 	}
+}
+
+// checkRootFailure: the node that failed by itself exits neither 0 nor 75 and writes no
+// stopped line; every other node lost a peer, exits 75 and says which rank it lost.
+func checkRootFailure(t *testing.T, dir string, root int, codes []int, logs []*syncBuffer) {
+	t.Helper()
+	for n, code := range codes {
+		stopped := stoppedLine(dir, n)
+		switch {
+		case n == root && (code == 0 || code == contract.ExitStopped || stopped != ""):
+			t.Errorf("node %d, the root failure, exited %d with stopped line %q\n%s", n, code, stopped, logs[n])
+		case n != root && (code != contract.ExitStopped || !strings.HasPrefix(stopped, "lost rank ")):
+			t.Errorf("node %d, stopped by its peers, exited %d with stopped line %q; want %d, \"lost rank ...\"\n%s", n, code, stopped, contract.ExitStopped, logs[n])
+		}
+	}
+}
+
+// stoppedLine is the last stopped reason in node's termination log ("": none, or no log).
+func stoppedLine(dir string, node int) string {
+	b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("termination-%d", node)))
+	stopped := ""
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), contract.TerminationMessageStoppedPrefix+" "); ok {
+			stopped = v
+		}
+	}
+	return stopped
 }
 
 // TestUnreadableStepIsNotMovedAside: storage that fails to read (here the manifest's name is
@@ -293,7 +328,7 @@ func TestUnreadableStepIsNotMovedAside(t *testing.T) {
 	if err := os.Mkdir(manifest, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := failingGang(t, &j, out, 0, "")
+	logs, _ := failingGang(t, &j, out, 0, "")
 	if !strings.Contains(logs[0].String(), "is a directory") {
 		t.Errorf("rank 0 did not fail on the unreadable step:\n%s", logs[0])
 	}
@@ -333,8 +368,9 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
 		t.Fatal("final parameters differ from the uninterrupted run")
 	}
-	if b, err := os.ReadFile(filepath.Join(ckpt, "owner")); err != nil || string(b) != "job-b 3\n" {
-		t.Errorf("owner file %q (%v), want the new job with attempts counted from 3", b, err)
+	// The old job fenced with generation 2's first number; the new job counts from one past it.
+	if b, want := readOwnerFile(t, ckpt), fmt.Sprintf("job-b %d\n", 2<<contract.InPlaceAttemptBits+1); b != want {
+		t.Errorf("owner file %q, want %q: the new job counting its attempts from one past the old job's", b, want)
 	}
 	for n, cmd := range oldCmds {
 		if err := cmd.Wait(); err == nil {
@@ -344,6 +380,15 @@ func TestANewJobTakesOverAKeptVolume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "old-params")); err == nil {
 		t.Error("the old job finished its run")
 	}
+}
+
+func readOwnerFile(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // startKilledOnCleanup starts j's gang, killed when the test ends if it still runs.
@@ -390,5 +435,150 @@ func nextGangResumes(t *testing.T, j *job, out string, step int64, want []byte) 
 	}
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
 		t.Fatal("final parameters differ from the uninterrupted run")
+	}
+}
+
+// TestOwnFaultsAndPeerStopsExitApart: the process's exit code from its local ranks' errors.
+// A rank that only lost a peer (or a rendezvous short of ranks) stops: 75, with a reason
+// naming what it lost and where. A fault of the rank's own beside it (an error, a bad
+// configuration) is the root failure and wins: 1 or 78, and nothing says "stopped".
+func TestOwnFaultsAndPeerStopsExitApart(t *testing.T) {
+	lost := func(rank int, op string) error {
+		return fmt.Errorf("rank 1 step 120: %s: %w", op, &transport.PeerError{Rank: rank, Op: op, Err: io.EOF})
+	}
+	short := &transport.PeerError{Rank: -1, Op: transport.OpRendezvous, Err: fmt.Errorf("7 of 8 ranks joined: %w", context.DeadlineExceeded)}
+	agreed := &StoppedError{Step: 16, Why: "peer rank 1 was stopped at step 16"}
+	at120 := []Result{{Step: 120}, {Step: 120}}
+	cases := []struct {
+		name    string
+		errs    []error
+		results []Result
+		code    int
+		why     string // the stopped line's reason, for exit 75
+	}{
+		{"done", []error{nil, nil}, at120, 0, ""},
+		{"lost a peer in the all-reduce", []error{nil, lost(3, "all-reduce")}, at120, contract.ExitStopped,
+			"lost rank 3 during the all-reduce at step 120: EOF"},
+		{"lost a peer while resuming", []error{lost(0, "barrier")}, []Result{{before: "resuming"}}, contract.ExitStopped,
+			"lost rank 0 during the barrier while resuming: EOF"},
+		{"a peer failed in RCCL", []error{&transport.PeerError{Rank: -1, Op: "exchange", Err: errors.New("remote error")}}, at120, contract.ExitStopped,
+			"a peer failed during the exchange at step 120: remote error"},
+		{"the rendezvous short of ranks", []error{fmt.Errorf("rank 0: %w", short)}, []Result{{before: "joining"}}, contract.ExitStopped,
+			"rendezvous: 7 of 8 ranks joined: context deadline exceeded"},
+		{"an agreed stop beside a lost peer", []error{lost(0, "barrier"), agreed}, at120, contract.ExitStopped, agreed.Why},
+		{"its own fault beside a lost peer", []error{lost(2, "all-reduce"), errors.New("writing its shard: file too large")}, at120, 1, ""},
+		{"its own fault beside an agreed stop", []error{agreed, errors.New("writing its shard: file too large")}, at120, 1, ""},
+		{"a configuration error beside a lost peer", []error{&ConfigError{"checkpoint does not fit"}, lost(0, "all-reduce")}, at120, ExitConfig, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := outcome(c.errs, c.results)
+			if code := exitCode(err); code != c.code {
+				t.Fatalf("exit %d (%v), want %d", code, err, c.code)
+			}
+			var stopped *StoppedError
+			switch {
+			case c.code == contract.ExitStopped && (!errors.As(err, &stopped) || stopped.Why != c.why):
+				t.Errorf("stopped: %v, want the reason %q", err, c.why)
+			case c.code != contract.ExitStopped && c.code != 0 && (errors.As(err, &stopped) || strings.Contains(err.Error(), "EOF")):
+				t.Errorf("a root failure reported as %q: only its own fault belongs there", err)
+			}
+		})
+	}
+}
+
+// TestARendezvousShortOfRanksExits75: a node whose peers never come (or whose rank 0 never
+// does) stops when the rendezvous times out: exit 75, and the termination log says why.
+func TestARendezvousShortOfRanksExits75(t *testing.T) {
+	port := testnet.FreePort(t)
+	for node, want := range []string{"rendezvous: 1 of 2 ranks joined", "rendezvous with rank 0: rank 1 reaching the master"} {
+		dir := t.TempDir()
+		env := map[string]string{
+			"NODE_RANK": strconv.Itoa(node), "NNODES": "2", "GPUS_PER_NODE": "1", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "1",
+			"ZAYA_RESTART_ATTEMPT": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+		}
+		var stderr bytes.Buffer
+		args := []string{"-seq=8", "-dim=4", "-listen=127.0.0.1:0", "-metrics-addr=", "-rendezvous-timeout=300ms", "-termination-log=" + filepath.Join(dir, "termination-0")}
+		if code := Main(args, func(k string) string { return env[k] }, &stderr); code != contract.ExitStopped {
+			t.Errorf("node %d alone: exit %d, want %d\n%s", node, code, contract.ExitStopped, &stderr)
+		}
+		if got := stoppedLine(dir, 0); !strings.HasPrefix(got, want) {
+			t.Errorf("node %d alone: stopped line %q, want %q...", node, got, want)
+		}
+	}
+}
+
+// cancelAt is a run's log that cancels the run once a line containing at is written.
+type cancelAt struct {
+	syncBuffer
+	at     string
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	n, err := c.syncBuffer.Write(p)
+	if strings.Contains(string(p), c.at) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestAnInPlaceRestartFencesThePreviousRun: a gang stops and is restarted in place (a new
+// process, the same ZAYA_RESTART_ATTEMPT, address and volume). The new run resumes from the
+// committed step under the next attempt number of its generation, ends bit-identical to a
+// run that never stopped, and a writer still holding the previous run's number is fenced.
+func TestAnInPlaceRestartFencesThePreviousRun(t *testing.T) {
+	const generation = 5
+	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
+		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, CheckpointEvery: 4, Keep: 2,
+		Steps: 24, Seq: 8, Dim: 4, LR: 0.3, Seed: 3, Attempt: generation, JobUID: "job-a"}
+	ref := cfg
+	ref.CheckpointDir, ref.ParamsOut = t.TempDir(), filepath.Join(t.TempDir(), "params")
+	if _, err := Run(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(ref.ParamsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	cfg.CheckpointDir, cfg.ParamsOut = filepath.Join(dir, "ckpt"), filepath.Join(dir, "params")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := cfg
+	first.Log = &cancelAt{at: "checkpoint step 8 committed", cancel: cancel}
+	res, err := Run(ctx, first)
+	if code := exitCode(err); code != contract.ExitStopped {
+		t.Fatalf("the first run: exit %d (%v), want %d", code, err, contract.ExitStopped)
+	}
+	stoppedAt := res.CheckpointStep
+	firstAttempt := generation << contract.InPlaceAttemptBits
+	if ck, err := checkpoint.Open(cfg.CheckpointDir, stoppedAt); err != nil || ck.Manifest.Attempt != firstAttempt {
+		t.Fatalf("the first run's last checkpoint %d: %v; want it committed by attempt %d", stoppedAt, err, firstAttempt)
+	}
+
+	second := cfg // restarted in place: the same configuration
+	log := &syncBuffer{}
+	second.Log = log
+	if _, err := Run(context.Background(), second); err != nil {
+		t.Fatalf("the restarted run: %v\n%s", err, log)
+	}
+	if p := ParseLog(log.String()); p.Resumed != stoppedAt {
+		t.Errorf("the restarted run resumed from step %d, want %d", p.Resumed, stoppedAt)
+	}
+	ck, err := checkpoint.Open(cfg.CheckpointDir, int64(cfg.Steps))
+	if err != nil || ck.Manifest.Attempt != firstAttempt+1 {
+		t.Fatalf("the final checkpoint: %v; want it committed by attempt %d, the generation's next", err, firstAttempt+1)
+	}
+	if got, _ := os.ReadFile(cfg.ParamsOut); !bytes.Equal(got, want) {
+		t.Error("final parameters differ from the run that never stopped")
+	}
+	stale := checkpoint.Tensor{Name: "params", Shape: []int64{1}, Data: []float32{1}}
+	if err := checkpoint.WriteShard(cfg.CheckpointDir, firstAttempt, 100, 0, []checkpoint.Tensor{stale}); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Errorf("a writer of the first run: %v, want ErrFenced", err)
+	}
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, firstAttempt, stoppedAt, 2, nil, checkpoint.Retention{Keep: 2}); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Errorf("a commit of the first run: %v, want ErrFenced", err)
 	}
 }

@@ -17,9 +17,10 @@ import (
 )
 
 // Main is the zaya-worker command: flags for the model, the worker contract's environment for
-// everything else. It returns the process exit code: 0 done, 78 bad configuration, 75 saved
-// and stopped before the last step (signalled, or a peer was), 1 failed (a peer was lost,
-// say: the operator restarts the gang).
+// everything else. It returns the process exit code: 0 done, 78 bad configuration, 75
+// stopped before the last step through no fault of its own (signalled, a peer was and the
+// ranks saved together, or a peer failed: lost in a collective, missing at the rendezvous),
+// 1 failed by itself (the root failure the operator looks for).
 func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("zaya-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,20 +66,33 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	res, err := Run(ctx, cfg)
+	code := exitCode(err)
+	switch code {
+	case ExitConfig:
+		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
+	case contract.ExitStopped:
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: stopped at step %d, checkpoint %d: %v\n", res.Step, res.CheckpointStep, err)
+	case 0:
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: done at step %d, loss %.6g\n", res.Step, res.Loss)
+	default:
+		_, _ = fmt.Fprintln(stderr, "zaya-worker:", err)
+	}
+	return code
+}
+
+// exitCode is the worker contract's exit code for Run's error.
+func exitCode(err error) int {
 	var cerr *ConfigError
 	var stopped *StoppedError
 	switch {
+	case err == nil:
+		return 0
 	case errors.As(err, &cerr):
-		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
 		return ExitConfig
 	case errors.As(err, &stopped), errors.Is(err, context.Canceled):
-		// Not done: exit 0 would tell the operator the run is complete.
-		_, _ = fmt.Fprintf(stderr, "zaya-worker: stopped at step %d, checkpoint %d: %v\n", res.Step, res.CheckpointStep, err)
+		// Not done, and not this rank's fault: exit 0 would tell the operator the run is
+		// complete, exit 1 that this rank is the root failure.
 		return contract.ExitStopped
-	case err != nil:
-		_, _ = fmt.Fprintln(stderr, "zaya-worker:", err)
-		return 1
 	}
-	_, _ = fmt.Fprintf(stderr, "zaya-worker: done at step %d, loss %.6g\n", res.Step, res.Loss)
-	return 0
+	return 1
 }

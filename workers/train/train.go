@@ -7,6 +7,7 @@
 package train
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -46,7 +47,7 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	CheckpointDir                                 string
-	Attempt                                       int           // ZAYA_RESTART_ATTEMPT: fences older attempts' writers
+	Attempt                                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
 	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
@@ -151,12 +152,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// StoppedError is why a rank saved and stopped before its last step: it was signalled, or a
-// peer was and the ranks agreed to stop together. The run is not complete: ExitStopped.
+// StoppedError is why a rank stopped before its last step through no fault of its own: it
+// was signalled, or a peer was and the ranks saved and stopped together, or a peer failed
+// (transport.PeerError: lost in a collective, or missing at the rendezvous). The run is not
+// complete: ExitStopped.
 type StoppedError struct {
 	Step int64
 	Why  string
-	err  error // the rank's own cancellation, if it was signalled
+	err  error // the rank's own cancellation, if it was signalled, or the peer's failure
 }
 
 func (e *StoppedError) Error() string { return e.Why }
@@ -166,6 +169,7 @@ func (e *StoppedError) Unwrap() error { return e.err }
 type Result struct {
 	Step, CheckpointStep int64
 	Loss                 float64
+	before               string // "joining", "resuming": the rank stopped before training, Step is not yet its own
 }
 
 // Run trains this node's ranks (one goroutine per local GPU) until Steps or until ctx ends;
@@ -187,7 +191,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wg.Wait()
 	res := results[0]
-	err := errors.Join(errs...)
+	err := outcome(errs, results)
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
@@ -201,6 +205,63 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	return res, err
+}
+
+// outcome is the process's error from its local ranks' errors (results: where each stood).
+// The operator takes the earliest exit that is not ExitStopped for the root failure, so a
+// process stops (a StoppedError, or its own cancellation) only when every failed rank
+// stopped through no fault of its own; if any rank failed by itself, only those faults are
+// returned (what the other local ranks saw next is their consequence).
+func outcome(errs []error, results []Result) error {
+	var own []error
+	var stopped, lostPeer *StoppedError
+	var cancelled error
+	for i, err := range errs {
+		var se *StoppedError
+		var pe *transport.PeerError
+		var ce *ConfigError
+		switch {
+		case err == nil:
+		case errors.As(err, &se):
+			stopped = cmp.Or(stopped, se)
+		case errors.As(err, &ce):
+			own = append(own, err)
+		case errors.Is(err, context.Canceled): // signalled before the ranks could agree
+			cancelled = cmp.Or(cancelled, err)
+		case errors.As(err, &pe):
+			if lostPeer == nil {
+				lostPeer = &StoppedError{Step: results[i].Step, Why: peerWhy(pe, results[i]), err: err}
+			}
+		default:
+			own = append(own, err)
+		}
+	}
+	switch {
+	case len(own) > 0:
+		return errors.Join(own...)
+	case stopped != nil:
+		return stopped
+	case cancelled != nil:
+		return cancelled
+	case lostPeer != nil:
+		return lostPeer
+	}
+	return nil
+}
+
+// peerWhy is the stopped line's reason for a rank that a peer's failure stopped where res says.
+func peerWhy(pe *transport.PeerError, res Result) string {
+	if pe.Op == transport.OpRendezvous {
+		return strings.TrimPrefix(pe.Error(), "transport: ")
+	}
+	who, when := "a peer failed", fmt.Sprintf("at step %d", res.Step)
+	if pe.Rank >= 0 {
+		who = fmt.Sprintf("lost rank %d", pe.Rank)
+	}
+	if res.before != "" {
+		when = "while " + res.before
+	}
+	return fmt.Sprintf("%s during the %s %s: %v", who, pe.Op, when, pe.Err)
 }
 
 // rocmError makes a missing or broken ROCm library a configuration error (the image is wrong:
@@ -266,13 +327,16 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	r.res.before = "joining"
 	if err := r.connect(ctx); err != nil {
-		return Result{}, err
+		return r.res, err
 	}
 	defer func() { _ = r.tr.Close() }()
+	r.res.before = "resuming"
 	if err := r.resume(); err != nil {
 		return r.res, err
 	}
+	r.res.before = ""
 	r.startTraining()
 	for r.res.Step < int64(r.cfg.Steps) {
 		stop, periodDue, err := r.step(ctx)
@@ -372,9 +436,10 @@ func (r *rankState) resume() error {
 	var steps []int64
 	var fenced error
 	if r.rank == 0 {
-		// Before reading anything: from now on no writer of an older attempt (a stale pod)
-		// can publish or delete a step here.
-		attempt, err := checkpoint.Fence(dir, r.cfg.JobUID, r.cfg.Attempt)
+		// Before reading anything: from now on no writer of an older attempt can publish or
+		// delete a step here, neither a stale pod of an older generation nor a process of
+		// this generation's run before an in-place restart (each start numbers anew).
+		attempt, err := checkpoint.FenceNext(dir, r.cfg.JobUID, r.cfg.Attempt)
 		switch {
 		case errors.Is(err, checkpoint.ErrFenced):
 			fenced = err
@@ -391,8 +456,8 @@ func (r *rankState) resume() error {
 	for i := 0; ; i++ {
 		// Rank 0's proposal, as step+1 (0: no step left, a fresh start); whether a newer
 		// attempt owns the directory; and the attempt number every rank writes under: the one
-		// rank 0 fenced the directory with (offset past an earlier job's when this job took
-		// the volume over).
+		// rank 0 fenced the directory with (this start's within its generation, offset past an
+		// earlier job's when this job took the volume over; at most 2^53, exact in a float64).
 		prop := []float64{0, 0, 0}
 		if r.rank == 0 {
 			prop[2] = float64(r.cfg.Attempt)

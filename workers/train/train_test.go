@@ -179,13 +179,16 @@ func TestKilledRunResumesBitIdentical(t *testing.T) {
 	if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	codes := make([]int, len(cmds))
 	for node, cmd := range cmds {
 		err := cmd.Wait()
 		var exit *exec.ExitError
 		if err == nil || !errors.As(err, &exit) {
 			t.Fatalf("node %d after the kill: %v (want a failure: its peer is gone)", node, err)
 		}
+		codes[node] = exit.ExitCode()
 	}
+	checkRootFailure(t, j.dir, 1, codes, logs) // the killed node is the root failure, its peer stopped
 
 	j.port, j.attempt = testnet.FreePort(t), j.attempt+1 // a new gang: new pods
 	logs = j.logs()
@@ -402,7 +405,7 @@ func TestRandomKillsIncludingMidSave(t *testing.T) {
 		}
 		gateRank := r.IntN(j.nodes * j.gpus)
 		j.port, j.attempt = testnet.FreePort(t), round
-		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt)
+		fifo := holdSave(t, ckpt, gate, gateRank, j.attempt<<contract.InPlaceAttemptBits) // the generation's first start
 
 		logs := j.logs()
 		cmds := j.start(t, out, logs)

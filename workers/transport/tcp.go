@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -40,6 +41,28 @@ type Config struct {
 	Token string
 }
 
+// PeerError is a failure that another rank caused, not this one: a peer closed its connection
+// or died during a collective, sent what no rank of the gang sends, or the rendezvous ended
+// before every rank came. A rank that fails with one stopped because of a peer; its own
+// faults are other errors. The worker tells the two apart by it (exit 75 against exit 1).
+type PeerError struct {
+	Rank int    // the peer; -1 when no one rank is to blame (RCCL, a rendezvous short of ranks)
+	Op   string // OpRendezvous (Dial), or the collective: "all-reduce", "barrier", "all-gather", "exchange"
+	Err  error
+}
+
+// OpRendezvous is the PeerError.Op of a failure while the gang forms (Dial).
+const OpRendezvous = "rendezvous"
+
+func (e *PeerError) Error() string {
+	if e.Rank < 0 {
+		return fmt.Sprintf("transport: %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("transport: %s with rank %d: %v", e.Op, e.Rank, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
 // helloTimeout bounds how long a connection may take to say who it is.
 const helloTimeout = 10 * time.Second
 
@@ -55,11 +78,12 @@ func (c Config) ring() (first, size int) {
 // TCP is one rank's connections: to the master (rank 0 keeps one per rank) for collectives
 // and to its ring neighbours for exchanges.
 type TCP struct {
-	cfg        Config
-	master     *conn   // ranks > 0: to rank 0
-	members    []*conn // rank 0: from every rank, by rank
-	next, prev *conn
-	closers    []io.Closer
+	cfg                Config
+	master             *conn   // ranks > 0: to rank 0
+	members            []*conn // rank 0: from every rank, by rank
+	next, prev         *conn
+	nextRank, prevRank int
+	closers            []io.Closer
 }
 
 type conn struct {
@@ -144,6 +168,10 @@ func acceptGreeted(ctx context.Context, l net.Listener, token string) <-chan gre
 	return out
 }
 
+// rendezvousJoined runs on rank 0 each time a rank takes its place in the rendezvous (tests
+// order a rank's second dial after its first).
+var rendezvousJoined = func(rank int) {}
+
 // Dial joins the job: it blocks until every rank has registered and the ring is connected.
 func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
@@ -158,9 +186,18 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	t := &TCP{cfg: cfg}
+	// peer blames rank (-1: none in particular) for a rendezvous that could not go on, unless
+	// the caller itself stopped waiting.
+	peer := func(rank int, err error) error {
+		if parent.Err() != nil {
+			return fmt.Errorf("transport: %s: %w", OpRendezvous, err)
+		}
+		return &PeerError{Rank: rank, Op: OpRendezvous, Err: err}
+	}
+	t := &TCP{cfg: cfg, nextRank: next, prevRank: prevRank}
 	ok := false
 	defer func() {
 		if !ok {
@@ -176,7 +213,7 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	stop := context.AfterFunc(ctx, func() { _ = ring.Close() })
 	defer stop()
 
-	addrs, err := t.rendezvous(ctx, ring.Addr().(*net.TCPAddr).Port)
+	addrs, err := t.rendezvous(ctx, ring.Addr().(*net.TCPAddr).Port, peer)
 	if err != nil {
 		return nil, err
 	}
@@ -208,16 +245,17 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	var d net.Dialer
 	nc, err := dialRetry(ctx, &d, addrs[next])
 	if err != nil {
-		return nil, fmt.Errorf("transport: rank %d dialing rank %d: %w", cfg.Rank, next, err)
+		return nil, peer(next, fmt.Errorf("rank %d dialing rank %d: %w", cfg.Rank, next, err))
 	}
 	t.next = newConn(nc)
 	t.closers = append(t.closers, nc)
-	if b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token}); t.next.send(b) != nil {
-		return nil, fmt.Errorf("transport: rank %d greeting rank %d: %w", cfg.Rank, next, err)
+	b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token})
+	if err := t.next.send(b); err != nil {
+		return nil, peer(next, fmt.Errorf("rank %d greeting rank %d: %w", cfg.Rank, next, err))
 	}
 	a := <-accepted
 	if a.err != nil {
-		return nil, fmt.Errorf("transport: rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err)
+		return nil, peer(prevRank, fmt.Errorf("rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err))
 	}
 	t.prev = a.g.c // its reader may hold what followed the hello
 	t.closers = append(t.closers, a.g.nc)
@@ -225,8 +263,9 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	return t, nil
 }
 
-// rendezvous registers this rank's ring address with rank 0 and returns everyone's.
-func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
+// rendezvous registers this rank's ring address with rank 0 and returns everyone's; peer
+// makes the errors that other ranks caused.
+func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, err error) error) ([]string, error) {
 	cfg := t.cfg
 	if cfg.Rank == 0 {
 		l, err := net.Listen("tcp", cfg.Master)
@@ -249,20 +288,29 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 			select {
 			case g = <-greetings:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("transport: rendezvous: %d of %d ranks joined: %w", joined+1, cfg.World, ctx.Err())
+				return nil, peer(-1, fmt.Errorf("%d of %d ranks joined: %w", joined+1, cfg.World, ctx.Err()))
 			}
-			if g.h.Rank <= 0 || g.h.Rank >= cfg.World || t.members[g.h.Rank] != nil {
-				_ = g.nc.Close() // presents the token but no free rank: not this gang's to break
+			if g.h.Rank <= 0 || g.h.Rank >= cfg.World {
+				_ = g.nc.Close() // presents the token but names no rank: not this gang's to break
 				continue
+			}
+			if old := t.members[g.h.Rank]; old != nil {
+				// The rank was restarted in place and dialed again while the others were
+				// still coming: its earlier connection belongs to a dead process. The newest
+				// greeting takes the rank's place, which is counted once.
+				_ = old.c.Close()
+				t.closers = slices.DeleteFunc(t.closers, func(c io.Closer) bool { return c == old.c })
+			} else {
+				joined++
 			}
 			t.closers = append(t.closers, g.nc)
 			t.members[g.h.Rank], addrs[g.h.Rank] = g.c, g.h.Addr
-			joined++
+			rendezvousJoined(g.h.Rank)
 		}
 		table, _ := json.Marshal(addrs)
-		for _, c := range t.members[1:] {
+		for r, c := range t.members[1:] {
 			if err := c.send(table); err != nil {
-				return nil, fmt.Errorf("transport: rendezvous: %w", err)
+				return nil, peer(r+1, err)
 			}
 		}
 		return addrs, nil
@@ -271,7 +319,7 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 	var d net.Dialer
 	nc, err := dialRetry(ctx, &d, cfg.Master)
 	if err != nil {
-		return nil, fmt.Errorf("transport: rank %d reaching the master %s: %w", cfg.Rank, cfg.Master, err)
+		return nil, peer(0, fmt.Errorf("rank %d reaching the master %s: %w", cfg.Rank, cfg.Master, err))
 	}
 	t.closers = append(t.closers, nc)
 	t.master = newConn(nc)
@@ -279,29 +327,32 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int) ([]string, error) {
 	host, _, _ := net.SplitHostPort(nc.LocalAddr().String())
 	b, _ := json.Marshal(hello{Rank: cfg.Rank, Addr: net.JoinHostPort(host, fmt.Sprint(ringPort)), Token: cfg.Token})
 	if err := t.master.send(b); err != nil {
-		return nil, err
+		return nil, peer(0, err)
 	}
 	type result struct {
-		addrs []string
+		table []byte
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
 		b, err := t.master.recv()
-		var addrs []string
-		if err == nil {
-			err = json.Unmarshal(b, &addrs)
-		}
-		done <- result{addrs, err}
+		done <- result{b, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("transport: rendezvous: %w", r.err)
+			return nil, peer(0, r.err)
 		}
-		return r.addrs, nil
+		var addrs []string
+		if err := json.Unmarshal(r.table, &addrs); err != nil {
+			return nil, fmt.Errorf("transport: rendezvous: rank 0's address table: %w", err)
+		}
+		if len(addrs) != cfg.World {
+			return nil, fmt.Errorf("transport: rendezvous: rank 0 sent %d addresses for %d ranks", len(addrs), cfg.World)
+		}
+		return addrs, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("transport: rank %d waiting for the other ranks: %w", cfg.Rank, ctx.Err())
+		return nil, peer(-1, fmt.Errorf("rank %d waiting for the other ranks: %w", cfg.Rank, ctx.Err()))
 	}
 }
 
@@ -333,17 +384,20 @@ func (t *TCP) Exchange(b []byte) ([]byte, error) {
 	go func() { sent <- t.next.send(b) }()
 	got, rerr := t.prev.recv()
 	if err := <-sent; err != nil {
-		return nil, fmt.Errorf("transport: sending to the next rank: %w", err)
+		return nil, &PeerError{Rank: t.nextRank, Op: "exchange", Err: fmt.Errorf("sending: %w", err)}
 	}
 	if rerr != nil {
-		return nil, fmt.Errorf("transport: receiving from the previous rank: %w", rerr)
+		return nil, &PeerError{Rank: t.prevRank, Op: "exchange", Err: fmt.Errorf("receiving: %w", rerr)}
 	}
 	return got, nil
 }
 
 // AllReduce sums v element-wise over all ranks, in place, through rank 0. Every rank gets
 // the same bits: rank 0 adds in rank order and sends the result back.
-func (t *TCP) AllReduce(v []float64) error {
+func (t *TCP) AllReduce(v []float64) error { return t.allReduce("all-reduce", v) }
+
+// allReduce is AllReduce; op names it in a PeerError.
+func (t *TCP) allReduce(op string, v []float64) error {
 	enc := func(v []float64) []byte {
 		b := make([]byte, 8*len(v))
 		for i, x := range v {
@@ -365,11 +419,11 @@ func (t *TCP) AllReduce(v []float64) error {
 	}
 	if t.cfg.Rank != 0 {
 		if err := t.master.send(enc(v)); err != nil {
-			return err
+			return &PeerError{Rank: 0, Op: op, Err: err}
 		}
 		b, err := t.master.recv()
 		if err != nil {
-			return err
+			return &PeerError{Rank: 0, Op: op, Err: err}
 		}
 		return dec(b, v)
 	}
@@ -377,7 +431,7 @@ func (t *TCP) AllReduce(v []float64) error {
 	for r := 1; r < t.cfg.World; r++ {
 		b, err := t.members[r].recv()
 		if err != nil {
-			return fmt.Errorf("transport: all-reduce from rank %d: %w", r, err)
+			return &PeerError{Rank: r, Op: op, Err: err}
 		}
 		parts[r] = make([]float64, len(v))
 		if err := dec(b, parts[r]); err != nil {
@@ -392,7 +446,7 @@ func (t *TCP) AllReduce(v []float64) error {
 	out := enc(v)
 	for r := 1; r < t.cfg.World; r++ {
 		if err := t.members[r].send(out); err != nil {
-			return fmt.Errorf("transport: all-reduce to rank %d: %w", r, err)
+			return &PeerError{Rank: r, Op: op, Err: err}
 		}
 	}
 	return nil
@@ -407,11 +461,11 @@ func (t *TCP) AllGather(part []byte) ([][]byte, error) {
 	}
 	if t.cfg.Rank != 0 {
 		if err := t.master.send(part); err != nil {
-			return nil, err
+			return nil, &PeerError{Rank: 0, Op: "all-gather", Err: err}
 		}
 		b, err := t.master.recv()
 		if err != nil {
-			return nil, err
+			return nil, &PeerError{Rank: 0, Op: "all-gather", Err: err}
 		}
 		return splitParts(b, world)
 	}
@@ -421,7 +475,7 @@ func (t *TCP) AllGather(part []byte) ([][]byte, error) {
 	for r := 1; r < world; r++ {
 		b, err := t.members[r].recv()
 		if err != nil {
-			return nil, fmt.Errorf("transport: all-gather from rank %d: %w", r, err)
+			return nil, &PeerError{Rank: r, Op: "all-gather", Err: err}
 		}
 		parts[r] = b
 		total += len(b)
@@ -441,7 +495,7 @@ func (t *TCP) AllGather(part []byte) ([][]byte, error) {
 	for r := 1; r < world; r++ {
 		wg.Go(func() {
 			if err := t.members[r].send(out); err != nil {
-				errs[r] = fmt.Errorf("transport: all-gather to rank %d: %w", r, err)
+				errs[r] = &PeerError{Rank: r, Op: "all-gather", Err: err}
 			}
 		})
 	}
@@ -476,7 +530,7 @@ type Gatherer interface {
 var _ Gatherer = (*TCP)(nil)
 
 // Barrier returns once every rank has called it.
-func (t *TCP) Barrier() error { return t.AllReduce(nil) }
+func (t *TCP) Barrier() error { return t.allReduce("barrier", nil) }
 
 // Close closes every connection.
 func (t *TCP) Close() error {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -147,11 +149,26 @@ func TestAllGatherGivesEveryRankEveryPart(t *testing.T) {
 	}
 }
 
+// A rendezvous that times out is the missing ranks' doing (a PeerError); one the caller
+// cancels is not.
 func TestDialFailsClearlyWhenARankNeverComes(t *testing.T) {
 	master := testnet.FreeAddr(t)
 	_, err := Dial(context.Background(), Config{Rank: 1, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
+	var pe *PeerError
 	if err == nil || !strings.Contains(err.Error(), "rank 1 reaching the master") {
 		t.Errorf("err = %v, want a rendezvous timeout naming the rank", err)
+	} else if !errors.As(err, &pe) || pe.Rank != 0 || pe.Op != OpRendezvous {
+		t.Errorf("err = %#v, want a PeerError blaming rank 0 in the rendezvous", err)
+	}
+	_, err = Dial(context.Background(), Config{Rank: 0, World: 3, Master: master, Listen: "127.0.0.1:0", Timeout: 300 * time.Millisecond})
+	if !errors.As(err, &pe) || pe.Rank != -1 || pe.Op != OpRendezvous || !strings.Contains(err.Error(), "rendezvous: 1 of 3 ranks joined") {
+		t.Errorf("rank 0 alone: err = %v, want a PeerError: rendezvous: 1 of 3 ranks joined", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = Dial(ctx, Config{Rank: 0, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: time.Minute})
+	if !errors.Is(err, context.Canceled) || errors.As(err, &pe) {
+		t.Errorf("cancelled by the caller: err = %v, want context.Canceled and no PeerError", err)
 	}
 	if _, err := Dial(context.Background(), Config{Rank: 2, World: 2}); err == nil {
 		t.Error("rank 2 of world 2 was accepted")
@@ -221,4 +238,92 @@ func TestStraysCannotJoinOrBreakTheRendezvous(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// A rank restarted in place dials rank 0 again while the rendezvous still waits for others:
+// its new connection takes the rank's place (the old one is closed, the rank counted once),
+// the gang forms with the new process and its all-reduce works.
+func TestARankRestartedInPlaceRejoinsTheRendezvous(t *testing.T) {
+	const world, token = 3, "job-uid/0"
+	master := testnet.FreeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	joins := make(chan int, 2*world)
+	rendezvousJoined = func(rank int) { joins <- rank }
+	t.Cleanup(func() { rendezvousJoined = func(int) {} })
+	awaitJoin := func(what string, rank int) {
+		t.Helper()
+		select {
+		case r := <-joins:
+			if r != rank {
+				t.Fatalf("%s: rank %d joined, want rank %d", what, r, rank)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: rank %d never took its place", what, rank)
+		}
+	}
+
+	var wg sync.WaitGroup
+	sums := make([]float64, world)
+	errs := make([]error, world)
+	rank := func(r int) {
+		tr, err := Dial(ctx, Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Token: token})
+		if err != nil {
+			errs[r] = err
+			return
+		}
+		defer func() { _ = tr.Close() }()
+		v := []float64{float64(r + 1)}
+		errs[r] = tr.AllReduce(v)
+		sums[r] = v[0]
+	}
+	wg.Go(func() { rank(0) })
+
+	// Rank 1's first process greets rank 0, then hangs or dies: its connection stays open here,
+	// so only rank 0 can close it.
+	var d net.Dialer
+	first, err := dialRetry(ctx, &d, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Close() }()
+	b, _ := json.Marshal(hello{Rank: 1, Addr: "127.0.0.1:1", Token: token})
+	if err := newConn(first).send(b); err != nil {
+		t.Fatal(err)
+	}
+	awaitJoin("rank 1's first process", 1)
+
+	wg.Go(func() { rank(1) }) // restarted in place
+	awaitJoin("rank 1's restarted process", 1)
+	wg.Go(func() { rank(2) })
+	wg.Wait()
+	for r := range world {
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v", r, errs[r])
+		} else if sums[r] != 6 {
+			t.Errorf("rank %d: sum %v, want 6", r, sums[r])
+		}
+	}
+	// Rank 0 closed the first connection instead of sending it the gang's addresses.
+	_ = first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := first.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("rank 1's first connection read %d bytes, %v; want EOF: rank 0 must close it", n, err)
+	}
+}
+
+// A rank that goes away during a collective is a PeerError on the others, naming the rank
+// each lost: rank 0 the one that left, the other ranks rank 0 (which stops with it).
+func TestALostPeerIsAPeerError(t *testing.T) {
+	group(t, 3, func(tr *TCP) error {
+		if tr.Rank() == 2 {
+			return nil // leaves: its connections close
+		}
+		err := tr.AllReduce([]float64{1})
+		want := map[int]int{0: 2, 1: 0}[tr.Rank()]
+		var pe *PeerError
+		if !errors.As(err, &pe) || pe.Rank != want || pe.Op != "all-reduce" {
+			return fmt.Errorf("all-reduce without rank 2: %w, want a PeerError naming rank %d", err, want)
+		}
+		return nil
+	})
 }
