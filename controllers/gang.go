@@ -120,6 +120,11 @@ func (g gang) firstFailure() *corev1.Pod {
 // failedBefore orders failures by time, then by rank, so the answer does not depend on the
 // order pods are listed in.
 func failedBefore(a, b *corev1.Pod) bool {
+	// A worker that stopped because a peer failed (exit 75) is never the cause, even when its
+	// node's clock or the whole-second times make it look first.
+	if ca, cb := stoppedByPeer(a), stoppedByPeer(b); ca != cb {
+		return cb
+	}
 	ta, tb := failedAt(a), failedAt(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
@@ -127,6 +132,12 @@ func failedBefore(a, b *corev1.Pod) bool {
 	ra, _ := podRank(a)
 	rb, _ := podRank(b)
 	return ra < rb
+}
+
+// stoppedByPeer reports whether pod's worker exited 75: it stopped because a peer failed.
+func stoppedByPeer(pod *corev1.Pod) bool {
+	s := workerStatus(pod)
+	return s != nil && s.State.Terminated != nil && s.State.Terminated.ExitCode == trainingv1alpha1.ExitStopped
 }
 
 // podRank is the rank a worker pod's label names.

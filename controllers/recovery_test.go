@@ -473,3 +473,18 @@ func TestPodFailureReasonIsAlwaysAValidConditionReason(t *testing.T) {
 		}
 	}
 }
+
+func TestAWorkerStoppedByAPeerIsNeverTheRootCause(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	// Rank 0's clock runs behind: its 75 looks older than rank 2's own crash.
+	h.setPod(t, "llm-0-0", exited("n0", trainingv1alpha1.ExitStopped, now))
+	h.setPod(t, "llm-0-2", exited("n2", 134, now.Add(time.Second)))
+	h.mustReconcile(t, job)
+	if f := h.get(t, job).Status.LastFailure; f == nil || *f.Rank != 2 || *f.ExitCode != 134 {
+		t.Errorf("lastFailure = %+v, want rank 2's exit 134", f)
+	}
+}
