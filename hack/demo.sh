@@ -97,5 +97,5 @@ step "real training: the reference worker on process-backed nodes, and a node fa
 
 step "done"
 echo "A 2-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"
-echo "job of the reference worker trained for real, lost a node, and was restarted from its"
-echo "checkpoint elsewhere by the operator, without a human."
+echo "job of the reference worker trained for real, lost a worker process (restarted in place,"
+echo "no pod replaced) and then a node (restarted elsewhere from its checkpoint), without a human."

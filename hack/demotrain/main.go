@@ -5,13 +5,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -130,24 +130,38 @@ func run(worker, workdir string) error {
 		b, _ := os.ReadFile(filepath.Join(dir, "worker.log"))
 		return string(b)
 	}
-	printed := map[string]bool{}
+	printed := map[int32]int{} // lines of each attempt's rank-0 log already shown
 	follow := func(attempt int32) {
-		sc := bufio.NewScanner(strings.NewReader(logOf(attempt)))
-		for sc.Scan() {
-			l := sc.Text()
-			key := fmt.Sprint(attempt, l)
-			if !printed[key] && (strings.HasPrefix(l, "step ") || strings.HasPrefix(l, "resumed") || strings.HasPrefix(l, "checkpoint step")) {
-				printed[key] = true
+		lines := strings.Split(logOf(attempt), "\n")
+		for _, l := range lines[min(printed[attempt], len(lines)):] {
+			if strings.HasPrefix(l, "step ") || strings.HasPrefix(l, "resumed") || strings.HasPrefix(l, "checkpoint step") {
 				fmt.Printf("  [attempt %d, rank 0] %s\n", attempt, l)
 			}
 		}
+		printed[attempt] = max(len(lines)-1, 0) // the last one may be half written
 	}
-	var failedNode string
-	var lastBefore int64
+	podUIDs := func() map[string]string {
+		pods := &corev1.PodList{}
+		_ = c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: name})
+		out := map[string]string{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp.IsZero() {
+				out[p.Name] = string(p.UID)
+			}
+		}
+		return out
+	}
+	var (
+		killedAt, failedAt int64
+		killedPods         map[string]string
+		inPlaceSecs        int32 = -1
+		inPlaceReplaced    int
+		failedNode         string
+	)
 	deadline := time.Now().Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
 		j := get()
-		att := j.Status.Restarts
+		att := j.Status.Attempt()
 		follow(att)
 		if att > 0 {
 			follow(att - 1)
@@ -156,10 +170,27 @@ func run(worker, workdir string) error {
 			meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionFailed) {
 			break
 		}
-		if failedNode == "" && att == 0 && strings.Contains(logOf(0), "checkpoint step 60 committed") && train.ParseLog(logOf(0)).Last >= 70 {
-			victim := fmt.Sprintf("%s-0-2", name)
-			failedNode = a.NodeOf(ns, victim)
-			lastBefore = train.ParseLog(logOf(0)).Last
+		last := train.ParseLog(logOf(att)).Last
+		recovered := meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning)
+		switch {
+		case killedAt == 0 && att == 0 && strings.Contains(logOf(0), "checkpoint step 40 committed") && last >= 50:
+			killedAt, killedPods = last, podUIDs()
+			fmt.Printf("\n>>> killing rank 1's worker process on purpose (a process fault on a healthy node)\n\n")
+			if err := a.Signal(ns, fmt.Sprintf("%s-0-1", name), syscall.SIGKILL); err != nil {
+				return err
+			}
+		case killedAt > 0 && inPlaceSecs < 0 && j.Status.Restarts == 1 && recovered && j.Status.LastRecoverySeconds != nil:
+			inPlaceSecs = *j.Status.LastRecoverySeconds
+			now := podUIDs()
+			for pod, uid := range killedPods {
+				if now[pod] != uid {
+					inPlaceReplaced++
+				}
+			}
+			fmt.Printf("\n>>> restarted in place in %ds: %d of %d pods replaced\n\n", inPlaceSecs, inPlaceReplaced, len(killedPods))
+		case inPlaceSecs >= 0 && failedNode == "" && last >= 150:
+			victim := fmt.Sprintf("%s-%d-2", name, att)
+			failedNode, failedAt = a.NodeOf(ns, victim), last
 			fmt.Printf("\n>>> failing node %s (rank 2's node) on purpose: its kubelet dies, its processes with it\n\n", failedNode)
 			if err := a.NodeDown(ctx, failedNode); err != nil {
 				return err
@@ -172,13 +203,21 @@ func run(worker, workdir string) error {
 	if !meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
 		return fmt.Errorf("the job did not succeed: %+v", j.Status.Conditions)
 	}
-	resumed := train.ParseLog(logOf(1)).Resumed
+	replaced := 0
+	for pod, uid := range podUIDs() {
+		if killedPods[pod] != uid {
+			replaced++
+		}
+	}
 	fmt.Printf("what happened:\n")
-	fmt.Printf("  node %s failed at step %d; the operator quarantined it: %v\n", failedNode, lastBefore, quarantined(j))
-	fmt.Printf("  restarts: %d; attempt 1 ran on %s\n", j.Status.Restarts, nodesOf(ctx, c, 1))
-	fmt.Printf("  resumed from the checkpoint of step %d: %d steps lost (checkpoint interval %d)\n", resumed, lastBefore-resumed, every)
+	fmt.Printf("  rank 1's worker was killed at step %d: the kubelet restarted the workers in their pods,\n", killedAt)
+	fmt.Printf("    the gang resumed from its checkpoint %ds later, %d pods replaced\n", inPlaceSecs, inPlaceReplaced)
+	fmt.Printf("  node %s failed at step %d; the operator quarantined it: %v\n", failedNode, failedAt, quarantined(j))
+	fmt.Printf("  restarts: %d (%d in place); attempt %d runs on %s (%d pods new)\n", j.Status.Restarts, j.Status.InPlaceRestarts,
+		j.Status.Attempt(), nodesOf(ctx, c, j.Status.Attempt()), replaced)
+	fmt.Printf("  resumed from the checkpoint of step %d after the node loss (checkpoint interval %d)\n", train.ParseLog(logOf(j.Status.Attempt())).Resumed, every)
 	if j.Status.LastRecoverySeconds != nil {
-		fmt.Printf("  recovery took %ds (failure seen to every rank running again)\n", *j.Status.LastRecoverySeconds)
+		fmt.Printf("  that recovery took %ds (failure seen to every rank running again)\n", *j.Status.LastRecoverySeconds)
 	}
 	fmt.Printf("  the job succeeded at step %d\n\nevents:\n", steps)
 	evs, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
