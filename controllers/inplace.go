@@ -167,7 +167,7 @@ func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateT
 			continue
 		}
 		t := lastExit(pod)
-		if t == nil || !t.FinishedAt.Time.After(after) {
+		if t == nil || !t.FinishedAt.After(after) {
 			continue
 		}
 		if better(t) {
@@ -201,10 +201,10 @@ func (g gang) backAt() time.Time {
 		if pod == nil {
 			continue
 		}
-		if s := workerStatus(pod); s != nil && s.State.Running != nil && s.State.Running.StartedAt.Time.After(at) {
+		if s := workerStatus(pod); s != nil && s.State.Running != nil && s.State.Running.StartedAt.After(at) {
 			at = s.State.Running.StartedAt.Time
 		}
-		if c := podCondition(pod, corev1.PodReady); c != nil && c.LastTransitionTime.Time.After(at) {
+		if c := podCondition(pod, corev1.PodReady); c != nil && c.LastTransitionTime.After(at) {
 			at = c.LastTransitionTime.Time
 		}
 	}
