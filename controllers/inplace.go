@@ -105,7 +105,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
 	if pod == nil {
 		return false
 	}
-	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Attempt())
+	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
 	at := exit.FinishedAt.Time
 	if at.IsZero() || at.After(p.now) {

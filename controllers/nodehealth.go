@@ -106,7 +106,7 @@ func (p *pass) unhealthyRank(ctx context.Context, g gang) (*trainingv1alpha1.Job
 			continue
 		}
 		return &trainingv1alpha1.JobFailure{
-			Time: metav1.Time{Time: p.now}, Reason: reason, Attempt: p.job.Status.Attempt(),
+			Time: metav1.Time{Time: p.now}, Reason: reason, Attempt: p.job.Status.Restarts,
 			Node: pod.Spec.NodeName, Rank: ptr.To(int32(rank)),
 			Message: truncate(fmt.Sprintf("rank %d (pod %s): %s", rank, pod.Name, msg)),
 		}, nil

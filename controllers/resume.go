@@ -103,7 +103,7 @@ func (p *pass) recordResume(g gang) {
 	}
 	job.Status.LastResume = rs
 	if len(rs.CorruptSteps) == 0 {
-		p.normal(trainingv1alpha1.ReasonCheckpointRestored, "Resume", "attempt %d resumed from checkpoint step %d", attempt, rs.Step)
+		p.normal(trainingv1alpha1.ReasonCheckpointRestored, "Resume", "the gang resumed from checkpoint step %d (after %d restarts)", rs.Step, attempt)
 		return
 	}
 	var details []string
@@ -111,6 +111,6 @@ func (p *pass) recordResume(g gang) {
 		details = append(details, fmt.Sprintf("step %d %s", c.step, c.detail))
 	}
 	p.warning(trainingv1alpha1.ReasonCheckpointCorrupt, "Resume",
-		"attempt %d resumed from checkpoint step %d, losing %d steps: %d newer step(s) failed verification and were moved aside: %s",
-		attempt, rs.Step, rs.StepsLost, len(rs.CorruptSteps), strings.Join(details, "; "))
+		"the gang resumed from checkpoint step %d (after %d restarts), losing %d steps: %d newer step(s) failed verification and were moved aside: %s",
+		rs.Step, attempt, rs.StepsLost, len(rs.CorruptSteps), strings.Join(details, "; "))
 }

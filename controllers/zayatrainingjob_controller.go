@@ -230,7 +230,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 // rank on a node that lost its health (the device plugin never evicts those pods).
 func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 	if pod := g.firstFailure(); pod != nil {
-		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Attempt())
+		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
 		v.pod = pod
 		return &v, nil
 	}

@@ -648,7 +648,7 @@ type ZayaTrainingJobStatus struct {
 
 // ResumeStatus is what one attempt's workers restored.
 type ResumeStatus struct {
-	// attempt is the attempt (status.restarts then) whose workers resumed.
+	// attempt is status.restarts when the workers resumed: which restart's run this was.
 	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt"`
 	// step is the checkpoint step restored; 0 means training started from scratch.
@@ -675,7 +675,8 @@ type JobFailure struct {
 	// reason is a FailureReason, e.g. ExitCode, NodeLost, DeviceUnhealthy, Hang, Evicted.
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason"`
-	// attempt is the restart attempt that failed (status.restarts at the time).
+	// attempt is status.restarts when it failed: which restart's run failed (with in-place
+	// restarts this is not the pods' attempt label).
 	// +kubebuilder:validation:Minimum=0
 	Attempt int32 `json:"attempt"`
 	// node is the node of the failed rank, when known.
