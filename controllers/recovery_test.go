@@ -475,11 +475,9 @@ func TestPodFailureReasonIsAlwaysAValidConditionReason(t *testing.T) {
 }
 
 func TestAWorkerStoppedByAPeerIsNeverTheRootCause(t *testing.T) {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
-	h := newHarness(t, interceptor.Funcs{}, job)
-	h.mustReconcile(t, job)
-	h.runAll(t)
-	h.mustReconcile(t, job)
+	h, job := inPlaceGang(t, func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+	})
 	// Rank 0's clock runs behind: its 75 looks older than rank 2's own crash.
 	h.setPod(t, "llm-0-0", exited("n0", trainingv1alpha1.ExitStopped, now))
 	h.setPod(t, "llm-0-2", exited("n2", 134, now.Add(time.Second)))
