@@ -255,13 +255,8 @@ func (p *pass) escalate(reason, msg string) {
 // it is the same restart going wrong: the gang is recreated without counting it again. A pod
 // that failed on an exit its restart rules cover tells that its kubelet ignored them.
 func (p *pass) recoverFrom(ctx context.Context, v verdict) {
-	st := &p.job.Status
 	if _, ok := p.inPlaceUnderWay(); ok && !v.fatal {
-		st.LastFailure = &v.failure
-		st.RecentFailures = append([]trainingv1alpha1.JobFailure{v.failure}, st.RecentFailures...)
-		if len(st.RecentFailures) > maxRecentFailures {
-			st.RecentFailures = st.RecentFailures[:maxRecentFailures]
-		}
+		p.recordFailure(v.failure)
 		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.failure.Message))
 		return
 	}

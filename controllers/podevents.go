@@ -57,8 +57,9 @@ func workerExited(old client.Object, pod *corev1.Pod) bool {
 	if !ok {
 		return false
 	}
+	// No earlier status is a container starting, which is progress like any other.
 	os := workerStatus(o)
-	return os == nil || os.RestartCount != s.RestartCount
+	return os != nil && os.RestartCount != s.RestartCount
 }
 
 // enqueueOwner queues the job that controls obj, after delay.

@@ -30,11 +30,7 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	job := p.job
 	st := &job.Status
 	f := v.failure
-	st.LastFailure = &f
-	st.RecentFailures = append([]trainingv1alpha1.JobFailure{f}, st.RecentFailures...)
-	if len(st.RecentFailures) > maxRecentFailures {
-		st.RecentFailures = st.RecentFailures[:maxRecentFailures]
-	}
+	p.recordFailure(f)
 	if v.fatal {
 		p.fail(trainingv1alpha1.ReasonFatalFailure, f.Message)
 		return
@@ -80,6 +76,16 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		restartsTotal.WithLabelValues(f.Reason, string(mode)).Inc()
 		log.FromContext(ctx).Info("restarting the gang", "mode", mode, "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
 	})
+}
+
+// recordFailure makes f the last failure and the newest of the recent ones.
+func (p *pass) recordFailure(f trainingv1alpha1.JobFailure) {
+	st := &p.job.Status
+	st.LastFailure = &f
+	st.RecentFailures = append([]trainingv1alpha1.JobFailure{f}, st.RecentFailures...)
+	if len(st.RecentFailures) > maxRecentFailures {
+		st.RecentFailures = st.RecentFailures[:maxRecentFailures]
+	}
 }
 
 func recentFailureSummary(fs []trainingv1alpha1.JobFailure) string {

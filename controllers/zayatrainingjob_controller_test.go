@@ -310,20 +310,37 @@ func TestPodProgressIsBatchedAndFailuresAreNot(t *testing.T) {
 		mutate(p)
 		return p
 	}
+	worker := func(restarts int32, state corev1.ContainerState) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers = []corev1.Container{{Name: "worker"}}
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", RestartCount: restarts, State: state}}
+		}
+	}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	for _, tc := range []struct {
 		name      string
 		pod       *corev1.Pod
 		immediate bool
+		old       *corev1.Pod // nil: the same as pod
 	}{
-		{"started", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), false},
-		{"failed", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), true},
-		{"evicted", owned(func(p *corev1.Pod) { p.Status.Reason = "Evicted" }), true},
-		{"deleting", owned(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }), true},
+		{"worker started", owned(worker(0, running)), false,
+			owned(func(p *corev1.Pod) { p.Spec.Containers = []corev1.Container{{Name: "worker"}} })},
+		{"worker exited in a living pod", owned(worker(0, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}})), true, nil},
+		{"worker restarted in place", owned(worker(1, running)), true, owned(worker(0, running))},
+		{"started", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), false, nil},
+		{"failed", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), true, nil},
+		{"evicted", owned(func(p *corev1.Pod) { p.Status.Reason = "Evicted" }), true, nil},
+		{"deleting", owned(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }), true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			defer q.ShutDown()
-			podEvents{}.Update(context.Background(), event.UpdateEvent{ObjectOld: tc.pod, ObjectNew: tc.pod}, q)
+			old := tc.old
+			if old == nil {
+				old = tc.pod
+			}
+			podEvents{}.Update(context.Background(), event.UpdateEvent{ObjectOld: old, ObjectNew: tc.pod}, q)
 			if got := q.Len() == 1; got != tc.immediate {
 				t.Fatalf("queued at once: %v, want %v", got, tc.immediate)
 			}
