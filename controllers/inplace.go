@@ -80,13 +80,14 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 // exited in a pod that lives on (its restart rules restart it) since the last failure, or was
 // restarted since the last pass (the kubelet raised its restartCount): the root cause is the
 // earliest exit that was not the cascade's 75. Exits seen while one is under way belong to it.
-// It reports whether it started one.
-func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
+// It reports whether it started one; a rank failing again and again on one node has the node
+// quarantined and the gang recreated instead.
+func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	st := &p.job.Status
 	seen := st.ContainerRestarts
 	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
 	if _, ok := p.inPlaceUnderWay(); ok {
-		return false
+		return false, nil
 	}
 	// Exits up to the last failure, or up to the end of the restart that followed it (the
 	// cascade's), are accounted for.
@@ -103,7 +104,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
 		pod, exit = g.inPlaceRoot(time.Time{})
 	}
 	if pod == nil {
-		return false
+		return false, nil
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
@@ -112,8 +113,14 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) bool {
 		at = p.now
 	}
 	v.failure.Time = metav1.Time{Time: at}
-	p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
-	return true
+	mode := trainingv1alpha1.RestartModeInPlace
+	if moved, err := p.quarantineRepeated(ctx, v.failure); err != nil {
+		return false, err
+	} else if moved {
+		mode = trainingv1alpha1.RestartModeRecreate
+	}
+	p.recover(ctx, v, mode)
+	return true, nil
 }
 
 // ended is pod as it was when its worker container's run ended with exit: what judge and
@@ -254,11 +261,11 @@ func (p *pass) escalate(reason, msg string) {
 // recoverFrom acts on a failed or lost pod of the current attempt. During an in-place restart
 // it is the same restart going wrong: the gang is recreated without counting it again. A pod
 // that failed on an exit its restart rules cover tells that its kubelet ignored them.
-func (p *pass) recoverFrom(ctx context.Context, v verdict) {
+func (p *pass) recoverFrom(ctx context.Context, v verdict) error {
 	if _, ok := p.inPlaceUnderWay(); ok && !v.fatal {
 		p.recordFailure(v.failure)
 		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.failure.Message))
-		return
+		return nil
 	}
 	if f := v.failure; v.pod != nil && !v.fatal && f.ExitCode != nil && f.Reason == trainingv1alpha1.FailureReasonExitCode &&
 		rulesRestart(v.pod.Spec.Containers[workerContainer(&v.pod.Spec)].RestartPolicyRules, *f.ExitCode) {
@@ -266,7 +273,13 @@ func (p *pass) recoverFrom(ctx context.Context, v verdict) {
 			"rank %d on %s exited %d, which its container restart rules restart in place, but its pod failed: the kubelet there does not honour container restart rules (ContainerRestartRules, Kubernetes 1.35+); recreating the gang",
 			ptr.Deref(f.Rank, -1), f.Node, *f.ExitCode)
 	}
+	if !v.fatal {
+		if _, err := p.quarantineRepeated(ctx, v.failure); err != nil {
+			return err
+		}
+	}
 	p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
+	return nil
 }
 
 // rulesRestart reports whether rules restart a container that exited with code.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -230,5 +231,47 @@ func TestRestartRulesFollowTheExitCodePolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestARankFailingAgainAndAgainOnOneNodeMovesTheGang(t *testing.T) {
+	h, job := inPlaceGang(t)
+	for k := int32(1); k <= 3; k++ {
+		fault := now.Add(time.Duration(3*k-10) * time.Minute)
+		for r := range int32(3) {
+			code, node := int32(trainingv1alpha1.ExitStopped), fmt.Sprintf("n%d", r)
+			if r == 1 {
+				code = 1 // rank 1, always on n1, is the one that fails
+			}
+			h.setPod(t, podName(job, 0, r), restartedInPlace(node, k, code, fault, fault.Add(time.Second)))
+		}
+		h.mustReconcile(t, job) // notices
+		h.mustReconcile(t, job) // every rank is back
+		st := h.get(t, job).Status
+		if k < 3 {
+			if st.InPlaceRestarts != k || len(st.QuarantinedNodes) != 0 || condition(h.get(t, job), "Restarting").Status != metav1.ConditionFalse {
+				t.Fatalf("failure %d: in place %d, quarantined %v; want in place and recovered", k, st.InPlaceRestarts, st.QuarantinedNodes)
+			}
+			continue
+		}
+		if st.Restarts != 3 || st.InPlaceRestarts != 2 || st.Attempt() != 1 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate {
+			t.Errorf("third failure: restarts %d, in place %d, attempt %d, mode %q; want the gang recreated as attempt 1",
+				st.Restarts, st.InPlaceRestarts, st.Attempt(), st.LastRestartMode)
+		}
+		if q := st.QuarantinedNodes; len(q) != 1 || q[0].Name != "n1" || q[0].Reason != trainingv1alpha1.FailureReasonRepeatedFailures {
+			t.Errorf("quarantined %+v, want n1 for repeated failures", q)
+		}
+	}
+	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool {
+		return strings.HasPrefix(e, "Warning NodeQuarantined quarantined node n1 for this job: 3 failures on it within 24h0m0s")
+	}) {
+		t.Errorf("events = %q", ev)
+	}
+	h.mustReconcile(t, job) // deletes attempt 0
+	h.mustReconcile(t, job) // creates attempt 1, away from n1
+	for _, p := range h.pods(t) {
+		if p.Labels[trainingv1alpha1.AttemptLabel] == "1" && !strings.Contains(fmt.Sprint(p.Spec.Affinity), "n1") {
+			t.Errorf("pod %s is not kept off n1: %v", p.Name, p.Spec.Affinity)
+		}
 	}
 }

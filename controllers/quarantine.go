@@ -23,6 +23,38 @@ func quarantines(reason string) bool {
 	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy
 }
 
+// repeatedFailuresToQuarantine is how many worker failures on one node within restartWindow
+// (the current one included) quarantine it: a GPU that corrupts results or a flaky NIC can
+// crash a rank again and again while every health signal stays green, and restarting in place
+// on it would only repeat the crash.
+const repeatedFailuresToQuarantine = 3
+
+// quarantineRepeated quarantines the node of a worker failure that is the third rooted there
+// within restartWindow, and reports whether it did: the gang must then be recreated elsewhere,
+// not restarted in place.
+func (p *pass) quarantineRepeated(ctx context.Context, f trainingv1alpha1.JobFailure) (bool, error) {
+	workers := func(r string) bool {
+		return r == trainingv1alpha1.FailureReasonExitCode || r == trainingv1alpha1.FailureReasonHang
+	}
+	if f.Node == "" || !workers(f.Reason) {
+		return false, nil
+	}
+	since := p.now.Add(-p.job.Spec.FaultTolerance.RestartWindow.Duration)
+	n := 1
+	for _, r := range p.job.Status.RecentFailures {
+		if r.Node == f.Node && workers(r.Reason) && r.Time.After(since) {
+			n++
+		}
+	}
+	if n < repeatedFailuresToQuarantine {
+		return false, nil
+	}
+	q := f
+	q.Reason = trainingv1alpha1.FailureReasonRepeatedFailures
+	q.Message = fmt.Sprintf("%d failures on it within %s, the last: %s", n, p.job.Spec.FaultTolerance.RestartWindow.Duration, f.Message)
+	return true, p.quarantine(ctx, &q)
+}
+
 // quarantine adds a node to the job's exclusion list (oldest entries go when it is full) and,
 // if asked, taints it. The taint is checked even when the node is listed already: a pass whose
 // taint request failed still writes the list, and the retry must not stop at it.

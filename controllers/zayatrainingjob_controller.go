@@ -184,13 +184,17 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 				return ctrl.Result{}, err
 			}
 		}
-		p.recoverFrom(ctx, *v)
+		if err := p.recoverFrom(ctx, *v); err != nil {
+			return ctrl.Result{}, err
+		}
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}
 		return ctrl.Result{}, nil // the status write brings the next pass
 	}
-	if p.noticeInPlace(ctx, gang) {
+	if started, err := p.noticeInPlace(ctx, gang); err != nil {
+		return ctrl.Result{}, err
+	} else if started {
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}

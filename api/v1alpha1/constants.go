@@ -137,6 +137,9 @@ const (
 	// there (the kubelet's OutOf<resource>, e.g. OutOfamd.com/gpu when a GPU went unhealthy
 	// in between, or another admission error); the pod's own reason is in the message.
 	FailureReasonNodeRejected = "NodeRejected"
+	// FailureReasonRepeatedFailures: a quarantine reason, not a failure's: ranks failed on the
+	// node three times within restartWindow (a fault the health signals do not show).
+	FailureReasonRepeatedFailures = "RepeatedFailures"
 )
 
 // Worker exit codes of the worker contract (docs/worker-contract.md).
