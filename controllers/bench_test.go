@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -63,5 +66,71 @@ func BenchmarkSteadyStatePass(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRecovery is the operator's side of one gang restart of N ranks after a worker
+// crash, in place and by recreating the pods: from the fault in the pods' status to the job's
+// Recovered condition, on the fake client. It reports the API writes the operator made
+// (writes/op) and the pods it replaced (pods-replaced/op). The kubelets' part (restarting the
+// containers, starting the new pods) is played with the timer stopped.
+func BenchmarkRecovery(b *testing.B) {
+	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {
+		for _, n := range []int32{128, 512, 2048} {
+			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
+				job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(n).Generation(1).RestartMode(mode).Defaulted().Obj()
+				job.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](1000)
+				h := newHarness(b, interceptor.Funcs{}, job)
+				h.events = nil
+				h.r.Recorder = events.NewFakeRecorder(1 << 20)
+				h.mustReconcile(b, job)
+				h.runAll(b)
+				h.mustReconcile(b, job)
+				var writes, replaced int64
+				clock := now
+				for k := int32(1); b.Loop(); k++ {
+					b.StopTimer()
+					clock = clock.Add(time.Minute)
+					h.r.Clock = clockAt(clock)
+					fault := clock.Add(-30 * time.Second)
+					attempt := h.get(b, job).Status.Attempt()
+					before := h.pods(b)
+					crashed := k % n // a new node each time: a node failing again and again is quarantined
+					if mode == trainingv1alpha1.RestartModeInPlace {
+						for r := range n { // one rank crashed, the others stopped with it, all back
+							code := int32(trainingv1alpha1.ExitStopped)
+							if r == crashed {
+								code = 1
+							}
+							h.setPod(b, podName(job, attempt, r), restartedInPlace("node-"+podName(job, 0, r), k, code, fault, fault.Add(time.Second)))
+						}
+					} else {
+						h.setPod(b, podName(job, attempt, crashed), exited("node-"+podName(job, 0, crashed), 1, fault))
+					}
+					for passes := 0; ; passes++ {
+						if passes == 10 {
+							b.Fatalf("restart %d not recovered after %d passes", k, passes)
+						}
+						b.StartTimer()
+						w := h.writes.Load()
+						h.mustReconcile(b, job)
+						writes += int64(h.writes.Load() - w)
+						b.StopTimer()
+						if c := condition(h.get(b, job), trainingv1alpha1.ConditionRestarting); c != nil && c.Reason == trainingv1alpha1.ReasonRecovered && passes > 0 {
+							break
+						}
+						h.runAll(b) // the new attempt's pods start (a no-op in place)
+					}
+					for name, p := range h.pods(b) {
+						if old, ok := before[name]; !ok || old.UID != p.UID {
+							replaced++
+						}
+					}
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+				b.ReportMetric(float64(replaced)/float64(b.N), "pods-replaced/op")
+			})
+		}
 	}
 }

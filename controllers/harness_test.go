@@ -42,7 +42,7 @@ type harness struct {
 	writes atomic.Int32
 }
 
-func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *harness {
+func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *harness {
 	t.Helper()
 	h := &harness{events: events.NewFakeRecorder(32)}
 	count := func() { h.writes.Add(1) }
@@ -83,7 +83,7 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 	return h
 }
 
-func (h *harness) mustReconcile(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) ctrl.Result {
+func (h *harness) mustReconcile(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) ctrl.Result {
 	t.Helper()
 	res, err := h.reconcile(t, job)
 	if err != nil {
@@ -93,7 +93,7 @@ func (h *harness) mustReconcile(t *testing.T, job *trainingv1alpha1.ZayaTraining
 }
 
 // pods returns the live pods by name.
-func (h *harness) pods(t *testing.T) map[string]*corev1.Pod {
+func (h *harness) pods(t testing.TB) map[string]*corev1.Pod {
 	t.Helper()
 	list := &corev1.PodList{}
 	if err := h.r.List(context.Background(), list); err != nil {
@@ -107,7 +107,7 @@ func (h *harness) pods(t *testing.T) map[string]*corev1.Pod {
 }
 
 // setPod changes a pod's node and status as a scheduler and kubelet would.
-func (h *harness) setPod(t *testing.T, name string, mutate func(*corev1.Pod)) {
+func (h *harness) setPod(t testing.TB, name string, mutate func(*corev1.Pod)) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{}
@@ -141,7 +141,7 @@ func healthyNode(name string) *corev1.Node {
 }
 
 // ensureNode creates a healthy node the first time a pod lands on it.
-func (h *harness) ensureNode(t *testing.T, name string) {
+func (h *harness) ensureNode(t testing.TB, name string) {
 	t.Helper()
 	err := h.r.Create(context.Background(), healthyNode(name))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -151,7 +151,7 @@ func (h *harness) ensureNode(t *testing.T, name string) {
 }
 
 // setNode changes a node as its kubelet, the device plugin or an exporter would.
-func (h *harness) setNode(t *testing.T, name string, mutate func(*corev1.Node)) {
+func (h *harness) setNode(t testing.TB, name string, mutate func(*corev1.Node)) {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{}
@@ -201,12 +201,12 @@ func unschedulable(msg string) func(*corev1.Pod) {
 	}
 }
 
-func (h *harness) reconcile(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) (ctrl.Result, error) {
+func (h *harness) reconcile(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) (ctrl.Result, error) {
 	t.Helper()
 	return h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)})
 }
 
-func (h *harness) get(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
+func (h *harness) get(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
 	t.Helper()
 	got := &trainingv1alpha1.ZayaTrainingJob{}
 	if err := h.r.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
@@ -242,7 +242,7 @@ func slicesSort(s []string) { slices.Sort(s) }
 
 // expectQuiet runs passes reconciles of job and fails if any of them wrote to the API server
 // or emitted an event.
-func (h *harness) expectQuiet(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, passes int) {
+func (h *harness) expectQuiet(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob, passes int) {
 	t.Helper()
 	h.drainEvents()
 	h.writes.Store(0)

@@ -35,7 +35,7 @@ func restartedInPlace(node string, count, code int32, exitAt, started time.Time)
 
 // inPlaceGang is a running 3-rank job (whose pods carry restart rules unless mutate says
 // restartMode Recreate).
-func inPlaceGang(t *testing.T, mutate ...func(*trainingv1alpha1.ZayaTrainingJob)) (*harness, *trainingv1alpha1.ZayaTrainingJob) {
+func inPlaceGang(t testing.TB, mutate ...func(*trainingv1alpha1.ZayaTrainingJob)) (*harness, *trainingv1alpha1.ZayaTrainingJob) {
 	t.Helper()
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
 	for _, m := range mutate {

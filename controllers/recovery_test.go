@@ -22,7 +22,7 @@ import (
 )
 
 // runAll marks every live pod of the job Running and ready.
-func (h *harness) runAll(t *testing.T) {
+func (h *harness) runAll(t testing.TB) {
 	t.Helper()
 	for name, p := range h.pods(t) {
 		if p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
