@@ -18,7 +18,8 @@ type gang struct {
 	ranks     []*corev1.Pod // live pods of the current attempt, by rank; nil where missing
 	disrupted []*corev1.Pod // current-attempt pods deleted under the running gang
 	stale     []*corev1.Pod // live pods of other attempts or out-of-range ranks
-	draining  []*corev1.Pod // pods of other attempts still terminating
+	draining  []*corev1.Pod // pods of other attempts, or replaced, still terminating
+	replaced  []*corev1.Pod // live pods status.replacing names: to delete
 
 	ready, scheduled, succeeded, unschedulable int32
 	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
@@ -35,8 +36,27 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1, resume: resumeReport{step: -1}}
 	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
 	previous := strconv.FormatInt(int64(job.Status.Attempt()-1), 10)
+	var replacing map[string]bool
+	for _, r := range job.Status.Replacing {
+		if r.UID == "" {
+			continue // a hand-written status: no pod has no UID
+		}
+		if replacing == nil {
+			replacing = make(map[string]bool, len(job.Status.Replacing))
+		}
+		replacing[r.UID] = true
+	}
 	for i := range pods {
 		pod := &pods[i]
+		if replacing[string(pod.UID)] {
+			// Its rank gets a new pod of the same name once this one is gone.
+			if pod.DeletionTimestamp.IsZero() {
+				g.replaced = append(g.replaced, pod)
+			} else {
+				g.draining = append(g.draining, pod)
+			}
+			continue
+		}
 		rank, ok := podRank(pod)
 		current := ok && rank < n && pod.Labels[trainingv1alpha1.AttemptLabel] == attempt
 		switch {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -40,6 +42,7 @@ type harness struct {
 	r      *ZayaTrainingJobReconciler
 	events *events.FakeRecorder
 	writes atomic.Int32
+	uids   atomic.Int64
 }
 
 func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *harness {
@@ -54,6 +57,9 @@ func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *h
 	}
 	funcs.Create = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		count()
+		if obj.GetUID() == "" { // as the API server does; the fake client leaves it empty
+			obj.SetUID(types.UID(fmt.Sprintf("uid-%s-%d", obj.GetName(), h.uids.Add(1))))
+		}
 		return c.Create(ctx, obj, opts...)
 	}
 	funcs.Update = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {

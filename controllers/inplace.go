@@ -227,8 +227,18 @@ func (p *pass) inPlaceOverdue(g gang) (time.Duration, bool) {
 		return 0, false
 	}
 	timeout := p.job.Spec.FaultTolerance.InPlaceTimeout.Duration
-	if due := since.Add(timeout).Sub(p.now); due > 0 {
+	// Each rung gets its own inPlaceTimeout: replacing a laggard's pod restarts its clock.
+	from := since
+	for _, r := range p.job.Status.Replacing {
+		if r.Since.After(from) {
+			from = r.Since.Time
+		}
+	}
+	if due := from.Add(timeout).Sub(p.now); due > 0 {
 		return due, false
+	}
+	if len(p.job.Status.Replacing) == 0 && p.replaceLaggards(g, since, timeout) {
+		return timeout, false
 	}
 	laggards := 0
 	for _, pod := range g.ranks {
@@ -246,6 +256,7 @@ func (p *pass) inPlaceOverdue(g gang) (time.Duration, bool) {
 func (p *pass) escalate(reason, msg string) {
 	st := &p.job.Status
 	st.InPlaceRestarts = max(st.InPlaceRestarts-1, 0)
+	st.Replacing = nil // the whole gang goes
 	st.LastRestartMode = trainingv1alpha1.RestartModeRecreate
 	st.ReadyNodes = 0
 	cause := trainingv1alpha1.ReasonRestarting
@@ -258,10 +269,15 @@ func (p *pass) escalate(reason, msg string) {
 	p.whenStored(func() { escalationsTotal.WithLabelValues(reason).Inc() })
 }
 
-// recoverFrom acts on a failed or lost pod of the current attempt. During an in-place restart
-// it is the same restart going wrong: the gang is recreated without counting it again. A pod
-// that failed on an exit its restart rules cover tells that its kubelet ignored them.
-func (p *pass) recoverFrom(ctx context.Context, v verdict) error {
+// recoverFrom acts on a failed or lost pod of the current attempt. A rank whose node or pod
+// failed gets a new pod while the others restart in place (replace.go). Otherwise, during an
+// in-place restart it is the same restart going wrong: the gang is recreated without counting
+// it again. A pod that failed on an exit its restart rules cover tells that its kubelet ignored
+// them.
+func (p *pass) recoverFrom(ctx context.Context, v verdict, g gang) error {
+	if p.replaceable(v) && p.replaceRanks(ctx, g, v) {
+		return nil
+	}
 	if _, ok := p.inPlaceUnderWay(); ok && !v.fatal {
 		p.recordFailure(v.failure)
 		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.failure.Message))

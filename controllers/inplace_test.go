@@ -122,20 +122,40 @@ func TestInPlaceRootIsTheFirstExitThatIsNotTheCascade(t *testing.T) {
 	}
 }
 
-func TestInPlaceRestartThatDoesNotConvergeRecreatesTheGang(t *testing.T) {
+func TestInPlaceRestartThatDoesNotConvergeReplacesTheLaggardsThenRecreatesTheGang(t *testing.T) {
 	h, job := inPlaceGang(t)
+	timeout := job.Spec.FaultTolerance.InPlaceTimeout.Duration
 	fault := now.Add(-time.Second)
 	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault, fault))
 	h.mustReconcile(t, job)
 	res := h.mustReconcile(t, job)
-	if res.RequeueAfter <= 0 || res.RequeueAfter > job.Spec.FaultTolerance.InPlaceTimeout.Duration {
+	if res.RequeueAfter <= 0 || res.RequeueAfter > timeout {
 		t.Errorf("requeue after %s, want within inPlaceTimeout", res.RequeueAfter)
 	}
 	h.drainEvents()
 
-	h.r.Clock = clockAt(fault.Add(job.Spec.FaultTolerance.InPlaceTimeout.Duration + time.Second))
+	// First rung: ranks 0 and 2 never restarted (rank 1 did, at the fault); their pods are
+	// replaced, the attempt stays.
+	h.r.Clock = clockAt(fault.Add(timeout + time.Second))
 	h.mustReconcile(t, job)
 	got := h.get(t, job)
+	if st := got.Status; st.Attempt() != 0 || st.InPlaceRestarts != 1 || len(st.Replacing) != 2 || st.Replacing[0].Rank != 0 || st.Replacing[1].Rank != 2 {
+		t.Fatalf("attempt %d, in place %d, replacing %+v; want ranks 0 and 2 replaced within the in-place restart", st.Attempt(), st.InPlaceRestarts, st.Replacing)
+	}
+	if ev := h.drainEvents(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning ReplacingPods replacing rank 0 (pod llm-0-0 on node-llm-0-0), rank 2 (pod llm-0-2 on node-llm-0-2): not back within inPlaceTimeout") {
+		t.Errorf("events = %q", ev)
+	}
+	h.mustReconcile(t, job) // deletes them
+	h.mustReconcile(t, job) // creates their new pods
+	if diff := cmp.Diff([]string{"llm-0-0", "llm-0-1", "llm-0-2"}, podNames(h.pods(t))); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+
+	h.drainEvents()
+	// Second rung: still not back one more inPlaceTimeout later.
+	h.r.Clock = clockAt(fault.Add(2*timeout + 2*time.Second))
+	h.mustReconcile(t, job)
+	got = h.get(t, job)
 	st := got.Status
 	if st.Restarts != 1 || st.InPlaceRestarts != 0 || st.Attempt() != 1 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || len(st.RestartTimes) != 1 {
 		t.Fatalf("restarts %d, in place %d, attempt %d, mode %q, restartTimes %d; want the same restart, now recreating as attempt 1",

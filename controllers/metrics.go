@@ -38,10 +38,14 @@ var (
 		Name: "zaya_gang_restart_escalations_total",
 		Help: "In-place restarts turned into a recreate of the gang, by why.",
 	}, []string{"reason"})
+	podsReplacedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_gang_pods_replaced_total",
+		Help: "Worker pods replaced during in-place restarts (the other ranks restarted in place), by why.",
+	}, []string{"reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal)
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal)
 }
 
 // jobsDesc describes the gauge of jobs by True condition.

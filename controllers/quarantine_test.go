@@ -22,7 +22,7 @@ import (
 )
 
 func TestUnhealthyNodeIsQuarantinedAndTheGangRestartsAwayFromIt(t *testing.T) {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
 	h.setPod(t, "llm-0-0", running("n0"))

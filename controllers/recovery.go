@@ -146,6 +146,7 @@ func (p *pass) finishRecovery(g gang) {
 	if back := g.backAt(); p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace && back.After(since) && back.Before(end) {
 		end = back
 	}
+	p.job.Status.Replacing = nil
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs

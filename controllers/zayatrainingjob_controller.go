@@ -65,6 +65,7 @@ type ZayaTrainingJobReconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
 
 // Reconcile brings one job one step closer to its spec and writes its status once.
 func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -157,6 +158,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 
 	releaseIn := p.expireQuarantine()
+	if _, ok := p.inPlaceUnderWay(); !ok {
+		job.Status.Replacing = nil // left by a restart that ended another way (suspended, say)
+	}
 	gang := classify(job, pods)
 	p.recordCheckpoint(gang)
 	p.recordResume(gang)
@@ -184,7 +188,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 				return ctrl.Result{}, err
 			}
 		}
-		if err := p.recoverFrom(ctx, *v); err != nil {
+		if err := p.recoverFrom(ctx, *v, gang); err != nil {
 			return ctrl.Result{}, err
 		}
 		if finished(job) {
@@ -200,9 +204,16 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
+	leaseDue, err := p.lostNodes(ctx, gang)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	inPlaceDue, escalated := p.inPlaceOverdue(gang)
 	if escalated {
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
+	}
+	if err := p.deleteReplaced(ctx, gang); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	// A new attempt starts only once the old one is gone: its pods hold the GPUs and answer
@@ -215,9 +226,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err := p.deletePods(ctx, gang.stale, grace); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(gang.stale) > 0 || len(gang.draining) > 0 {
+	if len(gang.stale) > 0 || len(gang.draining) > 0 || len(gang.replaced) > 0 {
 		next, err := p.clearStuck(ctx, gang.draining)
-		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline()), err
+		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: inPlaceDue}), err
 	}
 	if wait := p.backoffLeft(); wait > 0 {
 		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline()), nil
@@ -227,7 +238,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.blocked(ctx, err)
 	}
 	return soonest(p.updateProgress(gang), p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
-		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}), nil
+		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}), nil
 }
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a

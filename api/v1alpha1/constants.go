@@ -94,6 +94,9 @@ const (
 	// ReasonInPlaceUnsupported: the cluster dropped or ignored the worker container's restart
 	// rules; the gang restarts by recreating its pods.
 	ReasonInPlaceUnsupported = "InPlaceUnsupported"
+	// ReasonReplacingPods: an in-place restart replaces the pods of ranks that cannot restart
+	// in place (their node failed, or they did not rejoin in time).
+	ReasonReplacingPods = "ReplacingPods"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.

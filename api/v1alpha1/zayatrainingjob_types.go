@@ -590,6 +590,21 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	ContainerRestarts int64 `json:"containerRestarts,omitempty"`
 
+	// replacing are the ranks the in-place restart under way gives new pods because their own
+	// pods cannot restart in place (their node failed, or the pod was evicted, deleted or did
+	// not rejoin): each old pod, by UID, is deleted and a pod of the same name created on
+	// another node, while every other rank restarts in place. Emptied when the restart ends.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=rank
+	// +optional
+	Replacing []ReplacedPod `json:"replacing,omitempty"`
+
+	// podsReplaced is how many pods in-place restarts have replaced, over the job's life.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PodsReplaced int32 `json:"podsReplaced,omitempty"`
+
 	// restartTimes are when the restarts that count against maxRestarts happened, pruned to
 	// restartWindow; this is the restart budget, kept across operator restarts.
 	// +kubebuilder:validation:MaxItems=1024
@@ -694,6 +709,25 @@ type JobFailure struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// ReplacedPod is a rank whose pod an in-place restart replaces.
+type ReplacedPod struct {
+	// rank is the replaced rank (NODE_RANK).
+	// +kubebuilder:validation:Minimum=0
+	Rank int32 `json:"rank"`
+	// uid is the old pod's UID: that pod is deleted, a pod of the same name is the new one.
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid"`
+	// node is the node the old pod ran on.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+	// reason is the FailureReason that has the pod replaced.
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason"`
+	// since is when the operator decided to replace it.
+	Since metav1.Time `json:"since"`
 }
 
 // QuarantinedNode is a node the job keeps its ranks off.

@@ -1,0 +1,241 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// Replacing only what broke. With restartMode InPlace a rank whose pod cannot restart in place
+// (its node failed, the pod was evicted or deleted, or it never rejoined its restarted peers)
+// gets a new pod of the same name, so its hostname and DNS name stay, on another node; every
+// other rank restarts in place and waits at the rendezvous for it. It is one in-place restart:
+// the attempt stays, the ranks listed in status.replacing are the only pods written.
+
+// maxReplaced bounds status.replacing (the CRD's MaxItems): more lost ranks than that
+// recreate the gang.
+const maxReplaced = 256
+
+// leaseChecksPerPass bounds the Lease reads of one pass: a fault that leaves more ranks
+// behind than that is not one lost node, and the in-place timeout handles it.
+const leaseChecksPerPass = 8
+
+// replaceable reports whether v's rank can get a new pod while its peers restart in place:
+// its node or pod is gone or unusable. A worker's own exit is the kubelet's to restart; a pod
+// that failed on one its rules cover shows a kubelet without them (InPlaceUnsupported).
+func (p *pass) replaceable(v verdict) bool {
+	if v.fatal || !p.replacesPods() || v.failure.Rank == nil {
+		return false
+	}
+	switch v.failure.Reason {
+	case trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy, trainingv1alpha1.FailureReasonEvicted,
+		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected:
+		return true
+	}
+	return v.pod != nil && v.failure.ExitCode == nil && v.pod.Status.Phase == corev1.PodFailed
+}
+
+// replacesPods reports whether the job's ranks restart in place, so one can be replaced alone.
+func (p *pass) replacesPods() bool {
+	ft := &p.job.Spec.FaultTolerance
+	return ft.RestartMode == trainingv1alpha1.RestartModeInPlace && len(restartRules(ft)) > 0
+}
+
+// replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
+// not counted again) that gives v's rank, and every other rank on the same failed node, a new
+// pod. It reports false when the ranks do not fit in status.replacing.
+func (p *pass) replaceRanks(ctx context.Context, g gang, v verdict) bool {
+	ranks := []int32{*v.failure.Rank}
+	if v.pod == nil && v.failure.Node != "" { // a node fault takes every rank there
+		for r, pod := range g.ranks {
+			if pod != nil && pod.Spec.NodeName == v.failure.Node && int32(r) != ranks[0] {
+				ranks = append(ranks, int32(r))
+			}
+		}
+	}
+	if len(p.job.Status.Replacing)+len(ranks) > maxReplaced {
+		return false
+	}
+	if _, ok := p.inPlaceUnderWay(); ok {
+		p.recordFailure(v.failure)
+	} else {
+		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
+		if finished(p.job) {
+			return true
+		}
+	}
+	p.markReplaced(g, ranks, v.failure.Reason, v.failure.Message)
+	return true
+}
+
+// markReplaced lists ranks in status.replacing: the next pass deletes their pods (a crash in
+// between loses nothing) and creates new ones once the old are gone.
+func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
+	st := &p.job.Status
+	var names []string
+	for _, r := range ranks {
+		pod := g.ranks[r]
+		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
+			continue
+		}
+		st.Replacing = append(st.Replacing, trainingv1alpha1.ReplacedPod{
+			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: p.now},
+		})
+		names = append(names, fmt.Sprintf("rank %d (pod %s on %s)", r, pod.Name, pod.Spec.NodeName))
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
+	st.PodsReplaced = min(st.PodsReplaced+int32(len(names)), 1<<30)
+	p.warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
+		strings.Join(names, ", "), why)
+	n := len(names)
+	p.whenStored(func() { podsReplacedTotal.WithLabelValues(reason).Add(float64(n)) })
+}
+
+// replacedGrace is how long a replaced pod may take to stop: none when its node is lost (no
+// kubelet will confirm, and the new pod needs the name), else briefly.
+func replacedGrace(reason string) *int64 {
+	if reason == trainingv1alpha1.FailureReasonNodeLost {
+		return ptr.To[int64](0)
+	}
+	return briefly()
+}
+
+// deleteReplaced deletes the pods status.replacing names, each as its reason allows.
+func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
+	for _, pod := range g.replaced {
+		i := slices.IndexFunc(p.job.Status.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.UID == string(pod.UID) })
+		if err := p.deletePods(ctx, []*corev1.Pod{pod}, replacedGrace(p.job.Status.Replacing[i].Reason)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceLaggards is the ladder's middle rung: an in-place restart that did not bring every
+// rank back within inPlaceTimeout replaces the pods of the ranks that are not back, once. It
+// reports false when that was done already (or cannot be), so the gang must be recreated.
+func (p *pass) replaceLaggards(g gang, since time.Time, timeout time.Duration) bool {
+	var laggards []int32
+	for r, pod := range g.ranks {
+		if pod != nil && !rankBack(pod, since) {
+			laggards = append(laggards, int32(r))
+		}
+	}
+	st := &p.job.Status
+	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > maxReplaced || !p.replacesPods() {
+		return false
+	}
+	p.markReplaced(g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
+		fmt.Sprintf("not back within inPlaceTimeout (%s) of the in-place restart", timeout))
+	return true
+}
+
+// rankBack reports whether pod's rank has come back from the in-place restart that began at
+// since: ready, and running a process started after it.
+func rankBack(pod *corev1.Pod, since time.Time) bool {
+	if !podReady(pod) {
+		return false
+	}
+	s := workerStatus(pod)
+	return s != nil && s.State.Running != nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second))
+}
+
+// lostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
+// most ranks have come back from, a rank that did not restart with its peers, on a node whose
+// kubelet stopped renewing its Lease, is lost with its node. Either sign alone is not enough:
+// a slow rank on a live node rejoins, and a kubelet's Lease lapses while its processes run.
+// It returns when to look again while a laggard's Lease may still lapse.
+func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
+	since, ok := p.inPlaceUnderWay()
+	if !ok {
+		return 0, nil
+	}
+	var laggards []int32
+	back := 0
+	for r, pod := range g.ranks {
+		switch {
+		case pod == nil:
+		case rankBack(pod, since):
+			back++
+		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
+			laggards = append(laggards, int32(r))
+		}
+	}
+	if len(laggards) == 0 || len(laggards) > leaseChecksPerPass || 2*back < len(g.ranks) {
+		return 0, nil
+	}
+	var next time.Duration
+	for _, r := range laggards {
+		pod := g.ranks[r]
+		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
+		if err != nil {
+			return 0, err
+		}
+		if age < 0 {
+			continue // no Lease to judge by: the in-place timeout decides
+		}
+		if age < stale {
+			if due := stale - age; next == 0 || due < next {
+				next = due
+			}
+			continue
+		}
+		f := trainingv1alpha1.JobFailure{
+			Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
+			Node: pod.Spec.NodeName, Rank: ptr.To(r),
+			Message: truncate(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
+				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
+		}
+		if !p.replacesPods() {
+			return 0, nil
+		}
+		if err := p.quarantine(ctx, &f); err != nil {
+			return 0, err
+		}
+		p.recordFailure(f)
+		p.markReplaced(g, []int32{r}, f.Reason, f.Message)
+	}
+	return next, nil
+}
+
+// leaseAge is how long ago node's kubelet last renewed its Lease, and after how long that
+// means it stopped: two renewals missed (a kubelet renews every quarter of the Lease's
+// duration). A negative age means there is no Lease to judge by. Read live, for the few nodes
+// of ranks left behind, rather than watching every node's Lease.
+func (p *pass) leaseAge(ctx context.Context, node string) (age, stale time.Duration, err error) {
+	reader := p.r.APIReader
+	if reader == nil {
+		reader = p.r.Client
+	}
+	l := &coordinationv1.Lease{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			log.FromContext(ctx).V(1).Info("no node Lease to judge by", "node", node, "error", err.Error())
+			return -1, 0, nil
+		}
+		return 0, 0, fmt.Errorf("reading node %s's Lease: %w", node, err)
+	}
+	if l.Spec.RenewTime == nil {
+		return -1, 0, nil
+	}
+	duration := 40 * time.Second // a kubelet's default
+	if d := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); d > 0 {
+		duration = time.Duration(d) * time.Second
+	}
+	return max(p.now.Sub(l.Spec.RenewTime.Time), 0), duration / 2, nil
+}

@@ -1,0 +1,221 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// runningSince is a pod whose worker container runs a process started at started.
+func runningSince(node string, started time.Time) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		running(node)(p)
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}
+	}
+}
+
+// uids are the live pods' UIDs by name.
+func (h *harness) podUIDs(t testing.TB) map[string]types.UID {
+	out := map[string]types.UID{}
+	for name, p := range h.pods(t) {
+		out[name] = p.UID
+	}
+	return out
+}
+
+func TestANodeFaultReplacesOnlyItsRanksPod(t *testing.T) {
+	h, job := inPlaceGang(t)
+	for r := range 3 {
+		h.setPod(t, podName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
+	}
+	before := h.podUIDs(t)
+	h.writes.Store(0)
+
+	// The device plugin lowers n1's allocatable: rank 1 must move, its peers need not.
+	h.setNode(t, "n1", func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") })
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.Restarts != 1 || st.InPlaceRestarts != 1 || st.Attempt() != 0 || st.LastFailure.Reason != trainingv1alpha1.FailureReasonDeviceUnhealthy {
+		t.Fatalf("restarts %d, in place %d, attempt %d, lastFailure %+v; want one in-place restart of attempt 0 after DeviceUnhealthy",
+			st.Restarts, st.InPlaceRestarts, st.Attempt(), st.LastFailure)
+	}
+	want := []trainingv1alpha1.ReplacedPod{{Rank: 1, UID: string(before["llm-0-1"]), Node: "n1", Reason: "DeviceUnhealthy", Since: metav1.NewTime(now)}}
+	if diff := cmp.Diff(want, st.Replacing); diff != "" {
+		t.Errorf("replacing (-want +got):\n%s", diff)
+	}
+	if st.PodsReplaced != 1 || len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "n1" {
+		t.Errorf("podsReplaced %d, quarantined %+v; want 1 and n1", st.PodsReplaced, st.QuarantinedNodes)
+	}
+	if ev := h.drainEvents(); !containsPrefix(ev, "Warning ReplacingPods replacing rank 1 (pod llm-0-1 on n1): rank 1 (pod llm-0-1): node n1 has 7 amd.com/gpu allocatable of 8") {
+		t.Errorf("events = %q", ev)
+	}
+
+	h.mustReconcile(t, job) // deletes rank 1's pod, which its live kubelet stops briefly
+	h.mustReconcile(t, job) // creates its new pod
+	after := h.podUIDs(t)
+	if after["llm-0-0"] != before["llm-0-0"] || after["llm-0-2"] != before["llm-0-2"] || after["llm-0-1"] == "" || after["llm-0-1"] == before["llm-0-1"] {
+		t.Fatalf("pods %v, before %v; want only llm-0-1 new", after, before)
+	}
+	pod := h.pods(t)["llm-0-1"]
+	if pod.Labels[trainingv1alpha1.AttemptLabel] != "0" || pod.Spec.Hostname != "llm-1" {
+		t.Errorf("new pod's attempt %q, hostname %q; want the rank's old ones", pod.Labels[trainingv1alpha1.AttemptLabel], pod.Spec.Hostname)
+	}
+	if a := pod.Spec.Affinity; a == nil || a.NodeAffinity == nil || !strings.Contains(a.NodeAffinity.String(), "n1") {
+		t.Errorf("new pod's affinity %+v does not keep it off n1", a)
+	}
+	if w := h.writes.Load(); w != 4 {
+		t.Errorf("%d writes, want 4: status, the delete, the create, status", w)
+	}
+
+	// The peers exit 75 and restart in place; the new rank starts on n3.
+	back := now.Add(2 * time.Second)
+	h.r.Clock = clockAt(back)
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, now.Add(time.Second), back))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, now.Add(time.Second), back))
+	h.setPod(t, "llm-0-1", runningSince("n3", back))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "Restarting"); c.Status != metav1.ConditionFalse || c.Reason != trainingv1alpha1.ReasonRecovered {
+		t.Errorf("Restarting = %+v, want Recovered", c)
+	}
+	if got.Status.Replacing != nil || got.Status.Restarts != 1 || got.Status.PodsReplaced != 1 {
+		t.Errorf("replacing %+v, restarts %d, podsReplaced %d; want none left, 1, 1", got.Status.Replacing, got.Status.Restarts, got.Status.PodsReplaced)
+	}
+}
+
+func TestALostNodesPodIsRemovedAtOnce(t *testing.T) {
+	h, job := inPlaceGang(t)
+	var grace *int64
+	h.r.Client = interceptDelete(h.r.Client, func(opts *client.DeleteOptions) { grace = opts.GracePeriodSeconds })
+	h.setNode(t, "node-llm-0-2", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; len(st.Replacing) != 1 || st.Replacing[0].Rank != 2 || st.Replacing[0].Reason != "NodeLost" {
+		t.Fatalf("replacing %+v, want rank 2 for NodeLost", st.Replacing)
+	}
+	h.mustReconcile(t, job)
+	if grace == nil || *grace != 0 {
+		t.Errorf("deleted with grace %v, want 0: no kubelet will confirm", ptr.Deref(grace, -1))
+	}
+}
+
+func TestARankLeftBehindOnANodeWithALapsedLeaseIsReplaced(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-2 * time.Second)
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: ptr.To(metav1.NewMicroTime(fault.Add(-time.Second)))},
+	}
+	if err := h.r.Create(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1's node froze: its peers lost it and restarted in place, it did not.
+	h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
+	h.mustReconcile(t, job) // the in-place restart opens
+	res := h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if len(st.Replacing) != 0 {
+		t.Fatalf("replacing %+v while n1's Lease is 3s old of 20s", st.Replacing)
+	}
+	// Stale after half the Lease's duration: 10 s after its renewal, 7 s from now.
+	if res.RequeueAfter != 7*time.Second {
+		t.Errorf("requeue after %s, want 7s, when the Lease lapses", res.RequeueAfter)
+	}
+
+	h.r.Clock = clockAt(now.Add(7 * time.Second))
+	h.drainEvents()
+	h.mustReconcile(t, job)
+	st = h.get(t, job).Status
+	if len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != trainingv1alpha1.FailureReasonNodeLost {
+		t.Fatalf("replacing %+v, want rank 1 for NodeLost", st.Replacing)
+	}
+	if f := st.LastFailure; f.Reason != trainingv1alpha1.FailureReasonNodeLost || *f.Rank != 1 ||
+		!strings.Contains(f.Message, "did not restart with its peers and node n1 stopped renewing its Lease (last renewed 10s ago)") {
+		t.Errorf("lastFailure = %+v, want rank 1's node lost", f)
+	}
+	if st.Restarts != 1 || len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "n1" {
+		t.Errorf("restarts %d, quarantined %+v; want the one restart, n1 quarantined", st.Restarts, st.QuarantinedNodes)
+	}
+}
+
+func TestALapsedLeaseAloneOrALaggardAloneIsNoNodeLoss(t *testing.T) {
+	h, job := inPlaceGang(t)
+	old := ptr.To(metav1.NewMicroTime(now.Add(-time.Hour)))
+	for _, n := range []string{"n0", "n1", "n2"} {
+		if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: corev1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: old}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every Lease lapsed (the kubelets' API access broke) but no rank is behind: nothing.
+	for r := range 3 {
+		h.setPod(t, podName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
+	}
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 0 || len(st.Replacing) != 0 {
+		t.Fatalf("restarts %d, replacing %+v with every rank running", st.Restarts, st.Replacing)
+	}
+	// A rank behind on a node whose Lease is fresh: it is slow, not lost.
+	if err := h.r.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now))}}); err != nil {
+		t.Fatal(err)
+	}
+	fault := now.Add(-time.Second)
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, now))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault, now))
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 1 || len(st.Replacing) != 0 {
+		t.Errorf("restarts %d, replacing %+v; want the in-place restart and no pod replaced", st.Restarts, st.Replacing)
+	}
+}
+
+func TestAFaultOfAReplacingRestartJoinsIt(t *testing.T) {
+	h, job := inPlaceGang(t)
+	h.setNode(t, "node-llm-0-1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	h.mustReconcile(t, job)
+	// Meanwhile the kubelet of rank 2's node evicts it (node pressure).
+	h.setPod(t, "llm-0-2", func(p *corev1.Pod) {
+		p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	})
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.Restarts != 1 || st.Attempt() != 0 || len(st.Replacing) != 2 || st.Replacing[1].Rank != 2 || st.Replacing[1].Reason != "Evicted" {
+		t.Errorf("restarts %d, attempt %d, replacing %+v; want one restart replacing ranks 1 and 2", st.Restarts, st.Attempt(), st.Replacing)
+	}
+}
+
+// deleteSpy reports each Delete's options.
+type deleteSpy struct {
+	client.Client
+	seen func(*client.DeleteOptions)
+}
+
+func (d deleteSpy) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	o := &client.DeleteOptions{}
+	o.ApplyOptions(opts)
+	d.seen(o)
+	return d.Client.Delete(ctx, obj, opts...)
+}
+
+func interceptDelete(c client.Client, seen func(*client.DeleteOptions)) client.Client {
+	return deleteSpy{Client: c, seen: seen}
+}
