@@ -201,8 +201,8 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 			Message: truncate(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
 				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
 		}
-		if !p.replacesPods() {
-			return 0, nil
+		if !p.replacesPods() || p.namespaceGoing(ctx) {
+			return 0, nil // the job goes with its namespace: nothing to replace
 		}
 		if err := p.quarantine(ctx, &f); err != nil {
 			return 0, err

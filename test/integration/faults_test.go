@@ -37,7 +37,7 @@ func faultSeed(t *testing.T) uint64 {
 	return 8
 }
 
-// TestJobSurvivesAFaultyAPIServer runs a job through a node loss, a worker crash and success
+// TestJobSurvivesAFaultyAPIServer runs a job that recreates its gang through a node loss, a worker crash and success
 // while every request of the operator goes through a proxy that throttles, fails, loses the
 // answers of writes it made and cuts watches, and its client's writes conflict or lose their
 // answers too. It checks what must hold whatever the timing: no attempt starts while an
@@ -80,6 +80,7 @@ func TestJobSurvivesAFaultyAPIServer(t *testing.T) {
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).NewCheckpoint("10Gi", "").Obj()
 	ft := &job.Spec.FaultTolerance
+	ft.RestartMode = trainingv1alpha1.RestartModeRecreate // every fault makes a new attempt's gang
 	ft.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
 	ft.TerminatingTimeout = &metav1.Duration{Duration: time.Second}
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)

@@ -136,7 +136,8 @@ func TestInPlaceRestartSurvivesAnOperatorRestart(t *testing.T) {
 }
 
 // TestStalledInPlaceRestartIsEscalated: a rank never comes back from an in-place restart, so
-// after inPlaceTimeout the operator recreates the gang, as the same counted restart.
+// after inPlaceTimeout the operator replaces its pod; when the new one does not come up
+// either, one more inPlaceTimeout later it recreates the gang, as the same counted restart.
 func TestStalledInPlaceRestartIsEscalated(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
@@ -157,10 +158,20 @@ func TestStalledInPlaceRestartIsEscalated(t *testing.T) {
 		g.Expect(getJob(g, job).Status.Restarts).To(Equal(int32(1)))
 	}, timeout, interval).Should(Succeed())
 	// The others restart, rank 1 does not.
+	before := jobPods(g, ns, "llm")
 	for _, r := range []int{0, 2} {
 		ks[r].exit(trainingv1alpha1.ExitStopped, t0.Add(2*time.Second))
 		ks[r].run(t0.Add(3 * time.Second))
 	}
+	g.Eventually(func(g Gomega) {
+		pods := jobPods(g, ns, "llm")
+		g.Expect(pods).To(HaveLen(3))
+		g.Expect(pods["llm-0-1"].UID).NotTo(Equal(before["llm-0-1"].UID), "rank 1's pod was not replaced")
+		g.Expect(pods["llm-0-0"].UID).To(Equal(before["llm-0-0"].UID))
+		g.Expect(pods["llm-0-2"].UID).To(Equal(before["llm-0-2"].UID))
+	}, 2*timeout, interval).Should(Succeed())
+	g.Expect(getJob(g, job).Status.PodsReplaced).To(Equal(int32(1)))
+	// Its new pod never starts (no kubelet here): the gang is recreated.
 	g.Eventually(func(g Gomega) {
 		pods := jobPods(g, ns, "llm")
 		for r := range 3 {
@@ -172,6 +183,7 @@ func TestStalledInPlaceRestartIsEscalated(t *testing.T) {
 	g.Expect(st.InPlaceRestarts).To(BeZero())
 	g.Expect(st.LastRestartMode).To(Equal(trainingv1alpha1.RestartModeRecreate))
 	g.Eventually(func(g Gomega) {
+		g.Expect(eventNotes(g, ns, "llm", trainingv1alpha1.ReasonReplacingPods)).To(ConsistOf(ContainSubstring("replacing rank 1 (pod llm-0-1")))
 		g.Expect(eventNotes(g, ns, "llm", trainingv1alpha1.ReasonInPlaceTimedOut)).To(HaveLen(1))
 	}, timeout, interval).Should(Succeed())
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,8 +61,10 @@ func (r *requestRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestOperatorNeedsExactlyTheGeneratedRBAC runs the operator as a service account holding
 // nothing but config/rbac/role.yaml (generated from the +kubebuilder:rbac markers) through a
-// job's whole life: checkpoint claim, rendezvous Service, pods, a node lost and quarantined
-// with a taint, a gang restart with stuck pods force-deleted, success, deletion after its TTL.
+// job's whole life: checkpoint claim, rendezvous Service, pods refused by Pod Security
+// then created, an in-place restart, a node
+// found lost by its Lease and quarantined with a taint, its rank's pod force-deleted and
+// replaced, success, deletion after its TTL.
 // The job gets through it (the grants suffice), and every grant is used (none is spare).
 func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	g := NewWithT(t)
@@ -108,7 +111,7 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec })
 	startManagerAs(t, opCfg)
 
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).NewCheckpoint("10Gi", "").Obj()
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).NewCheckpoint("10Gi", "").Profile(trainingv1alpha1.NetworkPollaraAINIC).Obj()
 	ft := &job.Spec.FaultTolerance
 	ft.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
 	ft.TerminatingTimeout = &metav1.Duration{Duration: time.Second}
@@ -116,7 +119,27 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	// Force deletion is due terminatingTimeout after the grace period ends.
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	job.Spec.Checkpoint.RetainOnDelete = ptr.To(false) // owned by the job: a sharer co-owns it
+	// Pod Security "baseline" refuses the IPC_LOCK capability of the RDMA profile: the operator
+	// retries, and its repeated FailedCreate warning becomes an event series (a patch). Once
+	// the namespace allows it, the pods are created.
+	setEnforce := func(level string) {
+		nsObj := &corev1.Namespace{}
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ns}, nsObj)).To(Succeed())
+		if nsObj.Labels == nil {
+			nsObj.Labels = map[string]string{}
+		}
+		nsObj.Labels["pod-security.kubernetes.io/enforce"] = level
+		g.Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
+	}
+	setEnforce("baseline")
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	series := apiUse{"events.k8s.io", "events", "patch"}
+	g.Eventually(func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.used.Has(series)
+	}, timeout, interval).Should(BeTrue(), "the refused pods' repeated warning was not patched into a series")
+	setEnforce("privileged")
 
 	// Attempt 0 lands on n0 and n1 and runs.
 	pods := waitPods(g, ns, "llm", 2)
@@ -130,32 +153,41 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm-checkpoints"}, claim)).To(Succeed())
 		g.Expect(claim.OwnerReferences).To(ConsistOf(HaveField("Name", "llm"), HaveField("Name", "reader")))
 	}, timeout, interval).Should(Succeed())
+	ks := kubelets(g, ns, "llm", 0, 2)
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for r, node := range nodes[:2] {
 		p := pods[fmt.Sprintf("llm-0-%d", r)]
 		g.Expect(k8sClient.SubResource("binding").Create(ctx, p, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: ns},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 		})).To(Succeed())
-		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-		setPodStatus(g, p, runningReady)
+		ks[r].run(t0)
 	}
 
-	// n1 goes silent: quarantined and tainted, the gang restarts; its pods never finish
-	// terminating (no kubelet) and are force-deleted.
+	// n1 freezes: its kubelet's Lease lapses and rank 1 does not restart in place with rank 0,
+	// which lost it. Rank 1's node is quarantined and tainted, its pod force-deleted (no
+	// kubelet will confirm) and replaced; rank 0 keeps its pod.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: nodes[1], Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(t0))}}
+	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), lease) })
+	fault := t0.Add(30 * time.Second)
+	ks[0].exit(trainingv1alpha1.ExitStopped, fault)
+	ks[0].run(fault.Add(time.Second))
 	n1 := &corev1.Node{}
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: nodes[1]}, n1)).To(Succeed())
-	n1.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"}}
-	g.Expect(k8sClient.Status().Update(ctx, n1)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: nodes[1]}, n1)).To(Succeed())
 		g.Expect(n1.Spec.Taints).To(ContainElement(HaveField("Key", trainingv1alpha1.QuarantineTaintKey)))
-		g.Expect(slices.Sorted(maps.Keys(jobPods(g, ns, "llm")))).To(Equal([]string{"llm-1-0", "llm-1-1"}))
+		now := jobPods(g, ns, "llm")
+		g.Expect(slices.Sorted(maps.Keys(now))).To(Equal([]string{"llm-0-0", "llm-0-1"}))
+		g.Expect(now["llm-0-0"].UID).To(Equal(pods["llm-0-0"].UID))
+		g.Expect(now["llm-0-1"].UID).NotTo(Equal(pods["llm-0-1"].UID))
 	}, timeout, interval).Should(Succeed())
 
-	// Attempt 1 runs, rank 0 succeeds: the job completes and is deleted after its TTL of 0.
+	// The new rank 1 runs, rank 0 succeeds: the job completes and is deleted after its TTL of 0.
 	pods = jobPods(g, ns, "llm")
-	setPodStatus(g, pods["llm-1-1"], runningReady)
-	setPodStatus(g, pods["llm-1-0"], corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
+	setPodStatus(g, pods["llm-0-1"], runningReady)
+	setPodStatus(g, pods["llm-0-0"], corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}},
 	}}})
 	g.Eventually(func() bool {

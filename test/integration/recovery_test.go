@@ -94,28 +94,43 @@ func TestRestartBudgetIsEnforced(t *testing.T) {
 // TestKubeletRejectedRankRestartsTheGang: a kubelet that refuses a rank after scheduling
 // (a GPU went unhealthy in between) fails the pod with reason OutOfamd.com/gpu, which is no
 // valid condition reason; the restart must still be recorded, not refused on every pass.
+// Restarting in place, only the rejected rank gets a new pod (same name); recreating, the
+// whole gang does.
 func TestKubeletRejectedRankRestartsTheGang(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	startManager(t)
+	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {
+		t.Run(string(mode), func(t *testing.T) {
+			g := NewWithT(t)
+			ns := newNamespace(t)
+			startManager(t)
 
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
-	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
-	pods := waitPods(g, ns, "llm", 2)
-	setPodStatus(g, pods["llm-0-0"], runningReady)
-	setPodStatus(g, pods["llm-0-1"], corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfamd.com/gpu",
-		Message: "Pod was rejected: Node didn't have enough resource: amd.com/gpu, requested: 8, used: 0, capacity: 7"})
+			job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+			job.Spec.FaultTolerance.RestartMode = mode
+			g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+			pods := waitPods(g, ns, "llm", 2)
+			setPodStatus(g, pods["llm-0-0"], runningReady)
+			setPodStatus(g, pods["llm-0-1"], corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfamd.com/gpu",
+				Message: "Pod was rejected: Node didn't have enough resource: amd.com/gpu, requested: 8, used: 0, capacity: 7"})
 
-	g.Eventually(func(g Gomega) {
-		got := getJob(g, job)
-		g.Expect(got.Status.Restarts).To(Equal(int32(1)))
-		g.Expect(got.Status.LastFailure).NotTo(BeNil())
-		g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeRejected))
-		g.Expect(got.Status.LastFailure.Message).To(ContainSubstring("OutOfamd.com/gpu"))
-	}, timeout, interval).Should(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(jobPods(g, ns, "llm")).To(HaveKey("llm-1-1"))
-	}, timeout, interval).Should(Succeed())
+			g.Eventually(func(g Gomega) {
+				got := getJob(g, job)
+				g.Expect(got.Status.Restarts).To(Equal(int32(1)))
+				g.Expect(got.Status.LastFailure).NotTo(BeNil())
+				g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeRejected))
+				g.Expect(got.Status.LastFailure.Message).To(ContainSubstring("OutOfamd.com/gpu"))
+			}, timeout, interval).Should(Succeed())
+			g.Eventually(func(g Gomega) {
+				now := jobPods(g, ns, "llm")
+				if mode == trainingv1alpha1.RestartModeRecreate {
+					g.Expect(now).To(HaveKey("llm-1-1"))
+					return
+				}
+				g.Expect(now).To(HaveKey("llm-0-1"))
+				g.Expect(now["llm-0-1"].UID).NotTo(Equal(pods["llm-0-1"].UID), "the rejected rank was not given a new pod")
+				g.Expect(now["llm-0-0"].UID).To(Equal(pods["llm-0-0"].UID), "the healthy rank lost its pod")
+				g.Expect(getJob(g, job).Status.PodsReplaced).To(Equal(int32(1)))
+			}, timeout, interval).Should(Succeed())
+		})
+	}
 }
 
 // TestRefusedPodsAreReportedAsEvents: a namespace enforcing Pod Security "baseline" refuses

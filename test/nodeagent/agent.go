@@ -304,8 +304,10 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 	return err
 }
 
-// leaseSeconds is a kubelet's default node lease duration.
-const leaseSeconds = 40
+// leaseSeconds is the nodes' Lease duration. A kubelet's default is 40 s, renewed every
+// quarter of it; the agent renews every 5 s, so 20 s keeps the same ratio and lets a test see
+// a Lease lapse in seconds rather than half a minute.
+const leaseSeconds = 20
 
 func (a *Agent) heartbeat(ctx context.Context) {
 	t := time.NewTicker(5 * time.Second)
@@ -332,7 +334,7 @@ func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 	r := a.runs[key]
 	a.mu.Unlock()
 	if apierrors.IsNotFound(err) {
-		if r != nil {
+		if r != nil && !a.isDown(r.node) { // a dead kubelet never learns its pod is gone
 			a.stop(r, 0)
 			a.forget(key, r)
 		}
@@ -836,6 +838,9 @@ func (a *Agent) probe(ctx context.Context, key string, r *run, p *corev1.Probe, 
 	}
 	var fails, oks int32
 	for {
+		if a.isDown(r.node) {
+			return // a dead kubelet probes nothing
+		}
 		err := a.probeOnce(ctx, r, p, timeout)
 		if ctx.Err() != nil {
 			return
@@ -1230,6 +1235,36 @@ func (a *Agent) NodeDown(ctx context.Context, node string) error {
 		_, err = a.opts.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: FieldManager})
 		return err
 	})
+}
+
+// Freeze stops the node the way a hung host stops: its kubelet posts no status and renews
+// no Lease any more, does nothing for its pods (deleted ones stay Terminating, a force-deleted
+// one's process is left as it is) and its processes are frozen (SIGSTOP), so their sockets
+// stay open and peers learn nothing from TCP. Nothing marks the node NotReady: that is left
+// to whatever watches its Lease. The processes are killed when the agent stops.
+func (a *Agent) Freeze(node string) error {
+	a.mu.Lock()
+	a.down[node] = true
+	var cmds []*exec.Cmd
+	for _, r := range a.runs {
+		if r.node == node && r.cmd != nil && r.cmd.Process != nil && !r.exitedNow() {
+			cmds = append(cmds, r.cmd)
+		}
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, c := range cmds {
+		if err := syscall.Kill(-c.Process.Pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) isDown(node string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.down[node]
 }
 
 // SetGPUAllocatable lowers (or restores) a node's allocatable amd.com/gpu, as the AMD device

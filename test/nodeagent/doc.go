@@ -32,6 +32,8 @@
 //
 // Fault knobs for tests: Signal (kill or stop a pod's process), NodeDown (the kubelet dies:
 // processes die, heartbeats stop, the node turns NotReady at once instead of after the
-// node-monitor grace period, and its pods stay Terminating), SetGPUAllocatable (a GPU goes
-// unhealthy). Never shipped: it exists for the e2e tests and make demo.
+// node-monitor grace period, and its pods stay Terminating), Freeze (the host hangs: its
+// processes are stopped with their sockets open, its Lease is no longer renewed, and nothing
+// marks it NotReady), SetGPUAllocatable (a GPU goes unhealthy). Node Leases last 20 s (a
+// kubelet's 40 s, renewed as often relative to it), so a lapse shows in seconds. Never shipped: it exists for the e2e tests and make demo.
 package nodeagent

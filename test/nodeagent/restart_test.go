@@ -2,6 +2,8 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +109,89 @@ func TestAContainerRestartsInPlaceByItsRules(t *testing.T) {
 	if term := cs0.State.Terminated; term != nil && strings.Contains(term.Message, "zaya: stopped") {
 		t.Errorf("the second run's message %q repeats the first's: each run starts an empty termination log", term.Message)
 	}
+}
+
+// A frozen node's kubelet is gone and its processes are stopped: no status or Lease renewal,
+// and a pod deleted from the API keeps its (stopped) process, as on a hung host, until the
+// agent itself stops.
+func TestAFrozenNodeRenewsNothingAndLeavesItsProcessesStopped(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	a, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0"}, WorkDir: t.TempDir(), Commands: map[string]string{"sh": "/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", UID: "u1"},
+		Spec: corev1.PodSpec{NodeName: "n0", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "worker", Command: []string{"sh", "-c", "sleep 600"}}}}}
+	if _, err := cs.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if r := a.runs["ns/w"]; r != nil && r.cmd != nil && r.cmd.Process != nil {
+			pid = r.cmd.Process.Pid
+		}
+		return pid != 0, nil
+	}); err != nil {
+		t.Fatal("the pod's process never started")
+	}
+	if err := a.postStatus(ctx, "n0"); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "n0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.Freeze("n0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := processState(t, pid); got != "T" {
+		t.Errorf("process state %q after Freeze, want T (stopped)", got)
+	}
+	if err := a.postStatus(ctx, "n0"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "n0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Spec.RenewTime.Equal(lease.Spec.RenewTime) {
+		t.Errorf("a frozen node's Lease was renewed: %v, then %v", lease.Spec.RenewTime, after.Spec.RenewTime)
+	}
+	if err := cs.CoreV1().Pods("ns").Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the agent has seen the delete by now
+	if got := processState(t, pid); got != "T" {
+		t.Errorf("process state %q after its pod was deleted, want T: a dead kubelet kills nothing", got)
+	}
+	cancel()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return processState(t, pid) == "", nil
+	}); err != nil {
+		t.Error("the frozen process outlived the agent")
+	}
+}
+
+// processState is the state letter of /proc/pid/stat ("" once the process is gone or reaped).
+func processState(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after the last ')'.
+	s := string(b)
+	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(rest) == 0 {
+		t.Fatalf("unreadable stat %q", s)
+	}
+	if rest[0] == "Z" {
+		return ""
+	}
+	return rest[0]
 }
