@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -580,5 +581,68 @@ func TestAnInPlaceRestartFencesThePreviousRun(t *testing.T) {
 	}
 	if _, err := checkpoint.Commit(cfg.CheckpointDir, firstAttempt, stoppedAt, 2, nil, checkpoint.Retention{Keep: 2}); !errors.Is(err, checkpoint.ErrFenced) {
 		t.Errorf("a commit of the first run: %v, want ErrFenced", err)
+	}
+}
+
+// TestAFrozenNodeIsLost freezes one node's worker mid-training (SIGSTOP: its sockets stay
+// open, so TCP reports nothing, and the rank would block its peers' collectives forever).
+// With ZAYA_PEER_TIMEOUT=1s its peers find it silent, or lose the rank that did, and stop
+// within a bounded time: exit 75, "lost rank N" in the termination log.
+func TestAFrozenNodeIsLost(t *testing.T) {
+	for _, frozen := range []int{0, 1} {
+		t.Run(fmt.Sprintf("node %d", frozen), func(t *testing.T) {
+			j := job{nodes: 3, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4 -log-every=1 -pace=10ms", dir: t.TempDir(), port: testnet.FreePort(t)}
+			logs := j.logs()
+			cmds := make([]*exec.Cmd, j.nodes)
+			for n := range j.nodes {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(j.env(n, filepath.Join(j.dir, "params")), EnvPeerTimeout+"=1s")
+				cmd.Stderr = logs[n]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[n] = cmd
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			}
+			waitStep(t, 10, logs)
+			if err := cmds[frozen].Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.AfterFunc(30*time.Second, func() {
+				for n, cmd := range cmds {
+					if n != frozen {
+						_ = cmd.Process.Kill()
+					}
+				}
+			})
+			defer timer.Stop()
+			for n, cmd := range cmds {
+				if n == frozen {
+					continue
+				}
+				err := cmd.Wait()
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() != contract.ExitStopped {
+					t.Errorf("node %d with node %d frozen: %v, want exit %d within 30s\n%s", n, frozen, err, contract.ExitStopped, logs[n])
+					continue
+				}
+				stopped := stoppedLine(j.dir, n)
+				// Rank 0 (node 0) or, with rank 0 frozen, every rank talks to the frozen one;
+				// the others lose rank 0 when it stops.
+				if n == 0 || frozen == 0 {
+					if want := fmt.Sprintf("lost rank %d ", frozen); !strings.HasPrefix(stopped, want) || !strings.Contains(stopped, fmt.Sprintf("no heartbeat from rank %d for 1s", frozen)) {
+						t.Errorf("node %d's stopped line %q, want %q... no heartbeat from rank %d for 1s", n, stopped, want, frozen)
+					}
+				} else if !strings.HasPrefix(stopped, "lost rank ") {
+					t.Errorf("node %d's stopped line %q, want \"lost rank ...\"", n, stopped)
+				}
+			}
+			if cmds[frozen].ProcessState != nil {
+				t.Errorf("node %d exited while frozen", frozen)
+			}
+			if err := cmds[frozen].Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

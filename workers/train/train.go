@@ -46,6 +46,7 @@ type Config struct {
 	Master                                        string // MASTER_ADDR:MASTER_PORT
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
+	PeerTimeout                                   time.Duration // a peer silent this long is lost (0: the transport's default; negative: no bound)
 	CheckpointDir                                 string
 	Attempt                                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
 	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
@@ -148,6 +149,8 @@ func (c Config) Validate() error {
 		return &ConfigError{fmt.Sprintf("-transport=%s -backend=%s: %v", c.Transport, c.Backend, rocm.ErrNotBuilt)}
 	case (c.CheckpointEvery > 0 || c.CheckpointPeriod > 0) && c.CheckpointDir == "":
 		return &ConfigError{contract.EnvCheckpointEvery + " is set without " + contract.EnvCheckpointDir}
+	case c.PeerTimeout > 0 && c.PeerTimeout < minPeerTimeout:
+		return &ConfigError{fmt.Sprintf("%s (-peer-timeout) %v is below %v: live peers would be lost", EnvPeerTimeout, c.PeerTimeout, minPeerTimeout)}
 	}
 	return nil
 }
@@ -409,7 +412,7 @@ func (r *rankState) connect(ctx context.Context) error {
 	// job's rank or an older attempt's does not, and is dropped.
 	token := cfg.JobUID + "/" + strconv.Itoa(cfg.Attempt)
 	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, Listen: cfg.Listen, RingSize: cfg.ContextParallel,
-		Timeout: cfg.RendezvousTimeout, Token: token}
+		Timeout: cfg.RendezvousTimeout, Token: token, PeerTimeout: cfg.PeerTimeout}
 	var err error
 	if cfg.Transport == "rccl" {
 		r.tr, err = rocm.DialRCCL(ctx, tcfg, r.local, cfg.Libraries)

@@ -265,6 +265,9 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		{"unknown transport", nil, "-transport=mpi", "-transport=\"mpi\" must be tcp or rccl"},
 		{"unknown backend", nil, "-backend=cuda", "-backend=\"cuda\" must be cpu or hip"},
 		{"bad flag", nil, "-nope", "flag provided but not defined"},
+		{"garbage peer timeout", map[string]string{"ZAYA_PEER_TIMEOUT": "soon"}, "", `ZAYA_PEER_TIMEOUT="soon" must be a duration`},
+		{"peer timeout too short", map[string]string{"ZAYA_PEER_TIMEOUT": "10ms"}, "", "ZAYA_PEER_TIMEOUT (-peer-timeout) 10ms is below 100ms"},
+		{"peer timeout flag too short", map[string]string{"ZAYA_PEER_TIMEOUT": "5s"}, "-peer-timeout=20ms", "(-peer-timeout) 20ms is below 100ms"},
 	}
 	if !rocm.Built {
 		cases = append(cases, struct {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +22,29 @@ import (
 
 // maxFrame bounds one message (a key/value block of a long sequence fits easily).
 const maxFrame = 1 << 31
+
+// heartbeatLen is the length word of a heartbeat, a frame without a body: above maxFrame, so
+// no data frame has it.
+const heartbeatLen = math.MaxUint64
+
+// DefaultPeerTimeout is Config.PeerTimeout when it is 0.
+const DefaultPeerTimeout = 5 * time.Second
+
+// heartbeatsPerTimeout is how many heartbeats a live peer sends per PeerTimeout: one late
+// heartbeat (a busy scheduler, a slow link) does not make it silent.
+const heartbeatsPerTimeout = 4
+
+// writeChunk is the most written under one write deadline: a large frame on a slow link that
+// keeps moving is not a silent peer.
+const writeChunk = 256 << 10
+
+// recheck is how long a read whose deadline passed looks once more before blaming the peer.
+const recheck = 20 * time.Millisecond
+
+// ErrPeerSilent is in the PeerError of a peer that for PeerTimeout sent nothing, not even a
+// heartbeat, or took nothing this rank sent: its process is frozen (SIGSTOP, a hung driver)
+// or its host or the network is gone, while its sockets stay open and TCP reports nothing.
+var ErrPeerSilent = errors.New("peer silent")
 
 // Config says who this rank is and where rendezvous happens.
 type Config struct {
@@ -39,6 +63,12 @@ type Config struct {
 	// attempt): a connection that does not present it — a stray client, another job's or an
 	// older attempt's rank — is dropped instead of joining or breaking the rendezvous.
 	Token string
+	// PeerTimeout bounds how long a peer may stay silent once its connection is up (0:
+	// DefaultPeerTimeout; negative: no bound). Every connection carries heartbeats both ways,
+	// sent whatever the rank computes, so only a frozen process or a lost host or network
+	// falls silent; a collective with it then fails with a PeerError wrapping ErrPeerSilent
+	// instead of waiting forever. A peer that is alive but late to a collective is waited for.
+	PeerTimeout time.Duration
 }
 
 // PeerError is a failure that another rank caused, not this one: a peer closed its connection
@@ -86,38 +116,199 @@ type TCP struct {
 	closers            []io.Closer
 }
 
+// conn is one connection to a peer: frames of a big-endian length and that many bytes, and
+// heartbeats. Until watch, recv reads the socket itself (the rendezvous); from then on a
+// reader goroutine drains it, so a peer's sends never wait on this rank's compute and only a
+// silent peer stalls them.
 type conn struct {
-	c  net.Conn
-	r  *bufio.Reader
-	mu sync.Mutex // one writer at a time
+	c       net.Conn
+	r       *bufio.Reader
+	peer    int           // the rank at the other end, for errors
+	timeout time.Duration // the peer's silence allowed (start); <= 0: unbounded
+	bounded bool          // reads wait at most timeout (set by watch)
+	reading bool          // the reader goroutine owns r (set by watch)
+
+	wmu  sync.Mutex // one writer at a time: a heartbeat never lands inside a frame
+	werr error      // a failed write cut a frame short: every later send fails with it
+
+	mu     sync.Mutex
+	ready  *sync.Cond // frames or rerr changed
+	frames [][]byte   // data read ahead, oldest first (the collectives' lockstep keeps it to a frame or two)
+	rerr   error      // why the reader stopped
+
+	stop     chan struct{} // closed to stop the heartbeats
+	stopOnce sync.Once
+	wg       sync.WaitGroup // the heartbeat sender and the reader
 }
 
-func newConn(c net.Conn) *conn { return &conn{c: c, r: bufio.NewReaderSize(c, 1<<20)} }
+func newConn(nc net.Conn) *conn {
+	c := &conn{c: nc, stop: make(chan struct{})}
+	c.r = bufio.NewReaderSize(liveReader{c}, 1<<20)
+	c.ready = sync.NewCond(&c.mu)
+	return c
+}
 
-func (c *conn) send(b []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var hdr [8]byte
-	binary.BigEndian.PutUint64(hdr[:], uint64(len(b)))
-	if _, err := c.c.Write(hdr[:]); err != nil {
-		return err
+// liveReader reads c's socket; once c is bounded every read waits at most c.timeout, so any
+// byte from the peer, heartbeat or data, proves it alive.
+type liveReader struct{ c *conn }
+
+func (l liveReader) Read(p []byte) (int, error) {
+	c := l.c
+	if !c.bounded {
+		return c.c.Read(p)
 	}
-	_, err := c.c.Write(b)
+	_ = c.c.SetReadDeadline(time.Now().Add(c.timeout))
+	n, err := c.c.Read(p)
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline may have passed while this process itself did not run (stopped,
+		// starved of CPU) with the peer's bytes already here: look once more.
+		_ = c.c.SetReadDeadline(time.Now().Add(recheck))
+		n, err = c.c.Read(p)
+	}
+	return n, err
+}
+
+// start names the peer at the other end and, with a timeout, sends it heartbeats until Close.
+func (c *conn) start(peer int, timeout time.Duration) {
+	c.peer, c.timeout = peer, timeout
+	if timeout <= 0 {
+		return
+	}
+	c.wg.Go(func() {
+		tick := time.NewTicker(timeout / heartbeatsPerTimeout)
+		defer tick.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+				if c.frame(heartbeatLen, nil) != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+// watch hands the socket to a reader goroutine, which queues data frames for recv and, with a
+// timeout, ends with ErrPeerSilent once the peer sends nothing for that long.
+func (c *conn) watch() {
+	c.bounded, c.reading = c.timeout > 0, true
+	c.wg.Go(func() {
+		for {
+			b, err := c.readFrame()
+			if err != nil && c.bounded && errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("%w: no heartbeat from rank %d for %v", ErrPeerSilent, c.peer, c.timeout)
+			}
+			c.mu.Lock()
+			if err != nil {
+				c.rerr = err
+			} else {
+				c.frames = append(c.frames, b)
+			}
+			c.ready.Broadcast()
+			c.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// stopHeartbeats stops the heartbeat sender (Close; tests freeze a rank with it).
+func (c *conn) stopHeartbeats() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// Close closes the socket and waits for the connection's goroutines.
+func (c *conn) Close() error {
+	c.stopHeartbeats()
+	err := c.c.Close()
+	c.wg.Wait()
 	return err
 }
 
-func (c *conn) recv() ([]byte, error) {
+func (c *conn) send(b []byte) error {
+	c.mu.Lock()
+	silent := c.rerr
+	c.mu.Unlock()
+	if errors.Is(silent, ErrPeerSilent) {
+		return silent // a peer that says nothing takes nothing either
+	}
+	return c.frame(uint64(len(b)), b)
+}
+
+// frame writes one frame: its length word (heartbeatLen for a heartbeat) and b.
+func (c *conn) frame(n uint64, b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
 	var hdr [8]byte
-	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
-		return nil, err
+	binary.BigEndian.PutUint64(hdr[:], n)
+	err := c.write(hdr[:])
+	if err == nil {
+		err = c.write(b)
 	}
-	n := binary.BigEndian.Uint64(hdr[:])
-	if n > maxFrame {
-		return nil, fmt.Errorf("transport: frame of %d bytes is over the %d limit", n, maxFrame)
+	if err != nil && c.timeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("%w: rank %d took nothing sent to it for %v", ErrPeerSilent, c.peer, c.timeout)
 	}
-	b := make([]byte, n)
-	_, err := io.ReadFull(c.r, b)
-	return b, err
+	c.werr = err
+	return err
+}
+
+// write writes p; with a timeout, in chunks that must each leave within it.
+func (c *conn) write(p []byte) error {
+	for len(p) > 0 {
+		n := len(p)
+		if c.timeout > 0 {
+			n = min(n, writeChunk)
+			_ = c.c.SetWriteDeadline(time.Now().Add(c.timeout))
+		}
+		if _, err := c.c.Write(p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// recv returns the next data frame: read here until watch, then from the reader goroutine.
+func (c *conn) recv() ([]byte, error) {
+	if !c.reading {
+		return c.readFrame()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.frames) == 0 && c.rerr == nil {
+		c.ready.Wait()
+	}
+	if len(c.frames) == 0 {
+		return nil, c.rerr
+	}
+	b := c.frames[0]
+	c.frames[0] = nil
+	c.frames = c.frames[1:]
+	return b, nil
+}
+
+// readFrame reads the next data frame from the socket, passing over heartbeats.
+func (c *conn) readFrame() ([]byte, error) {
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+			return nil, err
+		}
+		n := binary.BigEndian.Uint64(hdr[:])
+		if n == heartbeatLen {
+			continue
+		}
+		if n > maxFrame {
+			return nil, fmt.Errorf("transport: frame of %d bytes is over the %d limit", n, maxFrame)
+		}
+		b := make([]byte, n)
+		_, err := io.ReadFull(c.r, b)
+		return b, err
+	}
 }
 
 type hello struct {
@@ -186,6 +377,9 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute
 	}
+	if cfg.PeerTimeout == 0 {
+		cfg.PeerTimeout = DefaultPeerTimeout
+	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -248,17 +442,26 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 		return nil, peer(next, fmt.Errorf("rank %d dialing rank %d: %w", cfg.Rank, next, err))
 	}
 	t.next = newConn(nc)
-	t.closers = append(t.closers, nc)
+	t.closers = append(t.closers, t.next)
 	b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token})
 	if err := t.next.send(b); err != nil {
 		return nil, peer(next, fmt.Errorf("rank %d greeting rank %d: %w", cfg.Rank, next, err))
 	}
+	t.next.start(next, cfg.PeerTimeout)
 	a := <-accepted
 	if a.err != nil {
 		return nil, peer(prevRank, fmt.Errorf("rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err))
 	}
 	t.prev = a.g.c // its reader may hold what followed the hello
-	t.closers = append(t.closers, a.g.nc)
+	t.closers = append(t.closers, t.prev)
+	t.prev.start(prevRank, cfg.PeerTimeout)
+	// Each peer's heartbeats began once it had greeted, or had sent the address table: from
+	// here on a silent connection is a lost peer.
+	for _, c := range append([]*conn{t.master, t.next, t.prev}, t.members...) {
+		if c != nil {
+			c.watch()
+		}
+	}
 	ok = true
 	return t, nil
 }
@@ -298,12 +501,12 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 				// The rank was restarted in place and dialed again while the others were
 				// still coming: its earlier connection belongs to a dead process. The newest
 				// greeting takes the rank's place, which is counted once.
-				_ = old.c.Close()
-				t.closers = slices.DeleteFunc(t.closers, func(c io.Closer) bool { return c == old.c })
+				_ = old.Close()
+				t.closers = slices.DeleteFunc(t.closers, func(c io.Closer) bool { return c == old })
 			} else {
 				joined++
 			}
-			t.closers = append(t.closers, g.nc)
+			t.closers = append(t.closers, g.c)
 			t.members[g.h.Rank], addrs[g.h.Rank] = g.c, g.h.Addr
 			rendezvousJoined(g.h.Rank)
 		}
@@ -312,6 +515,9 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 			if err := c.send(table); err != nil {
 				return nil, peer(r+1, err)
 			}
+			// Heartbeats only from here: a connection replaced above (its rank restarted in
+			// place) sees nothing from rank 0 but its close.
+			c.start(r+1, cfg.PeerTimeout)
 		}
 		return addrs, nil
 	}
@@ -321,14 +527,15 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 	if err != nil {
 		return nil, peer(0, fmt.Errorf("rank %d reaching the master %s: %w", cfg.Rank, cfg.Master, err))
 	}
-	t.closers = append(t.closers, nc)
 	t.master = newConn(nc)
+	t.closers = append(t.closers, t.master)
 	// Peers reach us at the address we reach the master from.
 	host, _, _ := net.SplitHostPort(nc.LocalAddr().String())
 	b, _ := json.Marshal(hello{Rank: cfg.Rank, Addr: net.JoinHostPort(host, fmt.Sprint(ringPort)), Token: cfg.Token})
 	if err := t.master.send(b); err != nil {
 		return nil, peer(0, err)
 	}
+	t.master.start(0, cfg.PeerTimeout)
 	type result struct {
 		table []byte
 		err   error

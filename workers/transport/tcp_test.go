@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,12 +21,22 @@ import (
 // group dials world ranks concurrently (in any order, as pods start) and runs f on each.
 func group(t *testing.T, world int, f func(t *TCP) error) {
 	t.Helper()
-	master := testnet.FreeAddr(t)
+	groupWith(t, Config{World: world}, f)
+}
+
+// groupWith is group with cfg's World, RingSize and PeerTimeout; the ranks must be done
+// within a minute (a hang fails the test instead of stalling it).
+func groupWith(t *testing.T, cfg Config, f func(t *TCP) error) {
+	t.Helper()
+	world := cfg.World
+	cfg.Master, cfg.Listen, cfg.Timeout = testnet.FreeAddr(t), "127.0.0.1:0", 20*time.Second
 	var wg sync.WaitGroup
 	errs := make([]error, world)
 	for r := world - 1; r >= 0; r-- { // the master comes up last
 		wg.Go(func() {
-			tr, err := Dial(context.Background(), Config{Rank: r, World: world, Master: master, Listen: "127.0.0.1:0", Timeout: 20 * time.Second})
+			cfg := cfg
+			cfg.Rank = r
+			tr, err := Dial(context.Background(), cfg)
 			if err != nil {
 				errs[r] = err
 				return
@@ -34,7 +45,13 @@ func group(t *testing.T, world int, f func(t *TCP) error) {
 			errs[r] = f(tr)
 		})
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("ranks still blocked after a minute")
+	}
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -326,4 +343,208 @@ func TestALostPeerIsAPeerError(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// conns are every connection tr holds.
+func conns(tr *TCP) []*conn {
+	var cs []*conn
+	for _, c := range append([]*conn{tr.master, tr.next, tr.prev}, tr.members...) {
+		if c != nil {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// A rank whose process is frozen keeps its sockets open, so TCP never reports it; its peers
+// find it silent within PeerTimeout and fail their collective with a PeerError naming it: the
+// members on the master link when rank 0 froze, rank 0 on the member link, a ring neighbour
+// on the exchange. The ranks it did not talk to lose the rank that gave up on it.
+func TestAFrozenRankIsLost(t *testing.T) {
+	const world, timeout = 3, 300 * time.Millisecond
+	for _, c := range []struct {
+		name   string
+		frozen int
+		op     string
+		silent map[int]bool // rank: whether it finds the frozen rank silent (else: any PeerError)
+	}{
+		{"rank 0 in an all-reduce", 0, "all-reduce", map[int]bool{1: true, 2: true}},
+		{"rank 0 in an all-gather", 0, "all-gather", map[int]bool{1: true, 2: true}},
+		{"rank 2 in an all-reduce", 2, "all-reduce", map[int]bool{0: true, 1: false}},
+		{"rank 1 in a barrier", 1, "barrier", map[int]bool{0: true, 2: false}},
+		{"rank 1 in an exchange", 1, "exchange", map[int]bool{2: true, 0: false}}, // 2 receives from 1, 0 sends to it
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var alive sync.WaitGroup
+			alive.Add(world - 1)
+			othersDone := make(chan struct{})
+			go func() { alive.Wait(); close(othersDone) }()
+			groupWith(t, Config{World: world, PeerTimeout: timeout}, func(tr *TCP) error {
+				if tr.Rank() == c.frozen {
+					// Frozen: no heartbeat, no collective, its sockets open until the others gave up.
+					for _, cn := range conns(tr) {
+						cn.stopHeartbeats()
+					}
+					<-othersDone
+					return nil
+				}
+				defer alive.Done()
+				start := time.Now()
+				var err error
+				// The first call may complete where it needs nothing from the frozen rank (rank
+				// 0's exchange receives from rank 2, which sent before waiting); the next fails.
+				for range 2 {
+					switch c.op {
+					case "all-reduce":
+						err = tr.AllReduce([]float64{1})
+					case "all-gather":
+						_, err = tr.AllGather([]byte{1})
+					case "barrier":
+						err = tr.Barrier()
+					case "exchange":
+						_, err = tr.Exchange([]byte{1})
+					}
+					if err != nil {
+						break
+					}
+				}
+				var pe *PeerError
+				switch {
+				case !errors.As(err, &pe) || pe.Op != c.op:
+					return fmt.Errorf("%s with rank %d frozen: %w, want a PeerError of the %s", c.op, c.frozen, err, c.op)
+				case c.silent[tr.Rank()] && (pe.Rank != c.frozen || !errors.Is(err, ErrPeerSilent)):
+					return fmt.Errorf("%s: %w, want rank %d found silent", c.op, err, c.frozen)
+				case time.Since(start) > 20*time.Second:
+					return fmt.Errorf("%s: found after %v, want within about %v", c.op, time.Since(start), timeout)
+				}
+				if want := fmt.Sprintf("no heartbeat from rank %d for %v", c.frozen, timeout); c.silent[tr.Rank()] && !strings.Contains(err.Error(), want) {
+					return fmt.Errorf("%q does not say %q", err.Error(), want)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// A rank that is slow but alive — computing or sleeping for 3 x PeerTimeout before a
+// collective — is waited for, not lost, even while its peers push frames far larger than the
+// socket buffers at it: its heartbeats go on and its connections are drained whatever it does.
+func TestASlowRankIsNotLost(t *testing.T) {
+	const world, timeout = 3, 500 * time.Millisecond
+	const big = 4 << 20
+	groupWith(t, Config{World: world, PeerTimeout: timeout}, func(tr *TCP) error {
+		for _, cn := range conns(tr) {
+			// Small socket buffers: without the reader goroutine a sender would stall on the
+			// slow rank's full buffers and find it silent.
+			_ = cn.c.(*net.TCPConn).SetReadBuffer(64 << 10)
+			_ = cn.c.(*net.TCPConn).SetWriteBuffer(64 << 10)
+		}
+		for i, step := range []struct {
+			slow int
+			op   string
+		}{{0, "all-gather"}, {2, "exchange"}, {1, "all-reduce"}, {1, "barrier"}} {
+			if tr.Rank() == step.slow {
+				if i%2 == 0 {
+					for start := time.Now(); time.Since(start) < 3*timeout; { // computing
+					}
+				} else {
+					time.Sleep(3 * timeout)
+				}
+			}
+			part := bytes.Repeat([]byte{byte(tr.Rank())}, big)
+			var err error
+			switch step.op {
+			case "all-gather":
+				var parts [][]byte
+				parts, err = tr.AllGather(part)
+				for r, p := range parts {
+					if len(p) != big || p[big-1] != byte(r) {
+						err = fmt.Errorf("rank %d's part has %d bytes", r, len(p))
+					}
+				}
+			case "exchange":
+				var got []byte
+				got, err = tr.Exchange(part)
+				if prev := (tr.Rank() + world - 1) % world; err == nil && (len(got) != big || got[big-1] != byte(prev)) {
+					err = fmt.Errorf("got %d bytes, want %d from rank %d", len(got), big, prev)
+				}
+			case "all-reduce":
+				v := make([]float64, big/8)
+				v[0] = 1
+				if err = tr.AllReduce(v); err == nil && v[0] != world {
+					err = fmt.Errorf("sum %v, want %d", v[0], world)
+				}
+			case "barrier":
+				err = tr.Barrier()
+			}
+			if err != nil {
+				return fmt.Errorf("%s with rank %d slow: %w", step.op, step.slow, err)
+			}
+		}
+		return nil
+	})
+}
+
+// A peer whose sockets stay open but which reads nothing (a frozen process whose buffers
+// filled) fails a send within PeerTimeout, and every send after it.
+func TestASendToAPeerThatTakesNothingFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := l.Accept() // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = peer.Close() }()
+	c := newConn(nc)
+	defer func() { _ = c.Close() }()
+	c.start(1, 300*time.Millisecond)
+	sent := make(chan error, 1)
+	go func() { sent <- c.send(make([]byte, 256<<20)) }()
+	select {
+	case err = <-sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the send still blocks after 30s")
+	}
+	if !errors.Is(err, ErrPeerSilent) || !strings.Contains(err.Error(), "rank 1 took nothing sent to it for 300ms") {
+		t.Fatalf("send: %v, want ErrPeerSilent: rank 1 took nothing", err)
+	}
+	if err := c.send([]byte{1}); !errors.Is(err, ErrPeerSilent) {
+		t.Errorf("the next send: %v, want the same failure (the frame before it was cut short)", err)
+	}
+}
+
+// PeerTimeout 0 is DefaultPeerTimeout; a negative one turns the bound and the heartbeats off.
+// Close stops every goroutine of the connections.
+func TestPeerTimeoutDefaultAndClose(t *testing.T) {
+	for _, c := range []struct {
+		set, want time.Duration
+	}{{0, DefaultPeerTimeout}, {-1, -1}, {time.Second, time.Second}} {
+		groupWith(t, Config{World: 2, PeerTimeout: c.set}, func(tr *TCP) error {
+			for _, cn := range conns(tr) {
+				if cn.timeout != c.want || cn.bounded != (c.want > 0) {
+					return fmt.Errorf("PeerTimeout %v: a connection with rank %d waits %v (bounded %v), want %v", c.set, cn.peer, cn.timeout, cn.bounded, c.want)
+				}
+			}
+			return tr.Barrier()
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(stacks, "(*conn).start") && !strings.Contains(stacks, "(*conn).watch") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connection goroutines left after Close:\n%s", stacks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
