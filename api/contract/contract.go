@@ -59,6 +59,10 @@ const (
 	EnvCheckpointKeep    = "ZAYA_CHECKPOINT_KEEP"
 	EnvHeartbeatFile     = "ZAYA_HEARTBEAT_FILE"
 	EnvCollectiveTimeout = "ZAYA_COLLECTIVE_TIMEOUT"
+	// EnvPeerTimeout bounds how long the reference worker lets a peer stay silent before it
+	// stops with exit 75 (a Go duration; 0 or negative: no bound). The operator does not set
+	// it and a pod template may not set ZAYA_*: on a cluster the worker's -peer-timeout does.
+	EnvPeerTimeout = "ZAYA_PEER_TIMEOUT"
 	// EnvTerminationLog is the container's terminationMessagePath, where the worker appends
 	// the checkpoint-step line (and the heartbeat probe the hang line).
 	EnvTerminationLog = "ZAYA_TERMINATION_LOG"

@@ -596,7 +596,7 @@ func TestAFrozenNodeIsLost(t *testing.T) {
 			cmds := make([]*exec.Cmd, j.nodes)
 			for n := range j.nodes {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(j.env(n, filepath.Join(j.dir, "params")), EnvPeerTimeout+"=1s")
+				cmd.Env = append(j.env(n, filepath.Join(j.dir, "params")), contract.EnvPeerTimeout+"=1s")
 				cmd.Stderr = logs[n]
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)

@@ -17,11 +17,6 @@ import (
 	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
 
-// EnvPeerTimeout is how long the worker lets a peer stay silent before it stops with exit 75
-// (a Go duration; 0 or negative: no bound). The operator does not set it, and a pod template
-// may not set ZAYA_* variables: on a cluster, -peer-timeout in the worker's args tunes it.
-const EnvPeerTimeout = "ZAYA_PEER_TIMEOUT"
-
 // minPeerTimeout keeps heartbeats (4 per timeout) coarser than a busy scheduler's delays.
 const minPeerTimeout = 100 * time.Millisecond
 
@@ -38,10 +33,10 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 		cfg.TerminationLog = p
 	}
 	peerTimeout := transport.DefaultPeerTimeout
-	if v := getenv(EnvPeerTimeout); v != "" {
+	if v := getenv(contract.EnvPeerTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			_, _ = fmt.Fprintf(stderr, "zaya-worker: configuration: %s=%q must be a duration (5s; 0 turns the bound off)\n", EnvPeerTimeout, v)
+			_, _ = fmt.Fprintf(stderr, "zaya-worker: configuration: %s=%q must be a duration (5s; 0 turns the bound off)\n", contract.EnvPeerTimeout, v)
 			return ExitConfig
 		}
 		peerTimeout = d
@@ -54,7 +49,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Listen, "listen", ":0", "address ring neighbours connect to")
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
-	fs.DurationVar(&peerTimeout, "peer-timeout", peerTimeout, "a peer silent this long (frozen, its host gone) is lost: exit 75; 0 turns the bound off; "+EnvPeerTimeout+" sets its default")
+	fs.DurationVar(&peerTimeout, "peer-timeout", peerTimeout, "a peer silent this long (frozen, its host gone) is lost: exit 75; 0 turns the bound off; "+contract.EnvPeerTimeout+" sets its default")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
 	fs.DurationVar(&cfg.Pace, "pace", 0, "make every step take at least this long (demos and chaos tests)")
 	fs.IntVar(&cfg.LogEvery, "log-every", 10, "print progress every N steps")

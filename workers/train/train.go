@@ -150,7 +150,7 @@ func (c Config) Validate() error {
 	case (c.CheckpointEvery > 0 || c.CheckpointPeriod > 0) && c.CheckpointDir == "":
 		return &ConfigError{contract.EnvCheckpointEvery + " is set without " + contract.EnvCheckpointDir}
 	case c.PeerTimeout > 0 && c.PeerTimeout < minPeerTimeout:
-		return &ConfigError{fmt.Sprintf("%s (-peer-timeout) %v is below %v: live peers would be lost", EnvPeerTimeout, c.PeerTimeout, minPeerTimeout)}
+		return &ConfigError{fmt.Sprintf("%s (-peer-timeout) %v is below %v: live peers would be lost", contract.EnvPeerTimeout, c.PeerTimeout, minPeerTimeout)}
 	}
 	return nil
 }
