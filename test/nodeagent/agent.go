@@ -632,6 +632,9 @@ func (a *Agent) restart(ctx context.Context, key string, pod *corev1.Pod, r *run
 			return false
 		}
 	}
+	if !a.reresolve(ctx, pod, r) {
+		return false
+	}
 	_ = os.Truncate(r.termPath, 0)
 	if err := a.launch(r); err != nil {
 		if !errors.Is(err, errStopped) {
@@ -641,6 +644,32 @@ func (a *Agent) restart(ctx context.Context, key string, pod *corev1.Pod, r *run
 	}
 	a.opts.Logf("nodeagent: %s restarted in place (restart %d, exit %d)", key, n, ended.ExitCode)
 	return true
+}
+
+// reresolve looks the pod DNS names in the container's env up again before a restart: a
+// process resolves them when it dials, so a peer whose pod was replaced meanwhile (same name,
+// new address) is reached at its new address. It waits while a name has no address; false
+// when the pod is stopped meanwhile.
+func (a *Agent) reresolve(ctx context.Context, pod *corev1.Pod, r *run) bool {
+	for {
+		env, unresolved := a.environment(pod, &r.container, r.ip, r.paths)
+		if unresolved == "" {
+			a.mu.Lock()
+			if kc, ok := envValue(r.env, "KUBECONFIG"); ok {
+				env = append(env, "KUBECONFIG="+kc)
+			}
+			r.env = env
+			a.mu.Unlock()
+			return true
+		}
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-r.stopNow:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // restartDelay is the kubelet's crash-loop back-off before the n-th restart: none for the

@@ -7,7 +7,8 @@
 // (SIGTERM, grace period, SIGKILL), running exec and httpGet probes (liveness kills,
 // readiness gates the Ready condition), restarting a container in place when its restart
 // rules or restart policy say so (Kubernetes 1.36's ContainerRestartRules: rules in order,
-// then the container's policy, then the pod's; same address and folder, restartCount and
+// then the container's policy, then the pod's; same address and folder, pod DNS names
+// looked up again, restartCount and
 // lastState with the exit code and termination message, each run a fresh termination log,
 // the kubelet's crash-loop back-off capped by Options.MaxContainerRestartPeriod), and
 // handing pods that mount a service-account token
