@@ -1,6 +1,8 @@
 // Command demotrain is the second half of make demo: the reference worker really trains as a
-// 4-node job on process-backed MI300X nodes (test/nodeagent), a node is failed on purpose,
-// the operator restarts the gang elsewhere, and training resumes from the last checkpoint.
+// 4-node job on process-backed MI300X nodes (test/nodeagent). A worker is killed on purpose
+// (the gang restarts in place, no pod replaced), then a node hangs (only its rank's pod is
+// replaced, away from it, while the others restart in place); each time training resumes
+// from the last checkpoint, and the demo prints how long that took.
 // It needs KUBECONFIG (a cluster with the CRD and the operator running) and -worker.
 package main
 
@@ -73,6 +75,9 @@ func run(worker, workdir string) error {
 		Client: cs, Nodes: nodes, WorkDir: workdir, Commands: map[string]string{"zaya-worker": worker},
 		Labels: map[string]string{label: "true"},
 		Taints: []corev1.Taint{{Key: label, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+		// Kubelets set up for in-place restarts (crashLoopBackOff.maxContainerRestartPeriod:
+		// 1s, KEP-4603): a default one waits 10 s before a container's second restart in 10 min.
+		MaxContainerRestartPeriod: time.Second,
 	})
 	if err != nil {
 		return err
@@ -157,7 +162,18 @@ func run(worker, workdir string) error {
 		inPlaceSecs        int32 = -1
 		inPlaceReplaced    int
 		failedNode         string
+		killed, frozen     time.Time
+		resumedBefore      int           // rank 0's "resumed" lines when the node froze
+		killAdvance        time.Duration // fault to rank 0 training again
+		freezeAdvance      time.Duration
 	)
+	// advancing: rank 0 resumed more often than `before` times and trained a step since.
+	advancing := func(log string, before int) bool {
+		if strings.Count(log, "\nresumed from step ") <= before {
+			return false
+		}
+		return strings.Contains(log[strings.LastIndex(log, "\nresumed from step "):], "\nstep ")
+	}
 	deadline := time.Now().Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
 		j := get()
@@ -175,10 +191,14 @@ func run(worker, workdir string) error {
 		switch {
 		case killedAt == 0 && att == 0 && strings.Contains(logOf(0), "checkpoint step 40 committed") && last >= 50:
 			killedAt, killedPods = last, podUIDs()
+			resumedBefore = strings.Count(logOf(0), "\nresumed from step ")
 			fmt.Printf("\n>>> killing rank 1's worker process on purpose (a process fault on a healthy node)\n\n")
+			killed = time.Now()
 			if err := a.Signal(ns, fmt.Sprintf("%s-0-1", name), syscall.SIGKILL); err != nil {
 				return err
 			}
+		case !killed.IsZero() && killAdvance == 0 && advancing(logOf(0), resumedBefore):
+			killAdvance = time.Since(killed)
 		case killedAt > 0 && inPlaceSecs < 0 && j.Status.Restarts == 1 && recovered && j.Status.LastRecoverySeconds != nil:
 			inPlaceSecs = *j.Status.LastRecoverySeconds
 			now := podUIDs()
@@ -188,13 +208,19 @@ func run(worker, workdir string) error {
 				}
 			}
 			fmt.Printf("\n>>> restarted in place in %ds: %d of %d pods replaced\n\n", inPlaceSecs, inPlaceReplaced, len(killedPods))
-		case inPlaceSecs >= 0 && failedNode == "" && last >= 150:
+		case inPlaceSecs >= 0 && killAdvance > 0 && failedNode == "" && last >= 150:
 			victim := fmt.Sprintf("%s-%d-2", name, att)
 			failedNode, failedAt = a.NodeOf(ns, victim), last
-			fmt.Printf("\n>>> failing node %s (rank 2's node) on purpose: its kubelet dies, its processes with it\n\n", failedNode)
-			if err := a.NodeDown(ctx, failedNode); err != nil {
+			resumedBefore = strings.Count(logOf(att), "\nresumed from step ")
+			fmt.Printf("\n>>> node %s (rank 2's node) hangs on purpose: its processes freeze, its kubelet stops renewing its Lease; nothing marks it NotReady\n\n", failedNode)
+			frozen = time.Now()
+			if err := a.Freeze(failedNode); err != nil {
 				return err
 			}
+		case !frozen.IsZero() && freezeAdvance == 0 && advancing(logOf(att), resumedBefore):
+			freezeAdvance = time.Since(frozen)
+			fmt.Printf("\n>>> training advancing again %.1fs after the node froze: %d of %d pods replaced\n\n",
+				freezeAdvance.Seconds(), replacedSince(podUIDs(), killedPods), len(killedPods))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -203,21 +229,18 @@ func run(worker, workdir string) error {
 	if !meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
 		return fmt.Errorf("the job did not succeed: %+v", j.Status.Conditions)
 	}
-	replaced := 0
-	for pod, uid := range podUIDs() {
-		if killedPods[pod] != uid {
-			replaced++
-		}
-	}
+	replaced := replacedSince(podUIDs(), killedPods)
 	fmt.Printf("what happened:\n")
 	fmt.Printf("  rank 1's worker was killed at step %d: the kubelet restarted the workers in their pods,\n", killedAt)
-	fmt.Printf("    the gang resumed from its checkpoint %ds later, %d pods replaced\n", inPlaceSecs, inPlaceReplaced)
-	fmt.Printf("  node %s failed at step %d; the operator quarantined it: %v\n", failedNode, failedAt, quarantined(j))
-	fmt.Printf("  restarts: %d (%d in place); attempt %d runs on %s (%d pods new)\n", j.Status.Restarts, j.Status.InPlaceRestarts,
-		j.Status.Attempt(), nodesOf(ctx, c, j.Status.Attempt()), replaced)
-	fmt.Printf("  resumed from the checkpoint of step %d after the node loss (checkpoint interval %d)\n", train.ParseLog(logOf(j.Status.Attempt())).Resumed, every)
+	fmt.Printf("    training advanced again %.1fs later (every rank running again: %ds), %d pods replaced\n", killAdvance.Seconds(), inPlaceSecs, inPlaceReplaced)
+	fmt.Printf("  node %s hung at step %d: its peers found rank 2 silent and restarted in place, its Lease lapsed,\n", failedNode, failedAt)
+	fmt.Printf("    the operator quarantined it (%v) and gave rank 2 a new pod elsewhere: training advanced again %.1fs after the hang\n",
+		quarantined(j), freezeAdvance.Seconds())
+	fmt.Printf("  restarts: %d (%d in place), pods replaced: %d of %d (status.podsReplaced %d); the ranks run on %s\n",
+		j.Status.Restarts, j.Status.InPlaceRestarts, replaced, len(killedPods), j.Status.PodsReplaced, nodesOf(ctx, c, j.Status.Attempt()))
+	fmt.Printf("  resumed from the checkpoint of step %d after the hang (checkpoint interval %d)\n", train.ParseLog(logOf(j.Status.Attempt())).Resumed, every)
 	if j.Status.LastRecoverySeconds != nil {
-		fmt.Printf("  that recovery took %ds (failure seen to every rank running again)\n", *j.Status.LastRecoverySeconds)
+		fmt.Printf("  status.lastRecoverySeconds %d (the fault to every rank running again)\n", *j.Status.LastRecoverySeconds)
 	}
 	fmt.Printf("  the job succeeded at step %d\n\nevents:\n", steps)
 	evs, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
@@ -231,6 +254,17 @@ func run(worker, workdir string) error {
 	_ = c.Delete(ctx, pvc)
 	_ = c.Delete(ctx, pv)
 	return nil
+}
+
+// replacedSince counts the pods of before that now have another UID or are gone.
+func replacedSince(now, before map[string]string) int {
+	n := 0
+	for pod, uid := range before {
+		if now[pod] != uid {
+			n++
+		}
+	}
+	return n
 }
 
 func quarantined(j *trainingv1alpha1.ZayaTrainingJob) []string {
