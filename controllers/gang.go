@@ -20,6 +20,7 @@ type gang struct {
 	stale     []*corev1.Pod // live pods of other attempts or out-of-range ranks
 	draining  []*corev1.Pod // pods of other attempts, or replaced, still terminating
 	replaced  []*corev1.Pod // live pods status.replacing names: to delete
+	renewed   []bool        // by rank: its pod replaces one status.replacing names
 
 	ready, scheduled, succeeded, unschedulable int32
 	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
@@ -33,18 +34,21 @@ type gang struct {
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), checkpointStep: -1, resume: resumeReport{step: -1}}
+	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), checkpointStep: -1, resume: resumeReport{step: -1}}
 	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
 	previous := strconv.FormatInt(int64(job.Status.Attempt()-1), 10)
 	var replacing map[string]bool
+	var replacedRank map[int32]bool
 	for _, r := range job.Status.Replacing {
 		if r.UID == "" {
 			continue // a hand-written status: no pod has no UID
 		}
 		if replacing == nil {
 			replacing = make(map[string]bool, len(job.Status.Replacing))
+			replacedRank = make(map[int32]bool, len(job.Status.Replacing))
 		}
 		replacing[r.UID] = true
+		replacedRank[r.Rank] = true
 	}
 	for i := range pods {
 		pod := &pods[i]
@@ -74,6 +78,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 			continue
 		}
 		g.ranks[rank] = pod
+		g.renewed[rank] = replacedRank[rank]
 		g.containerRestarts += containerRestarts(pod)
 		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
 			g.checkpointStep = step

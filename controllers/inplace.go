@@ -184,16 +184,12 @@ func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateT
 	return root, exit
 }
 
-// restartedSince reports whether every rank's worker container runs a process started at or
-// after t, and is ready: the in-place restart is over only once the cascade reached every
-// rank, or a rank not yet torn down would be counted as recovered.
+// restartedSince reports whether every rank has come back from an in-place restart that
+// began at t (rankBack): the restart is over only once the cascade reached every rank, or a
+// rank not yet torn down would be counted as recovered.
 func (g gang) restartedSince(t time.Time) bool {
-	for _, pod := range g.ranks {
-		if pod == nil || !podReady(pod) {
-			return false
-		}
-		s := workerStatus(pod)
-		if s == nil || s.State.Running == nil || s.State.Running.StartedAt.Time.Before(t.Truncate(time.Second)) {
+	for r, pod := range g.ranks {
+		if pod == nil || !rankBack(pod, t, g.renewed[r]) {
 			return false
 		}
 	}

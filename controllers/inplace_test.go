@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -293,5 +294,38 @@ func TestARankFailingAgainAndAgainOnOneNodeMovesTheGang(t *testing.T) {
 		if p.Labels[trainingv1alpha1.AttemptLabel] == "1" && !strings.Contains(fmt.Sprint(p.Spec.Affinity), "n1") {
 			t.Errorf("pod %s is not kept off n1: %v", p.Name, p.Spec.Affinity)
 		}
+	}
+}
+
+// Times are whole seconds: a rank that started in the second of the fault and that the
+// cascade has not reached yet is not back, so the restart is not over before it restarts, and
+// the exits that follow are the same restart's, not a new one.
+func TestARankStartedInTheFaultsSecondIsNotTakenForRestarted(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Truncate(time.Second).Add(-5 * time.Second)
+	// Rank 2 started in the fault's second; rank 1 crashes then, rank 0 lost it.
+	h.setPod(t, "llm-0-2", runningSince("n2", fault.Add(300*time.Millisecond)))
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault.Add(600*time.Millisecond), fault.Add(700*time.Millisecond)))
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault.Add(600*time.Millisecond), fault.Add(800*time.Millisecond)))
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.Restarts != 1 {
+		t.Fatalf("restarts %d, want 1", st.Restarts)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Restarting %+v: the restart ended while rank 2 still runs its old process", c)
+	}
+	// Now the cascade reaches rank 2, in the same second.
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault.Add(900*time.Millisecond), fault.Add(950*time.Millisecond)))
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	st = h.get(t, job).Status
+	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c == nil || c.Reason != trainingv1alpha1.ReasonRecovered {
+		t.Fatalf("Restarting %+v, want Recovered once every rank restarted", c)
+	}
+	if st.Restarts != 1 || st.InPlaceRestarts != 1 {
+		t.Errorf("restarts %d (in place %d), want the one restart", st.Restarts, st.InPlaceRestarts)
 	}
 }

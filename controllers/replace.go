@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,7 +134,7 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
 func (p *pass) replaceLaggards(g gang, since time.Time, timeout time.Duration) bool {
 	var laggards []int32
 	for r, pod := range g.ranks {
-		if pod != nil && !rankBack(pod, since) {
+		if pod != nil && !rankBack(pod, since, g.renewed[r]) {
 			laggards = append(laggards, int32(r))
 		}
 	}
@@ -146,19 +148,35 @@ func (p *pass) replaceLaggards(g gang, since time.Time, timeout time.Duration) b
 }
 
 // rankBack reports whether pod's rank has come back from the in-place restart that began at
-// since: ready, and running a process started after it.
-func rankBack(pod *corev1.Pod, since time.Time) bool {
+// since: ready, and running a process started after it. Times are whole seconds, so a process
+// started in the fault's own second counts only if it is a new pod's (renewed: it replaces the
+// rank's old one) or its container ran before and that run ended since; otherwise a rank the
+// cascade has not reached yet, started in that second, would be taken for restarted.
+func rankBack(pod *corev1.Pod, since time.Time, renewed bool) bool {
 	if !podReady(pod) {
 		return false
 	}
 	s := workerStatus(pod)
-	return s != nil && s.State.Running != nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second))
+	if s == nil || s.State.Running == nil {
+		return false
+	}
+	t, started := since.Truncate(time.Second), s.State.Running.StartedAt.Time
+	switch {
+	case started.After(t):
+		return true
+	case started.Before(t):
+		return false
+	}
+	last := s.LastTerminationState.Terminated
+	return renewed || (last != nil && !last.FinishedAt.Time.Before(t))
 }
 
 // lostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
 // most ranks have come back from, a rank that did not restart with its peers, on a node whose
 // kubelet stopped renewing its Lease, is lost with its node. Either sign alone is not enough:
 // a slow rank on a live node rejoins, and a kubelet's Lease lapses while its processes run.
+// On a node whose kubelet renewed its Lease since the restart began, such a rank that still
+// runs its old process and that its peers found silent is hung, and is replaced alone.
 // It returns when to look again while a laggard's Lease may still lapse.
 func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 	since, ok := p.inPlaceUnderWay()
@@ -170,7 +188,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 	for r, pod := range g.ranks {
 		switch {
 		case pod == nil:
-		case rankBack(pod, since):
+		case rankBack(pod, since, g.renewed[r]):
 			back++
 		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
 			laggards = append(laggards, int32(r))
@@ -190,7 +208,15 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 			continue // no Lease to judge by: the in-place timeout decides
 		}
 		if age < stale {
-			if due := stale - age; next == 0 || due < next {
+			due := stale - age
+			if hungLaggard(g, r, since, p.job.Spec.GPUsPerNode) {
+				if p.now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
+					p.replaceHung(ctx, g, r)
+					continue
+				}
+				due = min(due, hungRecheck) // its next renewal tells a hung rank from a lost node
+			}
+			if next == 0 || due < next {
 				next = due
 			}
 			continue
@@ -211,6 +237,58 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 		p.markReplaced(g, []int32{r}, f.Reason, f.Message)
 	}
 	return next, nil
+}
+
+// hungLaggard reports whether rank, left behind by an in-place restart that began at since, still
+// runs the process its peers stopped over, and a peer that came back named it silent (the
+// reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
+// too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
+func hungLaggard(g gang, rank int32, since time.Time, gpusPerNode int32) bool {
+	s := workerStatus(g.ranks[rank])
+	if s == nil || s.State.Running == nil || !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
+		return false
+	}
+	for r, pod := range g.ranks {
+		if pod == nil || int32(r) == rank || !rankBack(pod, since, g.renewed[r]) {
+			continue
+		}
+		exit := workerStatus(pod).LastTerminationState.Terminated
+		if exit == nil || exit.FinishedAt.Time.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		for _, m := range silentPeer.FindAllStringSubmatch(exit.Message, -1) {
+			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hungRecheck is how often a rank that looks hung is looked at again until its node's Lease
+// says whether the node is alive.
+const hungRecheck = 2 * time.Second
+
+// silentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
+var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
+
+// replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
+// since the restart began), so it is not quarantined; the kubelet kills the frozen process
+// when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
+// other rank at the rendezvous that long.
+func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
+	pod := g.ranks[rank]
+	f := trainingv1alpha1.JobFailure{
+		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
+		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
+		Message: truncate(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
+			rank, pod.Name, pod.Spec.NodeName)),
+	}
+	if !p.replacesPods() || p.namespaceGoing(ctx) {
+		return
+	}
+	p.recordFailure(f)
+	p.markReplaced(g, []int32{rank}, f.Reason, f.Message)
 }
 
 // leaseAge is how long ago node's kubelet last renewed its Lease, and after how long that

@@ -219,3 +219,62 @@ func (d deleteSpy) Delete(ctx context.Context, obj client.Object, opts ...client
 func interceptDelete(c client.Client, seen func(*client.DeleteOptions)) client.Client {
 	return deleteSpy{Client: c, seen: seen}
 }
+
+// A rank that keeps running the process its peers stopped over, on a node whose kubelet is
+// alive (it renewed its Lease since the restart began), and that a peer found silent, is hung:
+// its pod alone is replaced at once, the node is not quarantined. Without the peer's word, or
+// before the kubelet has shown it is alive, nothing is replaced yet.
+func TestAHungRankOnALiveNodeIsReplacedAlone(t *testing.T) {
+	fault := now.Add(-3 * time.Second)
+	silent := "checkpoint-step=40\nzaya: stopped: lost rank 9 during the all-reduce at step 52: peer silent: no heartbeat from rank 9 for 5s\n"
+	eof := "checkpoint-step=40\nzaya: stopped: lost rank 0 during the all-reduce at step 52: EOF\n"
+	for _, tc := range []struct {
+		name     string
+		message  string        // rank 0's and rank 2's stopped lines
+		renewed  time.Time     // n1's Lease
+		replaced bool          // rank 1's pod
+		requeue  time.Duration // when nothing is replaced yet
+	}{
+		{"named silent, kubelet alive", silent, now.Add(-time.Second), true, 0},
+		{"lost no one in particular", eof, now.Add(-time.Second), false, 19 * time.Second},
+		{"named silent, kubelet not heard from since", silent, fault.Add(-time.Second), false, hungRecheck},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, job := inPlaceGang(t)
+			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(tc.renewed))}}); err != nil {
+				t.Fatal(err)
+			}
+			stopped := func(node string) func(*corev1.Pod) {
+				return func(p *corev1.Pod) {
+					restartedInPlace(node, 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second))(p)
+					p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = tc.message
+				}
+			}
+			h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+			h.setPod(t, "llm-0-0", stopped("n0"))
+			h.setPod(t, "llm-0-2", stopped("n2"))
+			h.mustReconcile(t, job) // the in-place restart opens
+			res := h.mustReconcile(t, job)
+			st := h.get(t, job).Status
+			if !tc.replaced {
+				if len(st.Replacing) != 0 {
+					t.Fatalf("replacing %+v", st.Replacing)
+				}
+				if res.RequeueAfter != tc.requeue {
+					t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.requeue)
+				}
+				return
+			}
+			if len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != trainingv1alpha1.FailureReasonHang {
+				t.Fatalf("replacing %+v, want rank 1 for Hang", st.Replacing)
+			}
+			if st.Restarts != 1 || len(st.QuarantinedNodes) != 0 || st.PodsReplaced != 1 {
+				t.Errorf("restarts %d, quarantined %+v, podsReplaced %d; want 1 restart, no quarantine, 1 pod", st.Restarts, st.QuarantinedNodes, st.PodsReplaced)
+			}
+			if f := st.LastFailure; f.Reason != trainingv1alpha1.FailureReasonHang || *f.Rank != 1 {
+				t.Errorf("lastFailure %+v, want rank 1 hung", f)
+			}
+		})
+	}
+}

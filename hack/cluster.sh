@@ -25,7 +25,7 @@ kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 log() { echo "cluster: $*" >&2; }
 
 check_nodes() {
-	[[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 2048 ] || { echo "cluster: NODES must be 1..2048, got '$1'" >&2; exit 2; }
+	[[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 2049 ] || { echo "cluster: NODES must be 1..2049, got '$1'" >&2; exit 2; }
 }
 
 scale() {

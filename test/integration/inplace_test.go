@@ -66,10 +66,11 @@ func (k kubelet) exit(code int32, at time.Time) {
 	})
 }
 
-func kubelets(g Gomega, ns, job string, attempt, n int) []kubelet {
+// kubelets play the kubelets of job llm's first n pods (attempt 0).
+func kubelets(g Gomega, ns string, n int) []kubelet {
 	ks := make([]kubelet, n)
 	for r := range ks {
-		ks[r] = kubelet{g: g, pod: client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d-%d", job, attempt, r)}}
+		ks[r] = kubelet{g: g, pod: client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("llm-0-%d", r)}}
 	}
 	return ks
 }
@@ -88,7 +89,7 @@ func TestInPlaceRestartSurvivesAnOperatorRestart(t *testing.T) {
 	pods := waitPods(g, ns, "llm", 4)
 	w := pods["llm-0-0"].Spec.Containers[0]
 	g.Expect(w.RestartPolicyRules).NotTo(BeEmpty(), "the API server dropped the restart rules (ContainerRestartRules off?)")
-	ks := kubelets(g, ns, "llm", 0, 4)
+	ks := kubelets(g, ns, 4)
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for _, k := range ks {
 		k.run(t0)
@@ -148,7 +149,7 @@ func TestStalledInPlaceRestartIsEscalated(t *testing.T) {
 	job.Spec.FaultTolerance.InPlaceTimeout = &metav1.Duration{Duration: 10 * time.Second}
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitPods(g, ns, "llm", 3)
-	ks := kubelets(g, ns, "llm", 0, 3)
+	ks := kubelets(g, ns, 3)
 	t0 := time.Now().Truncate(time.Second)
 	for _, k := range ks {
 		k.run(t0)
@@ -186,4 +187,91 @@ func TestStalledInPlaceRestartIsEscalated(t *testing.T) {
 		g.Expect(eventNotes(g, ns, "llm", trainingv1alpha1.ReasonReplacingPods)).To(ConsistOf(ContainSubstring("replacing rank 1 (pod llm-0-1")))
 		g.Expect(eventNotes(g, ns, "llm", trainingv1alpha1.ReasonInPlaceTimedOut)).To(HaveLen(1))
 	}, timeout, interval).Should(Succeed())
+}
+
+// TestANodeReplacementSurvivesAnOperatorRestartAndAProcessFault: a node is lost under a
+// running gang, so its rank's pod is replaced while the others restart in place; the operator
+// dies before the new pod runs, and meanwhile another rank's process crashes. Its successor
+// finishes the same restart: the replacement is not replaced again, the crash is part of the
+// restart under way (counted once), only the lost rank got a new pod, and it avoids the node.
+func TestANodeReplacementSurvivesAnOperatorRestartAndAProcessFault(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	stop := startStoppableManager(t)
+
+	nodes := make([]string, 5)
+	for i := range nodes {
+		nodes[i] = makeReadyNode(g, fmt.Sprintf("%s-n%d", ns, i))
+		t.Cleanup(func() {
+			_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}})
+		})
+	}
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(4).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	pods := waitPods(g, ns, "llm", 4)
+	for r := range 4 {
+		bindAndRun(g, pods[fmt.Sprintf("llm-0-%d", r)], nodes[r])
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	ks := kubelets(g, ns, 4)
+
+	// n2 is lost: rank 2's pod is replaced, the others restart in place.
+	n2 := &corev1.Node{}
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: nodes[2]}, n2)).To(Succeed())
+	n2.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"}}
+	g.Expect(k8sClient.Status().Update(ctx, n2)).To(Succeed())
+	var replacement *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		st := getJob(g, job).Status
+		g.Expect(st.Restarts).To(Equal(int32(1)))
+		g.Expect(st.Replacing).To(ConsistOf(And(HaveField("Rank", int32(2)), HaveField("UID", string(pods["llm-0-2"].UID)))))
+		now := jobPods(g, ns, "llm")
+		g.Expect(now).To(HaveKey("llm-0-2"))
+		g.Expect(now["llm-0-2"].UID).NotTo(Equal(pods["llm-0-2"].UID))
+		replacement = now["llm-0-2"]
+	}, timeout, interval).Should(Succeed())
+	stop() // the operator dies before the new pod runs
+
+	// Meanwhile rank 0 crashes and its kubelet restarts it; ranks 1 and 3 lost peers and restart.
+	fault := time.Now()
+	ks[0].exit(1, fault)
+	ks[0].run(fault.Add(time.Second))
+	for _, r := range []int{1, 3} {
+		ks[r].exit(trainingv1alpha1.ExitStopped, fault)
+		ks[r].run(fault.Add(time.Second))
+	}
+	startManager(t)
+	g.Expect(replacement.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields).
+		To(ContainElement(HaveField("Values", ContainElement(nodes[2]))), "the new pod may land on the lost node")
+	g.Expect(k8sClient.SubResource("binding").Create(ctx, replacement, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: replacement.Name, Namespace: ns},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: nodes[4]},
+	})).To(Succeed())
+	ks[2].run(time.Now())
+
+	g.Eventually(func(g Gomega) {
+		got := getJob(g, job)
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionRestarting)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonRecovered), "%+v", got.Status)
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+		g.Expect(got.Status.Restarts).To(Equal(int32(1)), "a fault was counted twice")
+		g.Expect(got.Status.InPlaceRestarts).To(Equal(int32(1)))
+		g.Expect(got.Status.PodsReplaced).To(Equal(int32(1)))
+		g.Expect(got.Status.Replacing).To(BeEmpty())
+		g.Expect(got.Status.LastRestartMode).To(Equal(trainingv1alpha1.RestartModeInPlace))
+		g.Expect(got.Status.QuarantinedNodes).To(ConsistOf(HaveField("Name", nodes[2])))
+	}, timeout, interval).Should(Succeed())
+	after := jobPods(g, ns, "llm")
+	g.Expect(after).To(HaveLen(4))
+	for name, p := range after {
+		if name == "llm-0-2" {
+			g.Expect(p.UID).To(Equal(replacement.UID), "the replacement was replaced again")
+			continue
+		}
+		g.Expect(p.UID).To(Equal(pods[name].UID), "pod %s was replaced", name)
+	}
 }

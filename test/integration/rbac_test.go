@@ -153,7 +153,7 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm-checkpoints"}, claim)).To(Succeed())
 		g.Expect(claim.OwnerReferences).To(ConsistOf(HaveField("Name", "llm"), HaveField("Name", "reader")))
 	}, timeout, interval).Should(Succeed())
-	ks := kubelets(g, ns, "llm", 0, 2)
+	ks := kubelets(g, ns, 2)
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for r, node := range nodes[:2] {
 		p := pods[fmt.Sprintf("llm-0-%d", r)]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Gang restart benchmark, in place against recreate (issue 19): for jobs of each size in
+# NODES_LIST on the local kwok cluster (one spare node), one rank is lost to a crash or to its
+# node, and the clock runs from the fault to the job's Recovered with every rank running.
+# Prints a markdown table for BENCHMARKS.md.
+#   NODES_LIST="128 512 2048" RUNS=3 CASES="InPlace/crash,InPlace/node,Recreate/crash,Recreate/node" hack/bench-restart.sh
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-bench}
+nodes_list=${NODES_LIST:-"128 512 2048"}
+runs=${RUNS:-3}
+cases=${CASES:-"InPlace/crash,InPlace/node,Recreate/crash,Recreate/node"}
+
+"$root/hack/tools.sh" cluster
+go build -o "$bin/zaya-operator" "$root"
+go build -o "$bin/bench-restart" "$root/hack/bench/restart"
+trap 'stop_operator; "$root/hack/cluster.sh" down' EXIT
+
+rows=()
+for n in $nodes_list; do
+	KUBECONFIG=$("$root/hack/cluster.sh" up $((n + 1)))
+	export KUBECONFIG
+	install_crd
+	port=$((20000 + RANDOM % 20000))
+	"$bin/zaya-operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" \
+		--health-probe-bind-address=0 >"$bin/bench-operator.log" 2>&1 &
+	operator_pid=$!
+	sleep 2 # the metrics endpoint comes up with the manager
+	while read -r row; do rows+=("$row"); done < <("$bin/bench-restart" -nodes "$n" -runs "$runs" -cases "$cases" \
+		-metrics "http://127.0.0.1:$port/metrics" -operator-pid "$operator_pid")
+	stop_operator
+done
+
+echo "| nodes | mode | fault | runs | fault → restart decided | fault → recovered, every rank running | pods deleted | pods created | operator API writes | operator API requests | operator CPU |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
