@@ -430,7 +430,7 @@ func TestAFrozenRankIsLost(t *testing.T) {
 // collective — is waited for, not lost, even while its peers push frames far larger than the
 // socket buffers at it: its heartbeats go on and its connections are drained whatever it does.
 func TestASlowRankIsNotLost(t *testing.T) {
-	const world, timeout = 3, 500 * time.Millisecond
+	const world, timeout = 3, time.Second // generous: a loaded CI machine may starve the process for a while
 	const big = 4 << 20
 	groupWith(t, Config{World: world, PeerTimeout: timeout}, func(tr *TCP) error {
 		for _, cn := range conns(tr) {
