@@ -133,6 +133,9 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 		return j.Status.ReadyNodes == b.nodes && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning)
 	})
 	pods := b.pods(ctx, name)
+	if j := b.waitJob(ctx, name, time.Second, func(*trainingv1alpha1.ZayaTrainingJob) bool { return true }); j.Status.Restarts != 0 {
+		check(fmt.Errorf("job %s restarted before the fault: %+v", name, j.Status.LastFailure))
+	}
 	victim := pods[len(pods)/2]
 
 	var mu sync.Mutex
@@ -339,7 +342,8 @@ func (b *bench) loseNode(ctx context.Context, name string) {
 	}))
 }
 
-// restoreNode hands the node back to kwok, which reports it Ready again.
+// restoreNode hands the node back to kwok and waits until it reports it Ready again: a job
+// of the next run placed on it before would lose it at once.
 func (b *bench) restoreNode(ctx context.Context, name string) {
 	check(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := &corev1.Node{}
@@ -349,6 +353,18 @@ func (b *bench) restoreNode(ctx context.Context, name string) {
 		delete(n.Labels, faultLabel)
 		return b.c.Update(ctx, n)
 	}))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		n := &corev1.Node{}
+		check(b.c.Get(ctx, client.ObjectKey{Name: name}, n))
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			check(fmt.Errorf("node %s not Ready a minute after its fault ended", name))
+		}
+	}
 }
 
 func (b *bench) operatorCounts() (writes, requests, cpu float64) {
