@@ -193,6 +193,9 @@ func (c *conn) start(peer int, timeout time.Duration) {
 // watch hands the socket to a reader goroutine, which queues data frames for recv and, with a
 // timeout, ends with ErrPeerSilent once the peer sends nothing for that long.
 func (c *conn) watch() {
+	if c.reading {
+		return // a member watches rank 0 from the rendezvous on
+	}
 	c.bounded, c.reading = c.timeout > 0, true
 	c.wg.Go(func() {
 		for {
@@ -508,6 +511,9 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 			}
 			t.closers = append(t.closers, g.c)
 			t.members[g.h.Rank], addrs[g.h.Rank] = g.c, g.h.Addr
+			// Heartbeats from the moment a rank joins: while it waits for the others it can
+			// tell a rank 0 that is only waiting too from one that froze.
+			g.c.start(g.h.Rank, cfg.PeerTimeout)
 			rendezvousJoined(g.h.Rank)
 		}
 		table, _ := json.Marshal(addrs)
@@ -515,9 +521,6 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 			if err := c.send(table); err != nil {
 				return nil, peer(r+1, err)
 			}
-			// Heartbeats only from here: a connection replaced above (its rank restarted in
-			// place) sees nothing from rank 0 but its close.
-			c.start(r+1, cfg.PeerTimeout)
 		}
 		return addrs, nil
 	}
@@ -536,6 +539,10 @@ func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, 
 		return nil, peer(0, err)
 	}
 	t.master.start(0, cfg.PeerTimeout)
+	// Rank 0 sends heartbeats while the others join: one silent for PeerTimeout is frozen or
+	// gone (its pod may be getting replaced), and waiting out the rendezvous timeout for it
+	// would hold this rank that long; it stops instead, and its restart dials rank 0 anew.
+	t.master.watch()
 	type result struct {
 		table []byte
 		err   error

@@ -548,3 +548,59 @@ func TestPeerTimeoutDefaultAndClose(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A rank waiting at the rendezvous for the others finds out when rank 0 froze (its socket
+// accepts, nothing comes back): it stops within PeerTimeout, blaming rank 0, instead of waiting
+// out the rendezvous timeout; while rank 0 is alive and only waiting for a late rank, the ranks
+// that came wait with it.
+func TestARankAtTheRendezvousLosesAFrozenRankZero(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	master := testnet.FreeAddr(t)
+	l, err := net.Listen("tcp", master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	go func() { // frozen: the kernel accepts, the process never reads or writes
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer func() { _ = c.Close() }()
+		}
+	}()
+	start := time.Now()
+	_, err = Dial(context.Background(), Config{Rank: 1, World: 2, Master: master, Listen: "127.0.0.1:0", Timeout: 20 * time.Second, PeerTimeout: timeout})
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 0 || pe.Op != OpRendezvous || !errors.Is(err, ErrPeerSilent) {
+		t.Fatalf("err = %v, want a rendezvous PeerError blaming a silent rank 0", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v to find rank 0 silent, want about PeerTimeout, far below the rendezvous timeout", took)
+	}
+
+	// Alive: rank 2 comes 3 x PeerTimeout late, and nobody gives up (a generous PeerTimeout:
+	// a loaded machine must not make a live rank 0 look silent).
+	const alive = time.Second
+	master = testnet.FreeAddr(t)
+	errs := make(chan error, 3)
+	for r := range 3 {
+		go func() {
+			if r == 2 {
+				time.Sleep(3 * alive)
+			}
+			tr, err := Dial(context.Background(), Config{Rank: r, World: 3, Master: master, Listen: "127.0.0.1:0", Timeout: 20 * time.Second, PeerTimeout: alive})
+			if err == nil {
+				err = tr.Barrier()
+				_ = tr.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("a rank gave up on a live rendezvous: %v", err)
+		}
+	}
+}
