@@ -84,11 +84,13 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 // quarantined and the gang recreated instead.
 func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	st := &p.job.Status
-	seen := st.ContainerRestarts
-	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
 	if _, ok := p.inPlaceUnderWay(); ok {
+		// The cascade's restarts are the restart's own: recorded when it ends, not one
+		// status write per rank coming back (O(1) writes per restart, whatever the gang's size).
 		return false, nil
 	}
+	seen := st.ContainerRestarts
+	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
 	// Exits up to the last failure, or up to the end of the restart that followed it (the
 	// cascade's), are accounted for.
 	var after time.Time

@@ -329,3 +329,43 @@ func TestARankStartedInTheFaultsSecondIsNotTakenForRestarted(t *testing.T) {
 		t.Errorf("restarts %d (in place %d), want the one restart", st.Restarts, st.InPlaceRestarts)
 	}
 }
+
+// An in-place restart costs the same few status writes whatever the gang's size, even when
+// the ranks come back one pass at a time: the cascade's container restarts are recorded once,
+// when the restart ends, not once per rank.
+func TestAnInPlaceRestartsWritesDoNotGrowWithTheGang(t *testing.T) {
+	for _, n := range []int32{8, 64} {
+		job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(n).Generation(1).Defaulted().Obj()
+		h := newHarness(t, interceptor.Funcs{}, job)
+		h.events = nil
+		h.mustReconcile(t, job)
+		h.runAll(t)
+		h.mustReconcile(t, job)
+		fault := now.Add(-10 * time.Second)
+		var writes int32 // the operator's, not the kubelets' played by setPod
+		reconcile := func() {
+			before := h.writes.Load()
+			h.mustReconcile(t, job)
+			writes += h.writes.Load() - before
+		}
+		h.setPod(t, podName(job, 0, 1), restartedInPlace("n1", 1, 1, fault, fault.Add(time.Second)))
+		reconcile()
+		for r := range n {
+			if r != 1 {
+				h.setPod(t, podName(job, 0, r), restartedInPlace("n", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
+				reconcile()
+			}
+		}
+		reconcile()
+		st := h.get(t, job).Status
+		if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c == nil || c.Reason != trainingv1alpha1.ReasonRecovered || st.Restarts != 1 {
+			t.Fatalf("%d ranks: restarts %d, Restarting %+v; want one restart, recovered", n, st.Restarts, c)
+		}
+		if st.ContainerRestarts != int64(n) {
+			t.Errorf("%d ranks: containerRestarts %d, want %d", n, st.ContainerRestarts, n)
+		}
+		if writes > 3 {
+			t.Errorf("%d ranks: %d writes for one in-place restart, want at most 3 (decided, a progress report, recovered)", n, writes)
+		}
+	}
+}

@@ -147,6 +147,7 @@ func (p *pass) finishRecovery(g gang) {
 		end = back
 	}
 	p.job.Status.Replacing = nil
+	p.job.Status.ContainerRestarts = g.containerRestarts // the restart's cascade, accounted for
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs
