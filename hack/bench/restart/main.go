@@ -342,8 +342,9 @@ func (b *bench) loseNode(ctx context.Context, name string) {
 	}))
 }
 
-// restoreNode hands the node back to kwok and waits until it reports it Ready again: a job
-// of the next run placed on it before would lose it at once.
+// restoreNode hands the node back to kwok and waits until it is Ready again and the node
+// lifecycle controller has lifted its not-ready and unreachable taints: a job of the next run
+// placed on it before would lose it at once.
 func (b *bench) restoreNode(ctx context.Context, name string) {
 	check(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := &corev1.Node{}
@@ -353,16 +354,20 @@ func (b *bench) restoreNode(ctx context.Context, name string) {
 		delete(n.Labels, faultLabel)
 		return b.c.Update(ctx, n)
 	}))
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		n := &corev1.Node{}
 		check(b.c.Get(ctx, client.ObjectKey{Name: name}, n))
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return
-			}
+		ready := slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		})
+		tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
+		})
+		if ready && !tainted {
+			return
 		}
 		if time.Now().After(deadline) {
-			check(fmt.Errorf("node %s not Ready a minute after its fault ended", name))
+			check(fmt.Errorf("node %s not Ready and untainted two minutes after its fault ended", name))
 		}
 	}
 }
