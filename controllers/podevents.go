@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
 // progressBatch is how long a job's pass waits after a pod event that only reports progress
@@ -43,15 +45,18 @@ func (podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.Ty
 	enqueueOwner(e.Object, q, 0)
 }
 
-// workerExited reports whether the update shows a worker process that ended: exited now, or
-// restarted in place since the old version.
+// workerExited reports whether the update shows a worker process that ended by a fault of its
+// own: exited now, or restarted in place since the old version, with an exit other than 75.
+// A worker that stopped because a peer failed (75) is the cascade of a fault already on its
+// way: at 2,048 ranks those exits come by the thousand, and batching them like progress keeps
+// the restart's passes, each over every pod, from piling up.
 func workerExited(old client.Object, pod *corev1.Pod) bool {
 	s := workerStatus(pod)
 	if s == nil {
 		return false
 	}
-	if s.State.Terminated != nil {
-		return true
+	if t := s.State.Terminated; t != nil {
+		return t.ExitCode != trainingv1alpha1.ExitStopped
 	}
 	o, ok := old.(*corev1.Pod)
 	if !ok {
@@ -59,7 +64,11 @@ func workerExited(old client.Object, pod *corev1.Pod) bool {
 	}
 	// No earlier status is a container starting, which is progress like any other.
 	os := workerStatus(o)
-	return os != nil && os.RestartCount != s.RestartCount
+	if os == nil || os.RestartCount == s.RestartCount {
+		return false
+	}
+	last := s.LastTerminationState.Terminated
+	return last == nil || last.ExitCode != trainingv1alpha1.ExitStopped
 }
 
 // enqueueOwner queues the job that controls obj, after delay.

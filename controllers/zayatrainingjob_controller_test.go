@@ -301,6 +301,8 @@ func TestPodsTheCacheHasNotShownYetAreNotCreatedTwice(t *testing.T) {
 	}
 }
 
+// TestPodProgressIsBatchedAndFailuresAreNot: progress, and the exits of workers that stopped
+// because a peer failed (75), wait for the batch; a fault of a worker's own goes at once.
 func TestPodProgressIsBatchedAndFailuresAreNot(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
 	job.UID = "u1"
@@ -328,6 +330,11 @@ func TestPodProgressIsBatchedAndFailuresAreNot(t *testing.T) {
 			owned(func(p *corev1.Pod) { p.Spec.Containers = []corev1.Container{{Name: "worker"}} })},
 		{"worker exited in a living pod", owned(worker(0, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}})), true, nil},
 		{"worker restarted in place", owned(worker(1, running)), true, owned(worker(0, running))},
+		{"worker stopped for a peer (75): the cascade", owned(worker(0, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: trainingv1alpha1.ExitStopped}})), false, nil},
+		{"worker restarted in place after a 75", owned(func(p *corev1.Pod) {
+			worker(1, running)(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: trainingv1alpha1.ExitStopped}
+		}), false, owned(worker(0, running))},
 		{"started", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }), false, nil},
 		{"failed", owned(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), true, nil},
 		{"evicted", owned(func(p *corev1.Pod) { p.Status.Reason = "Evicted" }), true, nil},
