@@ -41,6 +41,7 @@ const faultLabel = "zaya.dev/fault"
 
 type sample struct {
 	decided, recovered time.Duration // fault → restart recorded; → Recovered, every rank running
+	kubelets           time.Duration // fault → the benchmark's last kubelet write (in place)
 	deleted, created   int           // pods of the job
 	writes, requests   float64       // the operator's
 	cpu                float64       // the operator's CPU seconds
@@ -69,8 +70,8 @@ func main() {
 			// Names are never reused: kwok acts on pods by name.
 			name := fmt.Sprintf("r%d-%s-%s-%d", *nodes, suffix, cs.short(), i)
 			s := b.run(ctx, name, cs)
-			fmt.Fprintf(os.Stderr, "%s %s run %d: decided %.2fs, recovered %.2fs, pods deleted %d created %d, writes %.0f, requests %.0f, cpu %.2fs\n",
-				cs.mode, cs.fault, i, s.decided.Seconds(), s.recovered.Seconds(), s.deleted, s.created, s.writes, s.requests, s.cpu)
+			fmt.Fprintf(os.Stderr, "%s %s run %d: decided %.2fs, kubelets done %.2fs, recovered %.2fs, pods deleted %d created %d, writes %.0f, requests %.0f, cpu %.2fs\n",
+				cs.mode, cs.fault, i, s.decided.Seconds(), s.kubelets.Seconds(), s.recovered.Seconds(), s.deleted, s.created, s.writes, s.requests, s.cpu)
 			samples = append(samples, s)
 		}
 		med := func(f func(sample) float64) float64 {
@@ -218,6 +219,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 		}
 		close(work)
 		wg.Wait()
+		s.kubelets = time.Since(start)
 	}
 	j := b.waitJob(ctx, name, 15*time.Minute, func(j *trainingv1alpha1.ZayaTrainingJob) bool {
 		c := meta.FindStatusCondition(j.Status.Conditions, trainingv1alpha1.ConditionRestarting)
