@@ -23,7 +23,7 @@ for n in $nodes_list; do
 	install_crd
 	port=$((20000 + RANDOM % 20000))
 	"$bin/zaya-operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" \
-		--health-probe-bind-address=0 >"$bin/bench-operator.log" 2>&1 &
+		--health-probe-bind-address=0 >"$bin/bench-restart-operator-$n.log" 2>&1 &
 	operator_pid=$!
 	sleep 2 # the metrics endpoint comes up with the manager
 	while read -r row; do rows+=("$row"); done < <("$bin/bench-restart" -nodes "$n" -runs "$runs" -cases "$cases" \
