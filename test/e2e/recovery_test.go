@@ -137,10 +137,18 @@ func TestFatalExitFailsTheJob(t *testing.T) {
 	}, gangTimeout, interval).Should(Succeed())
 }
 
+// recreating makes a job recreate its gang on every fault.
+func recreating(j *trainingv1alpha1.ZayaTrainingJob) {
+	j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+}
+
 func TestUnhealthyGPUQuarantinesTheNode(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	job := runningJob(t, ns, "gpu", nil)
+	// kwok restarts no container, so only a recreate brings a kwok gang back; replacing one
+	// rank while the others restart in place is TestAFrozenNodesRankIsReplacedAlone's, on
+	// process-backed nodes.
+	job := runningJob(t, ns, "gpu", recreating)
 	bad := rankPods(g, job, 0)["1"].Spec.NodeName
 
 	patchNode(t, g, bad,
@@ -157,6 +165,7 @@ func TestLostNodeIsAvoided(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	job := runningJob(t, ns, "lost", func(j *trainingv1alpha1.ZayaTrainingJob) {
+		recreating(j) // as above: kwok restarts no container
 		j.Spec.FaultTolerance.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	})
 	dead := rankPods(g, job, 0)["3"].Spec.NodeName
