@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/hack/bench/internal/connect"
+	"github.com/zaya-operator/zaya-operator/hack/bench/internal/stats"
 	"github.com/zaya-operator/zaya-operator/internal/scrape"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -63,14 +63,7 @@ func main() {
 			i, s.decided.Seconds(), s.oldGone.Seconds(), s.lastPod.Seconds(), s.lastBound.Seconds(), s.lastRunning.Seconds(), s.jobRunning.Seconds(), s.requests)
 		samples = append(samples, s)
 	}
-	med := func(f func(sample) float64) float64 {
-		v := make([]float64, 0, len(samples))
-		for _, s := range samples {
-			v = append(v, f(s))
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := func(f func(sample) float64) float64 { return stats.Median(samples, f) }
 	create := med(func(s sample) float64 { return s.lastPod.Seconds() })
 	spread := med(func(s sample) float64 { return (s.lastPod - s.firstPod).Seconds() })
 	running := med(func(s sample) float64 { return s.lastRunning.Seconds() })

@@ -32,6 +32,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/hack/bench/internal/connect"
+	"github.com/zaya-operator/zaya-operator/hack/bench/internal/stats"
 	"github.com/zaya-operator/zaya-operator/internal/scrape"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -74,14 +75,7 @@ func main() {
 				cs.mode, cs.fault, i, s.decided.Seconds(), s.kubelets.Seconds(), s.recovered.Seconds(), s.deleted, s.created, s.writes, s.requests, s.cpu)
 			samples = append(samples, s)
 		}
-		med := func(f func(sample) float64) float64 {
-			v := make([]float64, 0, len(samples))
-			for _, s := range samples {
-				v = append(v, f(s))
-			}
-			slices.Sort(v)
-			return v[len(v)/2]
-		}
+		med := func(f func(sample) float64) float64 { return stats.Median(samples, f) }
 		// | nodes | mode | fault | runs | fault → decided | fault → recovered | pods deleted | pods created | operator writes | operator requests | operator CPU |
 		fmt.Printf("| %d | %s | %s | %d | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.2f s |\n", *nodes, cs.mode, cs.fault, len(samples),
 			med(func(s sample) float64 { return s.decided.Seconds() }), med(func(s sample) float64 { return s.recovered.Seconds() }),
