@@ -281,22 +281,25 @@ func (b *bench) waitJob(ctx context.Context, name string, within time.Duration, 
 }
 
 // restartInPlace is a kubelet restarting the pod's worker container after it exited with
-// code at `at`: restartCount +1, the exit as lastState, running again now. Like a kubelet it
-// patches the status (one request), from the pod as the benchmark last read it: nothing else
-// writes a running pod's container statuses meanwhile.
+// code at `at`: restartCount +1, the exit as lastState, running again now.
 func (b *bench) restartInPlace(ctx context.Context, pod corev1.Pod, code int32, at metav1.Time) {
-	p := pod.DeepCopy()
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		if cs.Name != "worker" {
-			continue
+	check(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &corev1.Pod{}
+		if err := b.c.Get(ctx, client.ObjectKeyFromObject(&pod), p); err != nil {
+			return err
 		}
-		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", FinishedAt: at}}
-		cs.RestartCount++
-		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
-		cs.Ready, cs.Started = true, ptr.To(true)
-	}
-	check(b.c.Status().Patch(ctx, p, client.StrategicMergeFrom(&pod)))
+		for i := range p.Status.ContainerStatuses {
+			cs := &p.Status.ContainerStatuses[i]
+			if cs.Name != "worker" {
+				continue
+			}
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", FinishedAt: at}}
+			cs.RestartCount++
+			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+			cs.Ready, cs.Started = true, ptr.To(true)
+		}
+		return b.c.Status().Update(ctx, p)
+	}))
 }
 
 // fail is a kubelet reporting the pod's only container's exit: the pod fails.
