@@ -383,6 +383,9 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if cfg.PeerTimeout == 0 {
 		cfg.PeerTimeout = DefaultPeerTimeout
 	}
+	if err := ctx.Err(); err != nil { // the caller gave up already: take no port
+		return nil, fmt.Errorf("transport: %s: %w", OpRendezvous, err)
+	}
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
