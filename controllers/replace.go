@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -180,7 +181,7 @@ func rankBack(pod *corev1.Pod, since time.Time, renewed bool) bool {
 // It returns when to look again while a laggard's Lease may still lapse.
 func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 	since, ok := p.inPlaceUnderWay()
-	if !ok {
+	if !ok || !p.replacesPods() {
 		return 0, nil
 	}
 	var laggards []int32
@@ -198,6 +199,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 		return 0, nil
 	}
 	var next time.Duration
+	going := sync.OnceValue(func() bool { return p.namespaceGoing(ctx) }) // read once, and only to act
 	for _, r := range laggards {
 		pod := g.ranks[r]
 		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
@@ -211,7 +213,10 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 			due := stale - age
 			if hungLaggard(g, r, since, p.job.Spec.GPUsPerNode) {
 				if p.now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
-					p.replaceHung(ctx, g, r)
+					if going() {
+						return 0, nil // the job goes with its namespace: nothing to replace
+					}
+					p.replaceHung(g, r)
 					continue
 				}
 				due = min(due, hungRecheck) // its next renewal tells a hung rank from a lost node
@@ -227,8 +232,8 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 			Message: truncate(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
 				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
 		}
-		if !p.replacesPods() || p.namespaceGoing(ctx) {
-			return 0, nil // the job goes with its namespace: nothing to replace
+		if going() {
+			return 0, nil
 		}
 		if err := p.quarantine(ctx, &f); err != nil {
 			return 0, err
@@ -276,16 +281,13 @@ var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 // since the restart began), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
+func (p *pass) replaceHung(g gang, rank int32) {
 	pod := g.ranks[rank]
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
 		Message: truncate(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
 			rank, pod.Name, pod.Spec.NodeName)),
-	}
-	if !p.replacesPods() || p.namespaceGoing(ctx) {
-		return
 	}
 	p.recordFailure(f)
 	p.markReplaced(g, []int32{rank}, f.Reason, f.Message)
@@ -296,12 +298,8 @@ func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
 // duration). A negative age means there is no Lease to judge by. Read live, for the few nodes
 // of ranks left behind, rather than watching every node's Lease.
 func (p *pass) leaseAge(ctx context.Context, node string) (age, stale time.Duration, err error) {
-	reader := p.r.APIReader
-	if reader == nil {
-		reader = p.r.Client
-	}
 	l := &coordinationv1.Lease{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
+	if err := p.r.apiReader().Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			log.FromContext(ctx).V(1).Info("no node Lease to judge by", "node", node, "error", err.Error())
 			return -1, 0, nil

@@ -343,10 +343,7 @@ func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
-	down := a.down[pod.Spec.NodeName]
-	a.mu.Unlock()
-	if down {
+	if a.isDown(pod.Spec.NodeName) {
 		return 0, nil // a dead kubelet does nothing
 	}
 	if r != nil && r.uid != pod.UID { // a new pod with an old pod's name

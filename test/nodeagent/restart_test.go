@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -166,7 +167,16 @@ func TestAFrozenNodeRenewsNothingAndLeavesItsProcessesStopped(t *testing.T) {
 	if err := cs.CoreV1().Pods("ns").Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the agent has seen the delete by now
+	// Once its cache has lost the pod, the agent's sync for it is what a kubelet would do.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := a.pods.Pods("ns").Get("w")
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the agent never saw the pod deleted")
+	}
+	if _, err := a.sync(ctx, "ns/w"); err != nil {
+		t.Fatal(err)
+	}
 	if got := processState(t, pid); got != "T" {
 		t.Errorf("process state %q after its pod was deleted, want T: a dead kubelet kills nothing", got)
 	}

@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -262,22 +263,19 @@ func (b *bench) pods(ctx context.Context, job string) []corev1.Pod {
 }
 
 func (b *bench) waitJob(ctx context.Context, name string, within time.Duration, done func(*trainingv1alpha1.ZayaTrainingJob) bool) *trainingv1alpha1.ZayaTrainingJob {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		j := &trainingv1alpha1.ZayaTrainingJob{}
+	var j *trainingv1alpha1.ZayaTrainingJob
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		j = &trainingv1alpha1.ZayaTrainingJob{}
 		err := b.informers.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: name}, j)
 		if apierrors.IsNotFound(err) { // just created: not in the cache yet
-			time.Sleep(5 * time.Millisecond)
-			continue
+			return false, nil
 		}
-		check(err)
-		if done(j) {
-			return j
-		}
-		time.Sleep(5 * time.Millisecond)
+		return err == nil && done(j), err
+	})
+	if err != nil {
+		check(fmt.Errorf("job %s: not there after %v: %w", name, within, err))
 	}
-	check(fmt.Errorf("job %s: not there after %v", name, within))
-	return nil
+	return j
 }
 
 // restartInPlace is a kubelet restarting the pod's worker container after it exited with
@@ -350,21 +348,21 @@ func (b *bench) restoreNode(ctx context.Context, name string) {
 		delete(n.Labels, faultLabel)
 		return b.c.Update(ctx, n)
 	}))
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		n := &corev1.Node{}
-		check(b.c.Get(ctx, client.ObjectKey{Name: name}, n))
+		if err := b.c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return false, err
+		}
 		ready := slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
 			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
 		})
 		tainted := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
 			return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
 		})
-		if ready && !tainted {
-			return
-		}
-		if time.Now().After(deadline) {
-			check(fmt.Errorf("node %s not Ready and untainted two minutes after its fault ended", name))
-		}
+		return ready && !tainted, nil
+	})
+	if err != nil {
+		check(fmt.Errorf("node %s not Ready and untainted two minutes after its fault ended: %w", name, err))
 	}
 }
 
