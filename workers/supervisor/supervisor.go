@@ -1,0 +1,135 @@
+// Package supervisor is zaya-supervisor's logic: it runs a worker's command as the container's
+// main process and applies the job's restart rule inside the pod, for clusters whose kubelet
+// has no container restart rules (inPlaceMechanism Supervisor, docs/worker-contract.md).
+//
+// The kubelet still does every restart (the pod's restartPolicy is OnFailure): a restart it
+// makes is one the operator sees, with the exit code and the termination message, through the
+// pod's status, which needs no API token in the pod. A restart done inside the container would
+// be invisible to it: it could neither count it nor tell when every rank is back. What the
+// supervisor adds is the choice the restart rules would make: a worker exit the rule restarts
+// ends the container with the same code, and any other one ends it with exit 0 and the code in
+// the termination message, so the kubelet does not restart it and the operator fails the job.
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
+)
+
+// Config is one supervised run.
+type Config struct {
+	// Args is the worker's command.
+	Args []string
+	// Rule is the restart rule; nil passes every exit code through.
+	Rule *contract.RestartRule
+	// TerminationLog is the file the exit-code line is appended to ("": none).
+	TerminationLog string
+	// Log receives the supervisor's own messages.
+	Log io.Writer
+}
+
+// forwarded are the signals the worker gets as the container would have given them to it.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// Run runs the worker to its end and returns the container's exit code.
+func Run(cfg Config) int {
+	return cfg.decide(cfg.run())
+}
+
+// run starts the worker in a process group of its own, hands it every forwarded signal, and
+// returns its exit code (128+n for death by signal n). A worker that cannot be started is a
+// configuration error: exit 78.
+func (cfg Config) run() int32 {
+	if len(cfg.Args) == 0 {
+		fmt.Fprintln(cfg.Log, "zaya-supervisor: no command to run")
+		return contract.ExitConfig
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(cfg.Log, "zaya-supervisor: cannot start the worker: %v\n", err)
+		return contract.ExitConfig
+	}
+	pid := cmd.Process.Pid
+	done := make(chan syscall.WaitStatus, 1)
+	go func() { done <- reap(pid) }()
+	for {
+		select {
+		case s := <-sigs:
+			// The group: a launcher's children (torchrun's ranks) get the signal too.
+			_ = syscall.Kill(-pid, s.(syscall.Signal))
+		case ws := <-done:
+			// Nothing the worker started may outlive it into the next run: a stray rank would
+			// hold its port, its GPU memory and its checkpoint files.
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			if ws.Signaled() {
+				return 128 + int32(ws.Signal())
+			}
+			return int32(ws.ExitStatus())
+		}
+	}
+}
+
+// reap waits for any child until pid ends: as a container's PID 1 the supervisor inherits
+// every orphan of the worker and must not leave them zombies.
+func reap(pid int) syscall.WaitStatus {
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			// No child left to wait for: exec.Cmd reaped it first, which it never does here.
+			return syscall.WaitStatus(contract.ExitConfig << 8)
+		case got == pid:
+			return ws
+		}
+	}
+}
+
+// decide turns the worker's exit into the container's: the kubelet restarts any non-zero
+// exit, so one the rule does not restart ends the container with 0 and the code in the
+// termination message.
+func (cfg Config) decide(code int32) int {
+	if cfg.Rule == nil || code == 0 || cfg.Rule.Restarts(code) {
+		return int(code)
+	}
+	line := contract.TerminationMessageExitCodePrefix + strconv.FormatInt(int64(code), 10)
+	if err := appendLine(cfg.TerminationLog, line); err != nil {
+		// Without the line the operator would take the exit for success: let the kubelet
+		// restart it instead, the lesser harm.
+		fmt.Fprintf(cfg.Log, "zaya-supervisor: worker exited %d, which does not restart in place, but %v: exiting %d\n", code, err, code)
+		return int(code)
+	}
+	fmt.Fprintf(cfg.Log, "zaya-supervisor: worker exited %d, which does not restart in place (%s): ending the container\n", code, cfg.Rule)
+	return 0
+}
+
+func appendLine(path, line string) error {
+	if path == "" {
+		return errors.New("no termination log")
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
