@@ -78,7 +78,7 @@ func CacheOptions() cache.Options {
 }
 
 // slimPod keeps what the reconciler reads of its pods: metadata, status, the node, the grace
-// period and the containers' names and restart rules (whether an exit restarts in place). The rest of the spec (the RCCL environment, probes,
+// period, the pod's restartPolicy and the containers' names and restart rules (whether an exit restarts in place). The rest of the spec (the RCCL environment, probes,
 // volumes, affinity) is most of a worker pod and is never read back: the operator creates and
 // deletes pods but never updates one, so nothing dropped here can be written back.
 func slimPod(o any) (any, error) {
@@ -92,7 +92,7 @@ func slimPod(o any) (any, error) {
 		containers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules}
 	}
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
-		Containers: containers}
+		RestartPolicy: p.Spec.RestartPolicy, Containers: containers}
 	return p, nil
 }
 

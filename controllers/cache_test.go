@@ -34,8 +34,8 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 	}
 
 	// A worker pod as the API server returns it: everything the operator wrote, plus what the
-	// scheduler and kubelet add. The cache keeps metadata, status, node, grace period and
-	// container names, and drops the rest.
+	// scheduler and kubelet add. The cache keeps metadata, status, node, grace period, restart
+	// policy and container names, and drops the rest.
 	job := testjob.MakeZayaTrainingJob("j", "ns").Nodes(4).NewCheckpoint("1Ti", "").Defaulted().Obj()
 	job.Spec.FaultTolerance.HangTimeout = &metav1.Duration{Duration: time.Hour}
 	pod := newWorkerPod(job, networkEnv(&job.Spec), 2)
@@ -46,7 +46,7 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "zaya: checkpoint 40"}}}}}
 	want := pod.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: "node-7", TerminationGracePeriodSeconds: ptr.To[int64](30),
+	want.Spec = corev1.PodSpec{NodeName: "node-7", TerminationGracePeriodSeconds: ptr.To[int64](30), RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{{Name: "worker", RestartPolicy: pod.Spec.Containers[0].RestartPolicy, RestartPolicyRules: pod.Spec.Containers[0].RestartPolicyRules}}}
 	by, ok := byType[*corev1.Pod](opts.ByObject)
 	if !ok || by.Transform == nil || by.Label == nil || by.Label.Empty() {

@@ -56,6 +56,9 @@ func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *h
 		}
 	}
 	funcs.Create = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if dryRun(opts) {
+			return c.Create(ctx, obj, opts...) // a question, not a write
+		}
 		count()
 		if obj.GetUID() == "" { // as the API server does; the fake client leaves it empty
 			obj.SetUID(types.UID(fmt.Sprintf("uid-%s-%d", obj.GetName(), h.uids.Add(1))))
@@ -264,3 +267,9 @@ func (h *harness) expectQuiet(t testing.TB, job *trainingv1alpha1.ZayaTrainingJo
 }
 
 func byName(o client.Object) []string { return []string{o.GetName()} }
+
+// dryRun reports whether create options ask for a dry run.
+func dryRun(opts []client.CreateOption) bool {
+	o := (&client.CreateOptions{}).ApplyOptions(opts)
+	return len(o.DryRun) > 0
+}

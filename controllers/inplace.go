@@ -141,7 +141,7 @@ func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
 // if it exited (not 0: a rank that is done), else the run before its last restart.
 func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 	s := workerStatus(pod)
-	if s == nil || podFinished(pod) || len(pod.Spec.Containers[workerContainer(&pod.Spec)].RestartPolicyRules) == 0 {
+	if s == nil || podFinished(pod) || len(podRestartRules(pod)) == 0 {
 		return nil // no rules: an exit fails the pod, which is the Recreate path's to see
 	}
 	if t := s.State.Terminated; t != nil {
@@ -282,7 +282,7 @@ func (p *pass) recoverFrom(ctx context.Context, v verdict, g gang) error {
 		return nil
 	}
 	if f := v.failure; v.pod != nil && !v.fatal && f.ExitCode != nil && f.Reason == trainingv1alpha1.FailureReasonExitCode &&
-		rulesRestart(v.pod.Spec.Containers[workerContainer(&v.pod.Spec)].RestartPolicyRules, *f.ExitCode) {
+		rulesRestart(podRestartRules(v.pod), *f.ExitCode) {
 		p.warning(trainingv1alpha1.ReasonInPlaceUnsupported, "Restart",
 			"rank %d on %s exited %d, which its container restart rules restart in place, but its pod failed: the kubelet there does not honour container restart rules (ContainerRestartRules, Kubernetes 1.35+); recreating the gang",
 			ptr.Deref(f.Rank, -1), f.Node, *f.ExitCode)

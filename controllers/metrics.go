@@ -27,8 +27,8 @@ var (
 	})
 	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "zaya_gang_restarts_total",
-		Help: "Whole-gang restarts, by failure reason and by mode (InPlace, Recreate).",
-	}, []string{"reason", "mode"})
+		Help: "Whole-gang restarts, by failure reason, by mode (InPlace, Recreate) and by mechanism (RestartRules, Supervisor, Recreate).",
+	}, []string{"reason", "mode", "mechanism"})
 	recoverySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "zaya_gang_recovery_seconds",
 		Help:    "Seconds from a failure (for in-place restarts: the fault itself) to every rank running again, by the mode the restart ended in.",

@@ -72,8 +72,9 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRestarting, msg)
 	p.warning(trainingv1alpha1.ReasonRestarting, "Restart", "%s", msg)
 	attempt := st.Attempt()
+	mechanism := restartedBy(v.pod, mode)
 	p.whenStored(func() {
-		restartsTotal.WithLabelValues(f.Reason, string(mode)).Inc()
+		restartsTotal.WithLabelValues(f.Reason, string(mode), string(mechanism)).Inc()
 		log.FromContext(ctx).Info("restarting the gang", "mode", mode, "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
 	})
 }

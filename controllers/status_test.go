@@ -73,7 +73,7 @@ func TestDecisionsAreCountedOnceTheirStatusIsStored(t *testing.T) {
 			h.setPod(t, "llm-0-1", exited("n1", 1, now))
 			h.drainEvents()
 
-			restarts := restartsTotal.WithLabelValues(trainingv1alpha1.FailureReasonExitCode, string(trainingv1alpha1.RestartModeRecreate))
+			restarts := restartsTotal.WithLabelValues(trainingv1alpha1.FailureReasonExitCode, string(trainingv1alpha1.RestartModeRecreate), string(trainingv1alpha1.RestartMechanismRecreate))
 			before := testutil.ToFloat64(restarts)
 			// The restart is decided three times over, but stored only by the last pass.
 			failing.Store(true)

@@ -151,7 +151,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	}
 
 	w := &ps.Containers[workerContainer(ps)]
-	setRestartRules(w, &s.FaultTolerance)
+	setInPlace(job, pod, w)
 	setDevice(&w.Resources, "amd.com/gpu", int64(s.GPUsPerNode))
 	if nics := s.NICsPerNode(); nics > 0 {
 		setDevice(&w.Resources, "amd.com/nic", int64(nics))

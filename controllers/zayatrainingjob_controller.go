@@ -52,6 +52,7 @@ type ZayaTrainingJobReconciler struct {
 	tooLarge  sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
 	creations creations // pods created but not yet in the cache
 	marks     markKeys
+	rules     rulesSupport // whether the API server keeps container restart rules
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), but for a live get of
@@ -102,6 +103,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// Pods the operator did not make are no ranks, and never deleted: a rank whose name one
 	// holds is reported as a name conflict when its pod is created.
 	own, _ := marks.ownPods(job, pods.Items)
+	own = supervisorExits(own)
 
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks}
@@ -150,6 +152,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err := p.ensureChildren(ctx); err != nil {
 		return p.blocked(ctx, err)
 	}
+	p.decideMechanism(ctx)
 	if job.Status.StartTime == nil {
 		job.Status.StartTime = &metav1.Time{Time: p.now}
 	}

@@ -27,6 +27,11 @@ const (
 	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers into the
 	// generation (ZAYA_RESTART_ATTEMPT) and the starts within it.
 	InPlaceAttemptBits = contract.InPlaceAttemptBits
+	// RestartExitCodesAnnotation carries a supervised pod's restart rule.
+	RestartExitCodesAnnotation = contract.RestartExitCodesAnnotation
+	// TerminationMessageExitCodePrefix starts zaya-supervisor's line for a worker exit that
+	// does not restart in place.
+	TerminationMessageExitCodePrefix = contract.TerminationMessageExitCodePrefix
 )
 
 // Environment variables of the worker contract.
@@ -47,6 +52,8 @@ const (
 	EnvCheckpointKeep    = contract.EnvCheckpointKeep
 	EnvHeartbeatFile     = contract.EnvHeartbeatFile
 	EnvCollectiveTimeout = contract.EnvCollectiveTimeout
+	// EnvRestartExitCodes is the restart rule zaya-supervisor applies.
+	EnvRestartExitCodes = contract.EnvRestartExitCodes
 	// EnvTerminationLog is the container's terminationMessagePath, where the worker appends
 	// the checkpoint-step line (and the heartbeat probe the hang line).
 	EnvTerminationLog = contract.EnvTerminationLog

@@ -88,6 +88,9 @@ func (j *ZayaTrainingJob) Default() {
 	if f.RestartMode == "" {
 		f.RestartMode = RestartModeInPlace
 	}
+	if f.InPlaceMechanism == "" {
+		f.InPlaceMechanism = InPlaceMechanismRestartRules
+	}
 	defaultDuration(&f.InPlaceTimeout, DefaultInPlaceTimeout)
 	if f.ExitCodes.Fatal == nil {
 		f.ExitCodes.Fatal = []int32{ExitCodeConfigError}

@@ -38,6 +38,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 		ExitCodes:          ExitCodePolicy{Fatal: []int32{78}, Other: ExitCodeRestart},
 		DisruptionRestarts: DisruptionRestartsFree,
 		RestartMode:        RestartModeInPlace,
+		InPlaceMechanism:   InPlaceMechanismRestartRules,
 		InPlaceTimeout:     dur(3 * time.Minute),
 		Quarantine:         QuarantineSpec{NodeTaint: QuarantineTaintNone, ExpireAfter: dur(24 * time.Hour), MaxNodes: 32},
 	}

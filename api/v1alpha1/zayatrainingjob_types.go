@@ -446,6 +446,18 @@ type FaultToleranceSpec struct {
 	// +optional
 	RestartMode RestartMode `json:"restartMode,omitempty"`
 
+	// inPlaceMechanism is what restarts a worker in its pod under restartMode InPlace.
+	// RestartRules (default): the kubelet, by the worker container's restart rules
+	// (Kubernetes 1.35 and later); on a cluster whose API server drops the rules the operator
+	// finds out before it creates the pods and recreates the gang instead (an
+	// InPlaceUnsupported event). Supervisor: the worker container runs its command under
+	// zaya-supervisor, which applies the same rule inside the pod (pod restartPolicy
+	// OnFailure), on any Kubernetes version; the image must use it as its entrypoint
+	// (docs/worker-contract.md).
+	// +kubebuilder:default=RestartRules
+	// +optional
+	InPlaceMechanism InPlaceMechanism `json:"inPlaceMechanism,omitempty"`
+
 	// inPlaceTimeout is how long an in-place restart may take to bring every rank back
 	// (restarted after the fault and ready) before the operator recreates the gang instead,
 	// a duration from 10s to 1h (default 3m).
@@ -472,6 +484,33 @@ const (
 	RestartModeInPlace RestartMode = "InPlace"
 	// RestartModeRecreate deletes and recreates every pod of the gang.
 	RestartModeRecreate RestartMode = "Recreate"
+)
+
+// InPlaceMechanism is what restarts a worker in its pod.
+// +kubebuilder:validation:Enum=RestartRules;Supervisor
+type InPlaceMechanism string
+
+const (
+	// InPlaceMechanismRestartRules restarts by container restart rules, in the kubelet.
+	InPlaceMechanismRestartRules InPlaceMechanism = "RestartRules"
+	// InPlaceMechanismSupervisor restarts by zaya-supervisor's rule in the worker container and
+	// the pod's restartPolicy OnFailure.
+	InPlaceMechanismSupervisor InPlaceMechanism = "Supervisor"
+)
+
+// RestartMechanism is what restarts the gang after a process fault, as the operator set its
+// pods up.
+// +kubebuilder:validation:Enum=RestartRules;Supervisor;Recreate
+type RestartMechanism string
+
+const (
+	// RestartMechanismRestartRules restarts in place, by container restart rules.
+	RestartMechanismRestartRules RestartMechanism = "RestartRules"
+	// RestartMechanismSupervisor restarts in place, by zaya-supervisor.
+	RestartMechanismSupervisor RestartMechanism = "Supervisor"
+	// RestartMechanismRecreate restarts with new pods (restartMode Recreate, or no in-place
+	// mechanism).
+	RestartMechanismRecreate RestartMechanism = "Recreate"
 )
 
 // BackoffSpec is an exponential backoff.
@@ -583,6 +622,12 @@ type ZayaTrainingJobStatus struct {
 	// lastRestartMode is how the latest (or current) restart happens: InPlace or Recreate.
 	// +optional
 	LastRestartMode RestartMode `json:"lastRestartMode,omitempty"`
+
+	// restartMechanism is what restarts the gang after a process fault, as the pods the
+	// operator creates are set up: RestartRules or Supervisor (in place), or Recreate
+	// (restartMode Recreate, or a cluster that drops container restart rules).
+	// +optional
+	RestartMechanism RestartMechanism `json:"restartMechanism,omitempty"`
 
 	// containerRestarts is the sum of the worker containers' restartCount over the current
 	// attempt's pods when the operator last looked: a rise is an in-place restart.

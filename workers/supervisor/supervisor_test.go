@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,7 +111,7 @@ func TestAWorkerThatCannotStartIsAConfigurationError(t *testing.T) {
 	} {
 		_ = os.Remove(term)
 		cmd := exec.Command(bin, "/no/such/worker")
-		cmd.Env = append(env, contract.EnvTerminationLog+"="+term)
+		cmd.Env = append(slices.Clone(env), contract.EnvTerminationLog+"="+term)
 		out, err := cmd.CombinedOutput()
 		msg, _ := os.ReadFile(term)
 		if err != nil || string(msg) != "exit-code=78\n" {
