@@ -8,7 +8,8 @@ export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-e2e}
 "$root/hack/tools.sh" cluster
 go build -o "$bin/zaya-operator" "$root"
 go build -o "$bin/zaya-worker" "$root/workers/cmd/zaya-worker"
+go build -o "$bin/zaya-supervisor" "$root/workers/cmd/zaya-supervisor"
 trap '"$root/hack/cluster.sh" down' EXIT
 KUBECONFIG=$("$root/hack/cluster.sh" up 18)
-export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator" ZAYA_E2E_WORKER="$bin/zaya-worker"
+export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator" ZAYA_E2E_WORKER="$bin/zaya-worker" ZAYA_E2E_SUPERVISOR="$bin/zaya-supervisor"
 go test -tags e2e -count=1 "$@" ./test/e2e/...

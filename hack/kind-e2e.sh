@@ -69,5 +69,7 @@ kubectl delete namespace kind-smoke --wait
 # the local cluster.
 go build -o "$root/bin/zaya-operator" "$root"
 go build -o "$root/bin/zaya-worker" "$root/workers/cmd/zaya-worker"
+go build -o "$root/bin/zaya-supervisor" "$root/workers/cmd/zaya-supervisor"
 ZAYA_E2E_KUBECTL=$(command -v kubectl) ZAYA_E2E_OPERATOR="$root/bin/zaya-operator" ZAYA_E2E_WORKER="$root/bin/zaya-worker" \
+	ZAYA_E2E_SUPERVISOR="$root/bin/zaya-supervisor" \
 	go test -tags e2e -count=1 "$@" "$root/test/e2e/..."

@@ -71,7 +71,7 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
 		Labels:   map[string]string{agentLabel: "true"},
 		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-		Commands: map[string]string{"zaya-worker": worker, "sh": "/bin/sh"},
+		Commands: map[string]string{"zaya-worker": worker, "zaya-supervisor": os.Getenv("ZAYA_E2E_SUPERVISOR"), "sh": "/bin/sh"},
 		// A kubelet configured with crashLoopBackOff.maxContainerRestartPeriod: 1s (KEP-4603):
 		// a default one waits 10 s before a container's second in-place restart within 10 min.
 		MaxContainerRestartPeriod: time.Second,
@@ -88,6 +88,21 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		}
 	})
 	return a
+}
+
+// supervise runs the container's command under zaya-supervisor, as an image whose
+// entrypoint wraps its worker would (the process-backed node runs host binaries: the worker
+// is named by its path).
+func supervise(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	if os.Getenv("ZAYA_E2E_SUPERVISOR") == "" {
+		t.Fatal("ZAYA_E2E_SUPERVISOR (the zaya-supervisor binary) is not set: run through make test-e2e")
+	}
+	cmd := slices.Clone(c.Command)
+	if len(cmd) > 0 && cmd[0] == "zaya-worker" {
+		cmd[0] = os.Getenv("ZAYA_E2E_WORKER")
+	}
+	c.Command = append([]string{"zaya-supervisor", "--"}, cmd...)
 }
 
 // clientset is a typed client of the e2e cluster.
@@ -234,9 +249,13 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	}
 
 	var report strings.Builder
-	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {
-		t.Run(string(mode), func(t *testing.T) {
-			report.WriteString(chaosRun(t, a, ns, mode, steps, nFaults, seed, want))
+	for _, v := range []restartVariant{
+		{"InPlace", trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.InPlaceMechanismRestartRules},
+		{"Supervisor", trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.InPlaceMechanismSupervisor},
+		{"Recreate", trainingv1alpha1.RestartModeRecreate, trainingv1alpha1.InPlaceMechanismRestartRules},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			report.WriteString(chaosRun(t, a, ns, v, steps, nFaults, seed, want))
 		})
 	}
 	t.Log(report.String())
@@ -245,14 +264,26 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 	}
 }
 
-// chaosRun trains the reference job again under nFaults faults, restarting by mode, checks
+// restartVariant is how a chaos run restarts its gang.
+type restartVariant struct {
+	name      string
+	mode      trainingv1alpha1.RestartMode
+	mechanism trainingv1alpha1.InPlaceMechanism
+}
+
+// chaosRun trains the reference job again under nFaults faults, restarting as v says, checks
 // the outcome against the uninterrupted run's parameters and returns its table.
-func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, mode trainingv1alpha1.RestartMode, steps, nFaults int, seed uint64, want []byte) string {
+func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, steps, nFaults int, seed uint64, want []byte) string {
 	ctx := context.Background()
-	name := "chaos-" + strings.ToLower(string(mode))
+	name := "chaos-" + strings.ToLower(v.name)
 	sharedClaim(t, ns, name)
 	job := trainingJob(ns, name, name, steps)
-	job.Spec.FaultTolerance.RestartMode = mode
+	job.Spec.FaultTolerance.RestartMode = v.mode
+	job.Spec.FaultTolerance.InPlaceMechanism = v.mechanism
+	if v.mechanism == trainingv1alpha1.InPlaceMechanismSupervisor {
+		supervise(t, &job.Spec.Template.Spec.Containers[0])
+	}
+	mode := v.mode
 	g := NewWithT(t)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 
@@ -407,7 +438,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, mode trainingv1alpha1
 	var recov, adv []time.Duration
 	var lost int64
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nrestartMode %s\n%-3s %-14s %-8s %-8s %-6s %-6s %-10s %s\n", mode, "#", "fault", "at step", "resumed", "lost", "pods", "recovery", "advancing")
+	fmt.Fprintf(&b, "\nrestart %s\n%-3s %-14s %-8s %-8s %-6s %-6s %-10s %s\n", v.name, "#", "fault", "at step", "resumed", "lost", "pods", "recovery", "advancing")
 	for i, rec := range records {
 		recov, adv = append(recov, rec.recovery), append(adv, rec.advancing)
 		lost += rec.atStep - rec.resumed

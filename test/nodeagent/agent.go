@@ -424,7 +424,7 @@ func (a *Agent) stop(r *run, grace time.Duration) {
 		case <-time.After(grace):
 		}
 	}
-	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	_ = signalContainer(cmd.Process.Pid, syscall.SIGKILL)
 	<-r.exited
 }
 
@@ -549,7 +549,9 @@ func (a *Agent) launch(r *run) error {
 	cmd.Env, cmd.Dir = r.env, r.dir
 	out := io.MultiWriter(logf, runf)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A session of its own: the container's processes, whatever groups they make (a
+	// supervisor puts its worker in one of its own), as a PID namespace holds them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		_ = runf.Close()
@@ -964,7 +966,7 @@ func (a *Agent) kill(r *run, pod *corev1.Pod) {
 		return
 	case <-time.After(time.Duration(grace) * time.Second):
 	}
-	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	_ = signalContainer(cmd.Process.Pid, syscall.SIGKILL)
 	<-inst
 }
 
@@ -1227,7 +1229,7 @@ func (a *Agent) Signal(ns, name string, sig syscall.Signal) error {
 	if cmd == nil || r.exitedNow() {
 		return fmt.Errorf("nodeagent: pod %s/%s has no running process", ns, name)
 	}
-	return syscall.Kill(-cmd.Process.Pid, sig)
+	return signalContainer(cmd.Process.Pid, sig)
 }
 
 // NodeDown kills the node's kubelet: its processes die with it, its heartbeats stop, its pods
@@ -1280,7 +1282,7 @@ func (a *Agent) Freeze(node string) error {
 	a.mu.Unlock()
 	var errs []error
 	for _, c := range cmds {
-		if err := syscall.Kill(-c.Process.Pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := signalContainer(c.Process.Pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, err)
 		}
 	}
