@@ -23,10 +23,10 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret string
-		leaderElect                                                                                             bool
-		concurrency, burst                                                                                      int
-		qps                                                                                                     float64
+		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage string
+		leaderElect                                                                                                         bool
+		concurrency, burst                                                                                                  int
+		qps                                                                                                                 float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
@@ -35,6 +35,7 @@ func main() {
 	flag.StringVar(&leaderElectionID, "leader-election-id", "zaya-operator", "name of the leader-election Lease; operators installed side by side (one per team) need their own")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
 	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
+	flag.StringVar(&spareImage, "spare-image", controllers.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -93,6 +94,7 @@ func main() {
 		Recorder:      mgr.GetEventRecorder("zaya-operator"),
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
+		SpareImage:    spareImage,
 	}).SetupWithManager(mgr, concurrency); err != nil {
 		setupLog.Error(err, "unable to create controller")
 		os.Exit(1)

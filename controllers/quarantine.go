@@ -139,6 +139,12 @@ func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.Quarant
 		}
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{q.Name}})
 	}
+	requireNodeFields(ps, reqs)
+}
+
+// requireNodeFields adds field requirements on the node to every required node-affinity term
+// of the pod (the terms are ORed: each must carry them).
+func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement) {
 	if len(reqs) == 0 {
 		return
 	}

@@ -93,10 +93,15 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue
 		}
+		spare := p.takeSpare(pod.Spec.NodeName)
 		st.Replacing = append(st.Replacing, trainingv1alpha1.ReplacedPod{
-			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: p.now},
+			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: p.now}, SpareNode: spare,
 		})
-		names = append(names, fmt.Sprintf("rank %d (pod %s on %s)", r, pod.Name, pod.Spec.NodeName))
+		name := fmt.Sprintf("rank %d (pod %s on %s)", r, pod.Name, pod.Spec.NodeName)
+		if spare != "" {
+			name += " onto the warm spare's node " + spare
+		}
+		names = append(names, name)
 	}
 	if len(names) == 0 {
 		return

@@ -26,6 +26,8 @@ type pass struct {
 	job   *trainingv1alpha1.ZayaTrainingJob
 	now   time.Time
 	marks *markKey // signs the pods the pass creates
+	// spares are the job's warm spare pods, by name.
+	spares []*corev1.Pod
 
 	// events are emitted in order at the end of the pass. Those about decisions (status
 	// changes), and onStore's metrics of them, only once that status is stored: a pass whose

@@ -178,6 +178,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 		addRankAntiAffinity(ps, job.Name)
 	}
 	avoidQuarantined(ps, job.Status.QuarantinedNodes)
+	requireSpareNode(job, ps, rank)
 	return pod
 }
 

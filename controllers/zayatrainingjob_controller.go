@@ -43,6 +43,9 @@ type ZayaTrainingJobReconciler struct {
 	// cannot answer (whose is an object the job needs the name of); nil uses Client.
 	APIReader client.Reader
 
+	// SpareImage is the warm spares' container image (default DefaultSpareImage).
+	SpareImage string
+
 	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
 	// operator marks its pods with across restarts; created on first use. Empty keeps the key
 	// in memory: pods that existed before the process started are then trusted.
@@ -164,7 +167,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if _, ok := p.inPlaceUnderWay(); !ok {
 		job.Status.Replacing = nil // left by a restart that ended another way (suspended, say)
 	}
-	gang := classify(job, pods)
+	ranks, spares := splitSpares(job, pods)
+	p.spares = spares
+	gang := classify(job, ranks)
 	p.recordCheckpoint(gang)
 	p.recordResume(gang)
 	done, settling := p.succeeded(gang)
@@ -216,6 +221,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
 	if err := p.deleteReplaced(ctx, gang); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := p.ensureSpares(ctx, gang); err != nil {
 		return ctrl.Result{}, err
 	}
 

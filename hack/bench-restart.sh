@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gang restart benchmark, in place against recreate (issue 19): for jobs of each size in
-# NODES_LIST on the local kwok cluster (one spare node), one rank is lost to a crash or to its
-# node, and the clock runs from the fault to the job's Recovered with every rank running.
+# NODES_LIST on the local kwok cluster (two nodes to spare), one rank is lost to a crash or to its
+# node (InPlace/node+spare: with a warm spare held), and the clock runs from the fault to the
+# job's Recovered with every rank running.
 # Prints a markdown table for BENCHMARKS.md.
 #   NODES_LIST="128 512 2048" RUNS=3 CASES="InPlace/crash,InPlace/node,Recreate/crash,Recreate/node" hack/bench-restart.sh
 set -euo pipefail
@@ -18,7 +19,7 @@ trap 'stop_operator; "$root/hack/cluster.sh" down' EXIT
 
 rows=()
 for n in $nodes_list; do
-	KUBECONFIG=$("$root/hack/cluster.sh" up $((n + 1)))
+	KUBECONFIG=$("$root/hack/cluster.sh" up $((n + 2)))
 	export KUBECONFIG
 	install_crd
 	port=$((20000 + RANDOM % 20000))

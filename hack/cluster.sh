@@ -5,7 +5,7 @@
 # PersistentVolumes for checkpoint claims. No Docker needed. kwok plays kubelet only for nodes
 # annotated kwok.x-k8s.io/node=fake (hack/cluster/kwokctl.yaml): the fake nodes carry it,
 # process-backed nodes (test/nodeagent) never do, so their pods are the agent's alone.
-#   hack/cluster.sh up [NODES]   start (or reuse) the cluster with NODES fake nodes (default 4, 1..2048)
+#   hack/cluster.sh up [NODES]   start (or reuse) the cluster with NODES fake nodes (default 4, 1..2050)
 #   hack/cluster.sh scale NODES  set the number of fake nodes
 #   hack/cluster.sh down         delete the cluster
 #   hack/cluster.sh kubeconfig   print the kubeconfig path
@@ -25,7 +25,7 @@ kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 log() { echo "cluster: $*" >&2; }
 
 check_nodes() {
-	[[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 2049 ] || { echo "cluster: NODES must be 1..2049, got '$1'" >&2; exit 2; }
+	[[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 2050 ] || { echo "cluster: NODES must be 1..2050, got '$1'" >&2; exit 2; }
 }
 
 scale() {

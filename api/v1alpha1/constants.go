@@ -11,6 +11,8 @@ const (
 	RankLabel = "training.zaya.dev/rank"
 	// AttemptLabel is the restart attempt (status.restarts) a pod belongs to.
 	AttemptLabel = "training.zaya.dev/attempt"
+	// SpareLabel marks a warm spare pod (faultTolerance.spares) with its index.
+	SpareLabel = "training.zaya.dev/spare"
 	// PodMarkAnnotation carries the operator's HMAC of a worker pod's identity (job UID,
 	// attempt, rank, name): a pod without a valid one is not the job's, whatever it claims.
 	PodMarkAnnotation = "training.zaya.dev/pod-mark"
@@ -97,6 +99,10 @@ const (
 	// ReasonReplacingPods: an in-place restart replaces the pods of ranks that cannot restart
 	// in place (their node failed, or they did not rejoin in time).
 	ReasonReplacingPods = "ReplacingPods"
+	// ReasonSparesCreated: the operator created warm spare pods.
+	ReasonSparesCreated = "SparesCreated"
+	// ReasonSpareUnavailable: a warm spare pod could not be created (quota, admission).
+	ReasonSpareUnavailable = "SpareUnavailable"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.

@@ -458,6 +458,15 @@ type FaultToleranceSpec struct {
 	// +optional
 	InPlaceMechanism InPlaceMechanism `json:"inPlaceMechanism,omitempty"`
 
+	// spares is how many warm spare pods the job holds under restartMode InPlace, 0 to 16
+	// (default 0). A spare holds a node as a rank would (the template's placement, the worker
+	// container's resources, its GPUs and NICs) and runs nothing; a rank whose pod is replaced
+	// takes a spare's node at once instead of waiting for room, and the spare is replenished.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Spares int32 `json:"spares,omitempty"`
+
 	// inPlaceTimeout is how long an in-place restart may take to bring every rank back
 	// (restarted after the fault and ready) before the operator recreates the gang instead,
 	// a duration from 10s to 1h (default 3m).
@@ -645,6 +654,16 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	Replacing []ReplacedPod `json:"replacing,omitempty"`
 
+	// readySpares is how many of the job's warm spare pods run, ready to be taken.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ReadySpares int32 `json:"readySpares,omitempty"`
+
+	// sparesTaken is how many warm spares replaced ranks have taken, over the job's life.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	SparesTaken int32 `json:"sparesTaken,omitempty"`
+
 	// podsReplaced is how many pods in-place restarts have replaced, over the job's life.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -773,6 +792,11 @@ type ReplacedPod struct {
 	Reason string `json:"reason"`
 	// since is when the operator decided to replace it.
 	Since metav1.Time `json:"since"`
+	// spareNode is the node of the warm spare the new pod takes, if one was held.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	SpareNode string `json:"spareNode,omitempty"`
 }
 
 // QuarantinedNode is a node the job keeps its ranks off.

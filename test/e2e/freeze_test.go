@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,38 +24,55 @@ import (
 // NotReady). Its peers find the rank silent and stop, the gang restarts in place, the node's
 // Lease lapses, and only that rank gets a new pod, same name, on another node; the other
 // ranks keep their pods, training advances again from the last checkpoint, the job
-// completes with one restart counted, and the frozen node is quarantined. The log line gives
-// the time from the freeze to training steps advancing again.
+// completes with one restart counted, and the frozen node is quarantined. With a warm spare
+// held, the new pod goes to the spare's node and a spare is held again afterwards. The log
+// lines give the time from the freeze to training steps advancing again, each way.
 func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
+	for _, spares := range []int32{0, 1} {
+		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) { frozenNodeRun(t, spares) })
+	}
+}
+
+func frozenNodeRun(t *testing.T, spares int32) {
 	const steps = 600
-	a := processCluster(t, trainNodes+1)
+	// A cluster of its own: the frozen node stays frozen (and schedulable) until it ends.
+	a := processCluster(t, trainNodes+1+int(spares)*2)
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
 	sharedClaim(t, ns, "frozen")
 	job := trainingJob(ns, "frozen", "frozen", steps)
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
+	job.Spec.FaultTolerance.Spares = spares
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunning(g, job, 0)
 
-	pods := func(g Gomega) map[string]corev1.Pod {
+	// The ranks' pods, and the spares' apart.
+	pods := func(g Gomega) (ranks, spareNodes map[string]corev1.Pod) {
 		list := &corev1.PodList{}
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
-		out := map[string]corev1.Pod{}
+		ranks, spareNodes = map[string]corev1.Pod{}, map[string]corev1.Pod{}
 		for _, p := range list.Items {
-			out[p.Name] = p
+			if _, spare := p.Labels[trainingv1alpha1.SpareLabel]; spare {
+				if p.DeletionTimestamp.IsZero() && p.Spec.NodeName != "" {
+					spareNodes[p.Spec.NodeName] = p
+				}
+				continue
+			}
+			ranks[p.Name] = p
 		}
-		return out
+		return ranks, spareNodes
 	}
 	rank0Run := func(restarts int32) string {
 		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(a.PodDir(ns, job.Name+"-0-0"), "worker.log"), restarts))
 		return string(b)
 	}
-	// Let it train past a checkpoint.
+	// Let it train past a checkpoint, with its spares held.
 	g.Eventually(func() int64 { return train.ParseLog(rank0Run(0)).Last }, 2*time.Minute, 20*time.Millisecond).
 		Should(BeNumerically(">=", 2*ckptEvery+5), "no progress:\n%s", rank0Run(0))
+	g.Eventually(func() int32 { return getJob(g, job).Status.ReadySpares }, time.Minute, interval).Should(Equal(spares))
 
-	before := pods(g)
+	before, heldOn := pods(g)
 	victim := job.Name + "-0-1"
 	node := a.NodeOf(ns, victim)
 	g.Expect(node).NotTo(BeEmpty())
@@ -65,8 +83,8 @@ func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 	// Rank 0 restarts in place (its restart count rises) and its new run trains again.
 	var advancing time.Duration
 	g.Eventually(func(g Gomega) {
-		p := pods(g)[job.Name+"-0-0"]
-		s := p.Status.ContainerStatuses
+		ranks, _ := pods(g)
+		s := ranks[job.Name+"-0-0"].Status.ContainerStatuses
 		g.Expect(s).NotTo(BeEmpty())
 		restarts := s[0].RestartCount
 		g.Expect(restarts).To(BeNumerically(">", 0))
@@ -75,22 +93,37 @@ func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 		advancing = time.Since(frozen)
 	}, 2*time.Minute, 50*time.Millisecond).Should(Succeed())
 
-	after := pods(g)
+	after, _ := pods(g)
 	g.Expect(after).To(HaveLen(len(before)), "pods: %v", after)
 	for name, p := range before {
 		if name == victim {
 			g.Expect(after[name].UID).NotTo(Equal(p.UID), "the frozen rank kept its pod")
 			g.Expect(after[name].Spec.NodeName).NotTo(Equal(node), "the new pod landed on the frozen node")
+			if spares > 0 {
+				g.Expect(heldOn).To(HaveKey(after[name].Spec.NodeName), "the new pod did not take a spare's node")
+			}
 			continue
 		}
 		g.Expect(after[name].UID).To(Equal(p.UID), "rank pod %s was replaced", name)
 	}
-	t.Logf("node frozen -> training advancing again: %v (1 pod replaced of %d)", advancing.Round(10*time.Millisecond), len(before))
+	t.Logf("spares %d: node frozen -> training advancing again: %v (1 pod replaced of %d)", spares, advancing.Round(10*time.Millisecond), len(before))
+	if spares > 0 {
+		// Replenished, off the frozen node and the taken one.
+		g.Eventually(func(g Gomega) {
+			_, held := pods(g)
+			g.Expect(held).To(HaveLen(int(spares)))
+			g.Expect(held).NotTo(HaveKey(node))
+			g.Expect(getJob(g, job).Status.ReadySpares).To(Equal(spares))
+		}, time.Minute, interval).Should(Succeed())
+	}
 
 	done := waitSucceeded(t, job, 5*time.Minute)
 	g.Expect(done.Status.Restarts).To(Equal(int32(1)))
 	g.Expect(done.Status.PodsReplaced).To(Equal(int32(1)))
+	g.Expect(done.Status.SparesTaken).To(Equal(spares))
 	g.Expect(done.Status.QuarantinedNodes).To(ContainElement(HaveField("Name", node)))
 	g.Expect(done.Status.LastFailure).NotTo(BeNil())
 	t.Logf("last failure %s: %s", done.Status.LastFailure.Reason, done.Status.LastFailure.Message)
+	_, held := pods(g)
+	g.Eventually(func(g Gomega) map[string]corev1.Pod { _, held = pods(g); return held }, time.Minute, interval).Should(BeEmpty(), "spares outlived the job")
 }

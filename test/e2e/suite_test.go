@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -204,9 +205,12 @@ func startOperator(extra ...string) (*operatorProcess, error) {
 }
 
 // newNamespace makes a namespace of its own for one test.
+// notLabel matches what a namespace name may not hold (a subtest's "/" or "=").
+var notLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("e2e-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), time.Now().UnixNano()%100000)
+	name := fmt.Sprintf("e2e-%s-%d", notLabel.ReplaceAllString(strings.ToLower(t.Name()), "-"), time.Now().UnixNano()%100000)
 	if len(name) > 63 {
 		name = name[len(name)-63:]
 		name = "e" + strings.TrimLeft(name[1:], "-")

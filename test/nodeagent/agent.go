@@ -498,6 +498,10 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 		env = append(env, "KUBECONFIG="+kubeconfig)
 	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
+	if len(argv) == 0 && isPauseImage(c.Image) {
+		// The one image it knows: pause holds the pod until it is stopped, then exits 0.
+		argv = []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"}
+	}
 	if len(argv) == 0 {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", "the container has no command: nodeagent cannot run images")
 	}
@@ -506,6 +510,9 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 		argv[i] = rewrite(expand(argv[i], lookup), paths)
 	}
 	bin, ok := a.opts.Commands[argv[0]]
+	if argv[0] == "/bin/sh" && isPauseImage(c.Image) {
+		bin, ok = "/bin/sh", true
+	}
 	if !ok {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", fmt.Sprintf("nodeagent knows no command %q", argv[0]))
 	}
@@ -522,6 +529,12 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	a.opts.Logf("nodeagent: %s started on %s at %s (pid %d)", key, pod.Spec.NodeName, ip, pid)
 	go a.supervise(ctx, key, pod, r)
 	return 0, nil
+}
+
+// isPauseImage reports whether image is a pause image (registry.k8s.io/pause:3.10, a mirror).
+func isPauseImage(image string) bool {
+	name := image[strings.LastIndexByte(image, '/')+1:]
+	return name == "pause" || strings.HasPrefix(name, "pause:") || strings.HasPrefix(name, "pause@")
 }
 
 // errStopped refuses to start a container whose pod is being stopped.

@@ -88,22 +88,32 @@ func main() {
 
 type benchCase struct {
 	mode  trainingv1alpha1.RestartMode
-	fault string // crash, node
+	fault string // crash, node, node+spare (a warm spare held)
 }
 
 func (c benchCase) short() string {
+	s := "r" + c.fault[:1]
 	if c.mode == trainingv1alpha1.RestartModeInPlace {
-		return "i" + c.fault[:1]
+		s = "i" + c.fault[:1]
 	}
-	return "r" + c.fault[:1]
+	if c.spare() {
+		s += "s"
+	}
+	return s
 }
+
+func (c benchCase) spare() bool { return strings.HasSuffix(c.fault, "+spare") }
+
+// lostNode reports whether the case loses a node, with or without a spare.
+func (c benchCase) lostNode() bool { return strings.HasPrefix(c.fault, "node") }
 
 func splitCases(s string) []benchCase {
 	var out []benchCase
 	for _, f := range strings.Split(s, ",") {
 		mode, fault, _ := strings.Cut(strings.TrimSpace(f), "/")
-		if (mode != string(trainingv1alpha1.RestartModeInPlace) && mode != string(trainingv1alpha1.RestartModeRecreate)) || (fault != "crash" && fault != "node") {
-			check(fmt.Errorf("unknown case %q (want InPlace or Recreate, /, crash or node)", f))
+		if (mode != string(trainingv1alpha1.RestartModeInPlace) && mode != string(trainingv1alpha1.RestartModeRecreate)) ||
+			(fault != "crash" && fault != "node" && (fault != "node+spare" || mode != string(trainingv1alpha1.RestartModeInPlace))) {
+			check(fmt.Errorf("unknown case %q (want InPlace or Recreate, /, crash or node; or InPlace/node+spare)", f))
 		}
 		out = append(out, benchCase{trainingv1alpha1.RestartMode(mode), fault})
 	}
@@ -124,9 +134,13 @@ type bench struct {
 func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 	job := testjob.MakeZayaTrainingJob(name, b.ns).Nodes(b.nodes).Obj()
 	job.Spec.FaultTolerance.RestartMode = cs.mode
+	if cs.spare() {
+		job.Spec.FaultTolerance.Spares = 1
+	}
 	check(b.c.Create(ctx, job))
 	b.waitJob(ctx, name, 10*time.Minute, func(j *trainingv1alpha1.ZayaTrainingJob) bool {
-		return j.Status.ReadyNodes == b.nodes && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning)
+		return j.Status.ReadyNodes == b.nodes && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning) &&
+			j.Status.ReadySpares == job.Spec.FaultTolerance.Spares
 	})
 	pods := b.pods(ctx, name)
 	if j := b.waitJob(ctx, name, time.Second, func(*trainingv1alpha1.ZayaTrainingJob) bool { return true }); j.Status.Restarts != 0 {
@@ -145,7 +159,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 	check(err)
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name {
+			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name && !isSpare(p) {
 				mu.Lock()
 				if !known[string(p.UID)] {
 					known[string(p.UID)] = true
@@ -158,7 +172,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name {
+			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name && !isSpare(p) {
 				mu.Lock()
 				s.deleted++
 				mu.Unlock()
@@ -193,7 +207,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 		} else {
 			b.fail(ctx, victim, 1, at)
 		}
-	case "node":
+	case "node", "node+spare":
 		b.loseNode(ctx, victim.Spec.NodeName)
 	}
 	if cs.mode == trainingv1alpha1.RestartModeInPlace {
@@ -231,7 +245,12 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 	}
 
 	check(b.c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground)))
-	if cs.fault == "node" {
+	if cs.spare() {
+		if j.Status.SparesTaken != 1 {
+			check(fmt.Errorf("job %s: %d spares taken, want 1", name, j.Status.SparesTaken))
+		}
+	}
+	if cs.lostNode() {
 		b.restoreNode(ctx, victim.Spec.NodeName)
 	}
 	for {
@@ -254,12 +273,19 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 func (b *bench) pods(ctx context.Context, job string) []corev1.Pod {
 	list := &corev1.PodList{}
 	check(b.c.List(ctx, list, client.InNamespace(b.ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job}))
+	list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return isSpare(&p) })
 	slices.SortFunc(list.Items, func(a, b corev1.Pod) int {
 		ra, _ := strconv.Atoi(a.Labels[trainingv1alpha1.RankLabel])
 		rb, _ := strconv.Atoi(b.Labels[trainingv1alpha1.RankLabel])
 		return ra - rb
 	})
 	return list.Items
+}
+
+// isSpare reports whether p is a warm spare, not a rank.
+func isSpare(p *corev1.Pod) bool {
+	_, ok := p.Labels[trainingv1alpha1.SpareLabel]
+	return ok
 }
 
 func (b *bench) waitJob(ctx context.Context, name string, within time.Duration, done func(*trainingv1alpha1.ZayaTrainingJob) bool) *trainingv1alpha1.ZayaTrainingJob {
