@@ -171,7 +171,7 @@ func reportedExitCode(msg string) (int32, bool) {
 		if !ok {
 			continue
 		}
-		if c, err := strconv.ParseInt(v, 10, 32); err == nil {
+		if c, err := strconv.ParseInt(v, 10, 32); err == nil && c >= 0 && c <= 255 { // what an exit status can be
 			code, found = int32(c), c != 0
 		}
 	}

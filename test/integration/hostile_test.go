@@ -154,6 +154,17 @@ var hostileInputs = []hostile{
 				g.Expect(p.Spec.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "OPTS", Value: "$(MASTER_ADDR); rm -rf / #"}))
 			}
 		}},
+	{input: "spares 1000", stage: atApply, patch: `spec: {faultTolerance: {spares: 1000}}`, want: []string{"spec.faultTolerance.spares", "less than or equal to 16"}},
+	{input: "spares negative", stage: atApply, patch: `spec: {faultTolerance: {spares: -1}}`, want: []string{"spec.faultTolerance.spares", "greater than or equal to 0"}},
+	{input: "unknown in-place mechanism", stage: atApply, patch: `spec: {faultTolerance: {inPlaceMechanism: Magic}}`, want: []string{"spec.faultTolerance.inPlaceMechanism", "Unsupported value"}},
+	{input: "template annotation claims a supervisor's restart rule", stage: handled, patch: `spec: {template: {metadata: {annotations: {training.zaya.dev/restart-exit-codes: "NotIn:0"}}}}`,
+		result: "runs; the operator drops the annotation: the pods restart by their container restart rules, and an exit-code line in their message is nobody's word",
+		check: func(g Gomega, pods map[string]*corev1.Pod) {
+			for name, p := range pods {
+				g.Expect(p.Annotations).NotTo(HaveKey(trainingv1alpha1.RestartExitCodesAnnotation), name)
+				g.Expect(p.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever), name)
+			}
+		}},
 	{input: "template labels claim another rank and job", stage: handled, patch: `spec: {template: {metadata: {labels: {training.zaya.dev/rank: "99", training.zaya.dev/job-name: other}}}}`,
 		result: "runs; the operator's job-name, rank and attempt labels replace the template's",
 		check: func(g Gomega, pods map[string]*corev1.Pod) {
