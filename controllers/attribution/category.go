@@ -1,0 +1,55 @@
+// Package attribution names what a failure was: a category (GPU hardware, NIC or fabric,
+// collective timeout, out of memory, user code, storage, …) read from a failed rank's evidence,
+// its exit and termination message, through a table of patterns the operator ships and users
+// extend (a ConfigMap). Matching is RE2 (linear in the input) over a bounded input.
+package attribution
+
+// Category is what a failure was. The values are valid condition reasons and metric labels.
+type Category string
+
+const (
+	// GPUHardware: a GPU fault the driver or runtime reported (memory access fault,
+	// uncorrectable ECC, GPU reset or hang).
+	GPUHardware Category = "GPUHardware"
+	// NICFabric: a NIC or fabric fault (RDMA completion errors such as retry exceeded, a link
+	// or port down).
+	NICFabric Category = "NICFabric"
+	// CollectiveTimeout: a collective that did not complete in time (a watchdog timeout).
+	CollectiveTimeout Category = "CollectiveTimeout"
+	// OutOfMemory: host or GPU memory exhausted.
+	OutOfMemory Category = "OutOfMemory"
+	// UserCode: the training program's own error (a traceback, an import error, bad
+	// arguments).
+	UserCode Category = "UserCode"
+	// Storage: reading or writing files failed (no space, I/O error, stale handle).
+	Storage Category = "Storage"
+	// NodeLost: the node went away (NotReady, deleted, a lapsed Lease, shut down).
+	NodeLost Category = "NodeLost"
+	// Eviction: the pod was evicted or preempted (a drain, the scheduler, the kubelet).
+	Eviction Category = "Eviction"
+	// Infrastructure: the platform failed the pod (image pull, admission, scheduling).
+	Infrastructure Category = "Infrastructure"
+	// Unknown: no evidence names it.
+	Unknown Category = "Unknown"
+)
+
+// Categories lists every category, most specific evidence first: when a rank's message
+// matches several (a GPU fault also prints a Python traceback), the first wins.
+var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Unknown}
+
+// rank orders categories by Categories: lower is more specific.
+func rank(c Category) int {
+	for i, x := range Categories {
+		if x == c {
+			return i
+		}
+	}
+	return len(Categories)
+}
+
+// Valid reports whether c is a known category.
+func Valid(c Category) bool { return rank(c) < len(Categories) }
+
+// Hardware reports whether a failure of category c is the node's fault, not the program's:
+// the kind a node is quarantined for.
+func Hardware(c Category) bool { return c == GPUHardware || c == NICFabric }
