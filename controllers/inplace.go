@@ -109,6 +109,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 		return false, nil
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
+	p.attribute(&v.failure, ended(pod, exit))
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
 	at := exit.FinishedAt.Time
 	if at.IsZero() || at.After(p.now) {

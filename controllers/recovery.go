@@ -30,6 +30,9 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	job := p.job
 	st := &job.Status
 	f := v.failure
+	if f.Category == "" {
+		p.attribute(&f, nil)
+	}
 	p.recordFailure(f)
 	if v.fatal {
 		p.fail(trainingv1alpha1.ReasonFatalFailure, f.Message)
@@ -58,10 +61,10 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	var msg string
 	if mode == trainingv1alpha1.RestartModeInPlace {
 		st.InPlaceRestarts++
-		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s", st.Restarts, st.Attempt(), f.Message)
+		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, categoryWords(f))
 	} else {
 		st.ReadyNodes = 0
-		msg = fmt.Sprintf("restarting the whole gang as attempt %d after: %s", st.Attempt(), f.Message)
+		msg = fmt.Sprintf("restarting the whole gang as attempt %d after: %s%s", st.Attempt(), f.Message, categoryWords(f))
 	}
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
 	if mode == trainingv1alpha1.RestartModeInPlace {
@@ -81,6 +84,9 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 
 // recordFailure makes f the last failure and the newest of the recent ones.
 func (p *pass) recordFailure(f trainingv1alpha1.JobFailure) {
+	if f.Category == "" {
+		p.attribute(&f, nil)
+	}
 	st := &p.job.Status
 	st.LastFailure = &f
 	st.RecentFailures = append([]trainingv1alpha1.JobFailure{f}, st.RecentFailures...)

@@ -152,6 +152,11 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 
 	w := &ps.Containers[workerContainer(ps)]
 	setInPlace(job, pod, w)
+	if w.TerminationMessagePolicy == "" {
+		// A worker that dies without writing its termination message (a segfault, a Python
+		// traceback) still leaves the tail of its log as evidence of why.
+		w.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	}
 	setDevice(&w.Resources, "amd.com/gpu", int64(s.GPUsPerNode))
 	if nics := s.NICsPerNode(); nics > 0 {
 		setDevice(&w.Resources, "amd.com/nic", int64(nics))

@@ -99,7 +99,8 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 							`{ echo "zaya: hang: no heartbeat for 1800s" >> "$ZAYA_TERMINATION_LOG"; exit 1; }`}}},
 					InitialDelaySeconds: 1800, PeriodSeconds: 60, TimeoutSeconds: 10, FailureThreshold: 1,
 				},
-				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext:          &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
 			}},
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -55,7 +57,8 @@ type ZayaTrainingJobReconciler struct {
 	tooLarge  sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
 	creations creations // pods created but not yet in the cache
 	marks     markKeys
-	rules     rulesSupport // whether the API server keeps container restart rules
+	rules     rulesSupport                      // whether the API server keeps container restart rules
+	patterns  atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), but for a live get of
@@ -257,6 +260,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 	if pod := g.firstFailure(); pod != nil {
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
+		p.attribute(&v.failure, pod)
 		v.pod = pod
 		return &v, nil
 	}

@@ -773,6 +773,21 @@ type JobFailure struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+	// category is what the failure was, read from its evidence: GPUHardware, NICFabric,
+	// CollectiveTimeout, OutOfMemory, UserCode, Storage, NodeLost, Eviction, Infrastructure,
+	// Hang or Unknown (docs/recovery.md, "Why it failed").
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Category string `json:"category,omitempty"`
+	// rule is the failure pattern that named the category, when one did.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Rule string `json:"rule,omitempty"`
+	// evidence is the line of the rank's termination message (or log tail) that the rule
+	// matched, truncated to 512 bytes.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // ReplacedPod is a rank whose pod an in-place restart replaces.

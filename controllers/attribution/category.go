@@ -8,34 +8,37 @@ package attribution
 type Category string
 
 const (
-	// GPUHardware: a GPU fault the driver or runtime reported (memory access fault,
+	// GPUHardware is a GPU fault the driver or runtime reported (memory access fault,
 	// uncorrectable ECC, GPU reset or hang).
 	GPUHardware Category = "GPUHardware"
-	// NICFabric: a NIC or fabric fault (RDMA completion errors such as retry exceeded, a link
+	// NICFabric is a NIC or fabric fault (RDMA completion errors such as retry exceeded, a link
 	// or port down).
 	NICFabric Category = "NICFabric"
-	// CollectiveTimeout: a collective that did not complete in time (a watchdog timeout).
+	// CollectiveTimeout is a collective that did not complete in time (a watchdog timeout).
 	CollectiveTimeout Category = "CollectiveTimeout"
-	// OutOfMemory: host or GPU memory exhausted.
+	// OutOfMemory is host or GPU memory exhausted.
 	OutOfMemory Category = "OutOfMemory"
-	// UserCode: the training program's own error (a traceback, an import error, bad
+	// UserCode is the training program's own error (a traceback, an import error, bad
 	// arguments).
 	UserCode Category = "UserCode"
-	// Storage: reading or writing files failed (no space, I/O error, stale handle).
+	// Storage is a failure to read or write files (no space, I/O error, stale handle).
 	Storage Category = "Storage"
-	// NodeLost: the node went away (NotReady, deleted, a lapsed Lease, shut down).
+	// NodeLost is the node gone (NotReady, deleted, a lapsed Lease, shut down).
 	NodeLost Category = "NodeLost"
-	// Eviction: the pod was evicted or preempted (a drain, the scheduler, the kubelet).
+	// Eviction is the pod evicted or preempted (a drain, the scheduler, the kubelet).
 	Eviction Category = "Eviction"
-	// Infrastructure: the platform failed the pod (image pull, admission, scheduling).
+	// Infrastructure is the platform failing the pod (image pull, admission, scheduling).
 	Infrastructure Category = "Infrastructure"
-	// Unknown: no evidence names it.
+	// Hang is a rank that stopped making progress (no heartbeat, or its peers found it silent)
+	// with nothing else to name why.
+	Hang Category = "Hang"
+	// Unknown is a failure no evidence names.
 	Unknown Category = "Unknown"
 )
 
 // Categories lists every category, most specific evidence first: when a rank's message
 // matches several (a GPU fault also prints a Python traceback), the first wins.
-var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Unknown}
+var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Unknown}
 
 // rank orders categories by Categories: lower is more specific.
 func rank(c Category) int {

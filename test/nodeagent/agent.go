@@ -602,7 +602,10 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 			close(r.exited)
 			return
 		}
-		msg := readHead(r.termPath, 4096)
+		msg := readTail(r.termPath, 4096)
+		if msg == "" && code != 0 && r.container.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+			msg = logTail(RunLogPath(r.logPath, r.restarts), 2048, 80)
+		}
 		reason := "Completed"
 		if code != 0 {
 			reason = "Error"
@@ -1040,14 +1043,34 @@ func exitCode(err error) int {
 	return ee.ExitCode()
 }
 
-func readHead(path string, n int) string {
+// readTail is the last n bytes of a file, as the kubelet reads a termination message.
+func readTail(path string, n int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer func() { _ = f.Close() }()
-	b, _ := io.ReadAll(io.LimitReader(f, int64(n)))
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		if _, err := f.Seek(st.Size()-n, io.SeekStart); err != nil {
+			return ""
+		}
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
 	return string(b)
+}
+
+// logTail is the end of a container's log as FallbackToLogsOnError takes it: at most
+// maxBytes and maxLines lines, whichever is smaller.
+func logTail(path string, maxBytes int64, maxLines int) string {
+	s := readTail(path, maxBytes)
+	lines := strings.SplitAfter(s, "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "")
 }
 
 // mapping stands a container path for a host path.
