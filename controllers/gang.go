@@ -29,6 +29,7 @@ type gang struct {
 	containerRestarts                          int64     // worker containers' restartCount, summed
 	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
+	failed                                     []*corev1.Pod // every failed pod, in listing order
 }
 
 // classify sorts the job's pods into the gang of its current attempt.
@@ -94,6 +95,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 			if g.firstFailed == nil || failedBefore(pod, g.firstFailed) {
 				g.firstFailed = pod
 			}
+			g.failed = append(g.failed, pod)
 		case corev1.PodRunning:
 			if podReady(pod) {
 				g.ready++

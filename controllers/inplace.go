@@ -100,16 +100,18 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.LastTransitionTime.After(after) {
 		after = c.LastTransitionTime.Time
 	}
-	pod, exit := g.inPlaceRoot(after)
+	table := p.r.failurePatterns()
+	pod, exit, cascaded := g.inPlaceRoot(table, after)
 	if pod == nil && g.containerRestarts > seen {
 		// A restart whose exit is no newer than the last failure (times are whole seconds).
-		pod, exit = g.inPlaceRoot(time.Time{})
+		pod, exit, cascaded = g.inPlaceRoot(table, time.Time{})
 	}
 	if pod == nil {
 		return false, nil
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))
+	v.failure.Cascaded = cascaded
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
 	at := exit.FinishedAt.Time
 	if at.IsZero() || at.After(p.now) {
@@ -155,36 +157,6 @@ func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 		return s.LastTerminationState.Terminated
 	}
 	return nil
-}
-
-// inPlaceRoot is the rank whose last run ended first after `after` with an exit other than
-// the cascade's 75 (else the first of any), ties by rank: the fault that started the restart.
-func (g gang) inPlaceRoot(after time.Time) (*corev1.Pod, *corev1.ContainerStateTerminated) {
-	var root *corev1.Pod
-	var exit *corev1.ContainerStateTerminated
-	better := func(t *corev1.ContainerStateTerminated) bool {
-		if exit == nil {
-			return true
-		}
-		cascade, rootCascade := t.ExitCode == trainingv1alpha1.ExitStopped, exit.ExitCode == trainingv1alpha1.ExitStopped
-		if cascade != rootCascade {
-			return !cascade
-		}
-		return t.FinishedAt.Before(&exit.FinishedAt)
-	}
-	for _, pod := range g.ranks { // by rank: an equal time keeps the lower rank
-		if pod == nil {
-			continue
-		}
-		t := lastExit(pod)
-		if t == nil || !t.FinishedAt.After(after) {
-			continue
-		}
-		if better(t) {
-			root, exit = pod, t
-		}
-	}
-	return root, exit
 }
 
 // restartedSince reports whether every rank has come back from an in-place restart that

@@ -154,6 +154,15 @@ func (p *pass) finishRecovery(g gang) {
 		end = back
 	}
 	p.job.Status.Replacing = nil
+	if st := &p.job.Status; st.LastRestartMode == trainingv1alpha1.RestartModeInPlace && st.LastFailure != nil {
+		// The cascade is over: every other rank whose container it restarted.
+		if n := g.cascadeSince(since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
+			st.LastFailure.Cascaded = n
+			if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&st.LastFailure.Time) {
+				st.RecentFailures[0].Cascaded = n
+			}
+		}
+	}
 	p.job.Status.ContainerRestarts = g.containerRestarts // the restart's cascade, accounted for
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses

@@ -258,9 +258,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
 // rank on a node that lost its health (the device plugin never evicts those pods).
 func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
-	if pod := g.firstFailure(); pod != nil {
+	if pod, cascaded := g.rootFailure(p.r.failurePatterns()); pod != nil {
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
 		p.attribute(&v.failure, pod)
+		v.failure.Cascaded = cascaded
 		v.pod = pod
 		return &v, nil
 	}

@@ -788,6 +788,12 @@ type JobFailure struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Evidence string `json:"evidence,omitempty"`
+	// cascaded is how many other ranks had failed too when this one was taken for the root
+	// cause (their collectives broke with it, or they timed out waiting for it); an in-place
+	// restart counts the ranks its cascade restarted once it ends.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Cascaded int32 `json:"cascaded,omitempty"`
 }
 
 // ReplacedPod is a rank whose pod an in-place restart replaces.

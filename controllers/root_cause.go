@@ -1,0 +1,165 @@
+package controllers
+
+import (
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+)
+
+// Root or cascade. When one rank faults, its peers fail moments later in broken or timed-out
+// collectives; whichever failure the operator happens to see first is not necessarily the
+// cause. Of the failures of one restart, the root is the one whose own evidence names a fault
+// (a GPU or NIC fault, out of memory, storage, the program's own error, the platform taking
+// the pod or node) within rootWindow of the first; failing that, the first. The others are its
+// cascade: counted in lastFailure.cascaded, never quarantining a node.
+
+// rootWindow is how much later than the first failure a rank with stronger evidence may fail
+// and still be taken for the root: a collective timeout on its peers comes first when the
+// faulty rank hangs before it dies.
+const rootWindow = time.Minute
+
+// evidenceChecks bounds the ranks whose messages are read for one decision (the earliest
+// failures): at 2,048 ranks every peer of a fault fails.
+const evidenceChecks = 64
+
+// Evidence strength of a failed rank.
+const (
+	evidenceCascade = iota // it stopped because a peer failed (exit 75)
+	evidenceWeak           // nothing specific: an exit code, a timeout, a hang
+	evidenceStrong         // a fault of its own named, or the platform took it
+)
+
+// failedRank is one failure of a restart: a failed pod, or a rank's ended run (in place).
+type failedRank struct {
+	pod  *corev1.Pod
+	exit *corev1.ContainerStateTerminated // nil: the pod failed or went without an exit
+	at   time.Time
+	rank int32
+}
+
+// strength reads how much a failure's own evidence says.
+func strength(table *attribution.Table, f failedRank) int {
+	if f.exit == nil {
+		if f.pod.Status.Reason != "" || !f.pod.DeletionTimestamp.IsZero() {
+			return evidenceStrong // evicted, preempted, refused, deleted: the platform's word
+		}
+		return evidenceWeak
+	}
+	if f.exit.ExitCode == trainingv1alpha1.ExitStopped {
+		return evidenceCascade
+	}
+	if f.exit.Reason == "OOMKilled" {
+		return evidenceStrong
+	}
+	if m, ok := table.Match(f.exit.Message); ok {
+		switch m.Category {
+		case attribution.GPUHardware, attribution.NICFabric, attribution.OutOfMemory, attribution.Storage, attribution.UserCode:
+			return evidenceStrong
+		}
+	}
+	return evidenceWeak
+}
+
+// pickRoot returns the index of the root among failures and how many of the others are its
+// cascade.
+func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
+	if len(failures) == 0 {
+		return -1, 0
+	}
+	order := make([]int, len(failures))
+	for i := range order {
+		order[i] = i
+	}
+	// By time, then rank: the order the failures happened in, whatever the listing order.
+	slices.SortFunc(order, func(a, b int) int {
+		fa, fb := failures[a], failures[b]
+		if c := fa.at.Compare(fb.at); c != 0 {
+			return c
+		}
+		return int(fa.rank - fb.rank)
+	})
+	first := failures[order[0]].at
+	best, bestStrength := -1, -1
+	checked := 0
+	for _, i := range order {
+		f := failures[i]
+		s := evidenceCascade
+		if f.exit == nil || f.exit.ExitCode != trainingv1alpha1.ExitStopped {
+			if checked >= evidenceChecks || f.at.Sub(first) > rootWindow {
+				s = evidenceWeak // too late, or too many, to be read
+			} else {
+				checked++
+				s = strength(table, f)
+			}
+		}
+		if s > bestStrength {
+			best, bestStrength = i, s
+		}
+	}
+	return best, int32(len(failures) - 1)
+}
+
+// rootFailure is the root among the current attempt's failed and deleted pods, and how many
+// others failed with it; nil when none did.
+func (g gang) rootFailure(table *attribution.Table) (*corev1.Pod, int32) {
+	failures := make([]failedRank, 0, len(g.failed)+len(g.disrupted))
+	for _, list := range [][]*corev1.Pod{g.failed, g.disrupted} {
+		for _, pod := range list {
+			f := failedRank{pod: pod, at: failedAt(pod)}
+			f.rank, _ = podRank(pod)
+			if s := workerStatus(pod); s != nil {
+				f.exit = s.State.Terminated
+			}
+			failures = append(failures, f)
+		}
+	}
+	i, cascaded := pickRoot(table, failures)
+	if i < 0 {
+		return nil, 0
+	}
+	return failures[i].pod, cascaded
+}
+
+// inPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
+// end, and how many others ended with it: the fault that started an in-place restart.
+func (g gang) inPlaceRoot(table *attribution.Table, after time.Time) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
+	var failures []failedRank
+	for r, pod := range g.ranks {
+		if pod == nil {
+			continue
+		}
+		t := lastExit(pod)
+		if t == nil || !t.FinishedAt.After(after) {
+			continue
+		}
+		failures = append(failures, failedRank{pod: pod, exit: t, at: t.FinishedAt.Time, rank: int32(r)})
+	}
+	i, cascaded := pickRoot(table, failures)
+	if i < 0 {
+		return nil, nil, 0
+	}
+	return failures[i].pod, failures[i].exit, cascaded
+}
+
+// cascadeSince counts the ranks other than root that went down in the in-place restart that
+// began at since: their last run ended then or later, or their pod was replaced.
+func (g gang) cascadeSince(since time.Time, root int32) int32 {
+	var n int32
+	for r, pod := range g.ranks {
+		if pod == nil || int32(r) == root {
+			continue
+		}
+		if g.renewed[r] {
+			n++
+			continue
+		}
+		if t := lastExit(pod); t != nil && !t.FinishedAt.Time.Before(since) {
+			n++
+		}
+	}
+	return n
+}

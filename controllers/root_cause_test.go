@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+const (
+	watchdogLine = "[rank0]:[E1125 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=77, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+	gpuFaultLine = "Memory access fault by GPU node-2 (Agent handle: 0x55f4c3a1e2b0) on address 0x7f2b3c000000. Reason: Page not present or supervisor privilege."
+)
+
+func recreateGang(t *testing.T) (*harness, *trainingv1alpha1.ZayaTrainingJob) {
+	return inPlaceGang(t, func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+	})
+}
+
+// A peer's collective timeout shows first; the rank whose GPU faulted prints it a moment
+// later: the fault is the root, the timeout its cascade.
+func TestTheRankThatNamesAFaultIsTheRootNotTheFirstToFail(t *testing.T) {
+	h, job := recreateGang(t)
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", watchdogLine))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", 134, now.Add(2*time.Second), "", gpuFaultLine))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 2 || f.Category != "GPUHardware" || f.Cascaded != 1 {
+		t.Fatalf("lastFailure %+v: want rank 2's GPU fault as the root, rank 0's timeout its cascade", f)
+	}
+}
+
+func TestWithoutEvidenceTheFirstFailureIsTheRoot(t *testing.T) {
+	h, job := recreateGang(t)
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", watchdogLine))
+	// Too late to be the cause of what failed a minute and more before it.
+	h.setPod(t, "llm-0-2", exitedSaying("n2", 134, now.Add(2*time.Minute), "", gpuFaultLine))
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 1, now.Add(time.Second), "", "checkpoint-step=40"))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 0 || f.Category != "CollectiveTimeout" || f.Cascaded != 2 {
+		t.Fatalf("lastFailure %+v: want rank 0 (the first) as the root of 2 others", f)
+	}
+}
+
+func TestAnInPlaceRestartsRootIsTheRankThatNamesAFault(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-5 * time.Second)
+	withMessage := func(msg string, f func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			f(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = msg
+		}
+	}
+	h.setPod(t, "llm-0-0", withMessage(watchdogLine, restartedInPlace("n0", 1, 1, fault, fault.Add(3*time.Second))))
+	h.setPod(t, "llm-0-1", withMessage(gpuFaultLine, restartedInPlace("n1", 1, 134, fault.Add(time.Second), fault.Add(3*time.Second))))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(3*time.Second)))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || f.Category != "GPUHardware" || f.Cascaded != 2 {
+		t.Fatalf("lastFailure %+v: want rank 1's GPU fault as the root of 2", f)
+	}
+}
+
+// An in-place restart counts its cascade once it ends: every other rank it restarted.
+func TestAnInPlaceRestartCountsItsCascadeWhenItEnds(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-3 * time.Second)
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 139, fault, fault.Add(time.Second)))
+	h.mustReconcile(t, job)
+	if f := h.get(t, job).Status.LastFailure; f == nil || f.Cascaded != 0 {
+		t.Fatalf("lastFailure %+v: the peers have not failed yet", f)
+	}
+	back := now.Add(2 * time.Second)
+	h.r.Clock = clockAt(back)
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, now, back))
+	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, now, back))
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if c := condition(h.get(t, job), "Restarting"); c.Reason != trainingv1alpha1.ReasonRecovered {
+		t.Fatalf("Restarting %+v, want Recovered", c)
+	}
+	if st.LastFailure.Cascaded != 2 || st.RecentFailures[0].Cascaded != 2 {
+		t.Errorf("cascaded %d (recent %d), want the 2 peers the restart took down", st.LastFailure.Cascaded, st.RecentFailures[0].Cascaded)
+	}
+}
