@@ -63,6 +63,19 @@ func categoryOfReason(f *trainingv1alpha1.JobFailure) (attribution.Category, boo
 	return "", false
 }
 
+// hardwareRoot reports whether a root failure's own evidence blames its node's GPU or NIC
+// (a fault the runtime or RCCL printed, where no health signal did): the node is quarantined
+// for the job and the rank moved, as for an unhealthy device.
+func hardwareRoot(f trainingv1alpha1.JobFailure) bool {
+	return f.Node != "" && attribution.Hardware(attribution.Category(f.Category)) && !quarantines(f.Reason)
+}
+
+// quarantinedFor is f as the quarantine records it: the category is why.
+func quarantinedFor(f trainingv1alpha1.JobFailure) *trainingv1alpha1.JobFailure {
+	f.Reason = f.Category
+	return &f
+}
+
 // categoryWords ends a restart's message with what the failure was.
 func categoryWords(f trainingv1alpha1.JobFailure) string {
 	if f.Category == "" || f.Category == string(attribution.Unknown) {

@@ -118,6 +118,17 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 		at = p.now
 	}
 	v.failure.Time = metav1.Time{Time: at}
+	if hardwareRoot(v.failure) && !v.fatal {
+		// The rank's node is at fault: keep the gang off it and move only that rank.
+		if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
+			return false, err
+		}
+		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
+		if !finished(p.job) {
+			p.markReplaced(g, []int32{ptr.Deref(v.failure.Rank, 0)}, v.failure.Category, v.failure.Message)
+		}
+		return true, nil
+	}
 	mode := trainingv1alpha1.RestartModeInPlace
 	if moved, err := p.quarantineRepeated(ctx, v.failure); err != nil {
 		return false, err

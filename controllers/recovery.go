@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 )
 
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).
@@ -41,6 +42,21 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 
 	ft := &job.Spec.FaultTolerance
 	since := p.now.Add(-ft.RestartWindow.Duration)
+	if f.Category == string(attribution.UserCode) {
+		// recentFailures (8) holds every one userCodeRestarts (at most 7) can allow.
+		n := 0
+		for _, r := range st.RecentFailures {
+			if r.Category == f.Category && !r.Time.Time.Before(since) {
+				n++
+			}
+		}
+		if limit := ptr.Deref(ft.UserCodeRestarts, trainingv1alpha1.DefaultUserCodeRestarts); n > int(limit) {
+			p.fail(trainingv1alpha1.ReasonUserCodeError, truncate(fmt.Sprintf(
+				"%d failures of the program's own within %s (userCodeRestarts %d): a restart will not fix it; last: %s: %s",
+				n, ft.RestartWindow.Duration, limit, f.Message, f.Evidence)))
+			return
+		}
+	}
 	recent := slices.DeleteFunc(slices.Clone(st.RestartTimes), func(t metav1.Time) bool { return t.Time.Before(since) })
 	if v.counted {
 		if int32(len(recent)) >= *ft.MaxRestarts {

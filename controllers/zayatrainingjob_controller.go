@@ -198,6 +198,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 			if err := p.quarantine(ctx, &v.failure); err != nil {
 				return ctrl.Result{}, err
 			}
+		} else if hardwareRoot(v.failure) && !v.fatal {
+			if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		if err := p.recoverFrom(ctx, *v, gang); err != nil {
 			return ctrl.Result{}, err

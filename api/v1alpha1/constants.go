@@ -86,6 +86,9 @@ const (
 	ReasonFatalFailure = "FatalFailure"
 	// ReasonRestartBudgetExceeded: maxRestarts restarts happened within restartWindow.
 	ReasonRestartBudgetExceeded = "RestartBudgetExceeded"
+	// ReasonUserCodeError: the program failed on its own error (failure category UserCode)
+	// more often than faultTolerance.userCodeRestarts allows: restarting will not fix it.
+	ReasonUserCodeError = "UserCodeError"
 	// ReasonRestarting: the gang is being restarted from the last checkpoint.
 	ReasonRestarting = "Restarting"
 	// ReasonInPlaceTimedOut: an in-place restart did not bring every rank back within

@@ -21,6 +21,7 @@ const (
 	DefaultCheckpointInterval = 30 * time.Minute
 	DefaultCheckpointKeep     = 3
 	DefaultMaxRestarts        = 10
+	DefaultUserCodeRestarts   = 1
 	DefaultRestartWindow      = 24 * time.Hour
 	DefaultBackoffInitial     = 0 * time.Second
 	DefaultBackoffMax         = 5 * time.Minute
@@ -79,6 +80,9 @@ func (j *ZayaTrainingJob) Default() {
 	f := &s.FaultTolerance
 	if f.MaxRestarts == nil {
 		f.MaxRestarts = ptr.To[int32](DefaultMaxRestarts)
+	}
+	if f.UserCodeRestarts == nil {
+		f.UserCodeRestarts = ptr.To[int32](DefaultUserCodeRestarts)
 	}
 	defaultDuration(&f.RestartWindow, DefaultRestartWindow)
 	defaultDuration(&f.Backoff.Initial, DefaultBackoffInitial)

@@ -31,6 +31,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 	want.Checkpoint.RetainOnDelete = ptr.To(true)
 	want.FaultTolerance = FaultToleranceSpec{
 		MaxRestarts:        ptr.To[int32](10),
+		UserCodeRestarts:   ptr.To[int32](1),
 		RestartWindow:      dur(24 * time.Hour),
 		Backoff:            BackoffSpec{Initial: dur(0), Max: dur(5 * time.Minute)},
 		HangTimeout:        dur(30 * time.Minute),

@@ -388,6 +388,16 @@ type FaultToleranceSpec struct {
 	// +optional
 	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 
+	// userCodeRestarts is how many restarts failures of the program's own (failure category
+	// UserCode: a traceback, an import error, bad arguments) may have within restartWindow, 0
+	// to 7 (default 1); the next fails the job at once (reason UserCodeError) with the line
+	// that shows it, instead of burning maxRestarts on a bug a restart cannot fix.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=7
+	// +kubebuilder:default=1
+	// +optional
+	UserCodeRestarts *int32 `json:"userCodeRestarts,omitempty"`
+
 	// restartWindow is the trailing window in which restarts count against maxRestarts, a
 	// duration from 1m to 8760h (default 24h). Older restarts no longer use the budget, since
 	// long runs fail every few hours and a lifetime budget would end them.

@@ -168,6 +168,11 @@ func (in *FaultToleranceSpec) DeepCopyInto(out *FaultToleranceSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.UserCodeRestarts != nil {
+		in, out := &in.UserCodeRestarts, &out.UserCodeRestarts
+		*out = new(int32)
+		**out = **in
+	}
 	if in.RestartWindow != nil {
 		in, out := &in.RestartWindow, &out.RestartWindow
 		*out = new(v1.Duration)

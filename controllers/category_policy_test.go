@@ -1,0 +1,82 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+func quarantinedNames(job *trainingv1alpha1.ZayaTrainingJob) []string {
+	var out []string
+	for _, q := range job.Status.QuarantinedNodes {
+		out = append(out, q.Name+"/"+q.Reason)
+	}
+	return out
+}
+
+// A GPU fault the runtime printed, on a node whose health signals stay green: the node is
+// quarantined for the job and only that rank moves; the peers restart in place.
+func TestAHardwareFaultInARanksOwnWordsMovesItOffItsNode(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-3 * time.Second)
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+		restartedInPlace("n1", 1, 134, fault, fault.Add(time.Second))(p)
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = gpuFaultLine
+	})
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	st := got.Status
+	if q := quarantinedNames(got); len(q) != 1 || q[0] != "n1/GPUHardware" {
+		t.Errorf("quarantined %v, want n1 for GPUHardware", q)
+	}
+	if st.InPlaceRestarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != "GPUHardware" {
+		t.Errorf("in place %d, replacing %+v: want an in-place restart moving rank 1", st.InPlaceRestarts, st.Replacing)
+	}
+}
+
+// Only the root quarantines: the peer whose collective timed out first keeps its node.
+func TestACascadeNeverQuarantinesItsNode(t *testing.T) {
+	h, job := recreateGang(t)
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", watchdogLine))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", 134, now.Add(time.Second), "", gpuFaultLine))
+	h.mustReconcile(t, job)
+	if q := quarantinedNames(h.get(t, job)); len(q) != 1 || q[0] != "n2/GPUHardware" {
+		t.Errorf("quarantined %v, want only n2, the root's node", q)
+	}
+}
+
+// A bug in the program fails fast: one restart (userCodeRestarts 1), then the job fails with
+// the line that shows it, instead of burning the restart budget.
+func TestTheProgramsOwnErrorFailsTheJobAfterUserCodeRestarts(t *testing.T) {
+	h, job := recreateGang(t)
+	bug := "Traceback (most recent call last):\n  File \"/app/train.py\", line 3, in <module>\nModuleNotFoundError: No module named 'flash_attn'"
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 1, now, "", bug))
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if got.Status.Restarts != 1 || condition(got, "Failed") != nil {
+		t.Fatalf("restarts %d, Failed %+v: want one restart first", got.Status.Restarts, condition(got, "Failed"))
+	}
+	// Attempt 1 fails the same way.
+	for range 3 {
+		h.mustReconcile(t, job)
+		h.runAll(t)
+	}
+	later := now.Add(time.Minute)
+	h.r.Clock = clockAt(later)
+	h.setPod(t, podName(job, 1, 1), exitedSaying("n1", 1, later, "", bug))
+	h.mustReconcile(t, job)
+	got = h.get(t, job)
+	c := condition(got, "Failed")
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != trainingv1alpha1.ReasonUserCodeError ||
+		!strings.Contains(c.Message, "ModuleNotFoundError: No module named 'flash_attn'") {
+		t.Fatalf("Failed = %+v, want UserCodeError quoting the line", c)
+	}
+	if got.Status.Restarts != 1 {
+		t.Errorf("restarts %d, want the one allowed", got.Status.Restarts)
+	}
+}
