@@ -38,6 +38,10 @@ var (
 		Name: "zaya_gang_restart_escalations_total",
 		Help: "In-place restarts turned into a recreate of the gang, by why.",
 	}, []string{"reason"})
+	failuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_failures_total",
+		Help: "Rank failures that restarted or failed a job, by category (of the root cause) and role: root (the cause) or cascade (ranks that failed with it).",
+	}, []string{"category", "role"})
 	podsReplacedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "zaya_gang_pods_replaced_total",
 		Help: "Worker pods replaced during in-place restarts (the other ranks restarted in place), by why.",
@@ -45,7 +49,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal)
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal, failuresTotal)
 }
 
 // jobsDesc describes the gauge of jobs by True condition.

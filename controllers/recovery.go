@@ -35,6 +35,11 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		p.attribute(&f, nil)
 	}
 	p.recordFailure(f)
+	category, cascaded := f.Category, float64(f.Cascaded)
+	p.whenStored(func() {
+		failuresTotal.WithLabelValues(category, "root").Inc()
+		failuresTotal.WithLabelValues(category, "cascade").Add(cascaded)
+	})
 	if v.fatal {
 		p.fail(trainingv1alpha1.ReasonFatalFailure, f.Message)
 		return
@@ -173,6 +178,8 @@ func (p *pass) finishRecovery(g gang) {
 	if st := &p.job.Status; st.LastRestartMode == trainingv1alpha1.RestartModeInPlace && st.LastFailure != nil {
 		// The cascade is over: every other rank whose container it restarted.
 		if n := g.cascadeSince(since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
+			category, more := st.LastFailure.Category, float64(n-st.LastFailure.Cascaded)
+			p.whenStored(func() { failuresTotal.WithLabelValues(category, "cascade").Add(more) })
 			st.LastFailure.Cascaded = n
 			if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&st.LastFailure.Time) {
 				st.RecentFailures[0].Cascaded = n
