@@ -23,7 +23,7 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage string
+		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, failurePatterns string
 		leaderElect                                                                                                         bool
 		concurrency, burst                                                                                                  int
 		qps                                                                                                                 float64
@@ -36,6 +36,7 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
 	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
 	flag.StringVar(&spareImage, "spare-image", controllers.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
+	flag.StringVar(&failurePatterns, "failure-patterns", "", "namespace/name of a ConfigMap whose "+controllers.FailurePatternsKey+" adds failure patterns to the shipped ones (read every 30s; a bad version is refused with an event on it); empty: the shipped ones alone")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -83,21 +84,31 @@ func main() {
 
 	var markSecret types.NamespacedName
 	if podMarkSecret != "" {
-		if markSecret, err = controllers.ParseSecretName(podMarkSecret); err != nil {
+		if markSecret, err = controllers.ParseNamespacedName(podMarkSecret); err != nil {
 			setupLog.Error(err, "bad --pod-mark-secret")
 			os.Exit(1)
 		}
 	}
-	if err := (&controllers.ZayaTrainingJobReconciler{
+	reconciler := &controllers.ZayaTrainingJobReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("zaya-operator"),
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
 		SpareImage:    spareImage,
-	}).SetupWithManager(mgr, concurrency); err != nil {
+	}
+	if err := reconciler.SetupWithManager(mgr, concurrency); err != nil {
 		setupLog.Error(err, "unable to create controller")
 		os.Exit(1)
+	}
+	if failurePatterns != "" {
+		key, err := controllers.ParseNamespacedName(failurePatterns)
+		if err != nil {
+			setupLog.Error(err, "bad --failure-patterns")
+			os.Exit(1)
+		}
+		utilruntime.Must(mgr.Add(&controllers.FailurePatterns{Reader: mgr.GetAPIReader(), Key: key,
+			Recorder: mgr.GetEventRecorder("zaya-operator"), Target: reconciler}))
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))

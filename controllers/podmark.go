@@ -148,8 +148,8 @@ func newMarkKey() ([]byte, error) {
 	return key, nil
 }
 
-// ParseSecretName reads a --pod-mark-secret value, namespace/name.
-func ParseSecretName(s string) (types.NamespacedName, error) {
+// ParseNamespacedName reads a flag naming an object of the operator's: namespace/name.
+func ParseNamespacedName(s string) (types.NamespacedName, error) {
 	ns, name, ok := strings.Cut(s, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return types.NamespacedName{}, fmt.Errorf("%q: want namespace/name", s)

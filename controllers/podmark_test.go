@@ -110,12 +110,12 @@ func TestThePodMarkKeyIsMadeOnceAndKept(t *testing.T) {
 	}
 }
 
-func TestParseSecretName(t *testing.T) {
-	if got, err := ParseSecretName("zaya-system/key"); err != nil || got != (types.NamespacedName{Namespace: "zaya-system", Name: "key"}) {
+func TestParseNamespacedName(t *testing.T) {
+	if got, err := ParseNamespacedName("zaya-system/key"); err != nil || got != (types.NamespacedName{Namespace: "zaya-system", Name: "key"}) {
 		t.Errorf("got %v, %v", got, err)
 	}
 	for _, bad := range []string{"", "key", "/key", "ns/", "a/b/c"} {
-		if _, err := ParseSecretName(bad); err == nil {
+		if _, err := ParseNamespacedName(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

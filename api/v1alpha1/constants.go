@@ -89,6 +89,10 @@ const (
 	// ReasonUserCodeError: the program failed on its own error (failure category UserCode)
 	// more often than faultTolerance.userCodeRestarts allows: restarting will not fix it.
 	ReasonUserCodeError = "UserCodeError"
+	// ReasonInvalidFailurePatterns: the failure-patterns ConfigMap was refused (an event on it).
+	ReasonInvalidFailurePatterns = "InvalidFailurePatterns"
+	// ReasonFailurePatternsLoaded: the failure-patterns ConfigMap is in use (an event on it).
+	ReasonFailurePatternsLoaded = "FailurePatternsLoaded"
 	// ReasonRestarting: the gang is being restarted from the last checkpoint.
 	ReasonRestarting = "Restarting"
 	// ReasonInPlaceTimedOut: an in-place restart did not bring every rank back within

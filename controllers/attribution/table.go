@@ -146,7 +146,12 @@ func (t *Table) has(name string) bool {
 }
 
 // Len is the number of patterns.
-func (t *Table) Len() int { return len(t.patterns) }
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.patterns)
+}
 
 // Match is what a table found in some evidence.
 type Match struct {

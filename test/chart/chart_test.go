@@ -28,6 +28,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 )
 
 var (
@@ -253,9 +256,10 @@ func TestChartRendersEachValueSet(t *testing.T) {
 	}{{
 		name: "defaults",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
-			// Two Roles: leader election and the pod-mark key.
-			want := []string{"ClusterRole/", "ClusterRoleBinding/", "Deployment/zaya-system", "Role/zaya-system", "Role/zaya-system",
-				"RoleBinding/zaya-system", "RoleBinding/zaya-system", "Service/zaya-system", "ServiceAccount/zaya-system"}
+			// Three Roles: leader election, the pod-mark key and the failure patterns (with their
+			// ConfigMap).
+			want := []string{"ClusterRole/", "ClusterRoleBinding/", "ConfigMap/zaya-system", "Deployment/zaya-system", "Role/zaya-system", "Role/zaya-system",
+				"Role/zaya-system", "RoleBinding/zaya-system", "RoleBinding/zaya-system", "RoleBinding/zaya-system", "Service/zaya-system", "ServiceAccount/zaya-system"}
 			if diff := cmp.Diff(want, kinds(objs)); diff != "" {
 				t.Errorf("objects (-want +got):\n%s", diff)
 			}
@@ -515,5 +519,31 @@ func TestKustomizeInstallsTheSameOperator(t *testing.T) {
 	ns := typed[corev1.Namespace](t, find(kust, "Namespace", "", "zaya-system"))
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("kustomize's namespace labels %v: want Pod Security restricted enforced", ns.Labels)
+	}
+}
+
+// The chart's failurePatterns become the ConfigMap the operator reads, as a table it accepts;
+// a bad category is refused at install by the values schema.
+func TestFailurePatternsValuesBecomeATableTheOperatorReads(t *testing.T) {
+	objs := mustRender(t, "--set-json", `failurePatterns=[{"name":"our-dataset-mount","category":"Storage","regexp":"dataset shard \\d+ unreadable"}]`)
+	cm := find(objs, "ConfigMap", "zaya-system", "zaya-operator-failure-patterns")
+	if cm == nil {
+		t.Fatal("no failure-patterns ConfigMap")
+	}
+	data, _, _ := unstructured.NestedString(cm.Object, "data", controllers.FailurePatternsKey)
+	table, err := attribution.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("the operator would refuse %q: %v", data, err)
+	}
+	if m, ok := table.Match("dataset shard 7 unreadable"); !ok || m.Pattern != "our-dataset-mount" || m.Category != attribution.Storage {
+		t.Errorf("rendered table %q matches %+v", data, m)
+	}
+	empty := find(mustRender(t), "ConfigMap", "zaya-system", "zaya-operator-failure-patterns")
+	data, _, _ = unstructured.NestedString(empty.Object, "data", controllers.FailurePatternsKey)
+	if table, err := attribution.Parse([]byte(data)); err != nil || table.Len() != 0 {
+		t.Errorf("default %q: %v, %d rules; want an empty table", data, err, table.Len())
+	}
+	if _, err := render(t, "--set-json", `failurePatterns=[{"name":"x","category":"Cosmic","regexp":"y"}]`); err == nil {
+		t.Error("a pattern of an unknown category was installed")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/gomega"
@@ -52,6 +53,9 @@ func startManagerWith(t *testing.T, cfg *rest.Config, newClient client.NewClient
 // namespace as installed (the RBAC test's operator may read only that one).
 var podMarkSecret = types.NamespacedName{Namespace: "zaya-system", Name: "zaya-operator-pod-mark"}
 
+// failurePatternsConfigMap is where the suite's operators read failure patterns from.
+var failurePatternsConfigMap = types.NamespacedName{Namespace: "zaya-system", Name: "zaya-operator-failure-patterns"}
+
 // startManagerMarking is startManagerWith whose operator keeps its pod-mark key in markSecret.
 func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc, markSecret types.NamespacedName) (stop func()) {
 	t.Helper()
@@ -67,14 +71,20 @@ func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewCli
 	if err != nil {
 		t.Fatalf("manager: %v", err)
 	}
-	if err := (&controllers.ZayaTrainingJobReconciler{
+	r := &controllers.ZayaTrainingJobReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("zaya-operator"),
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
-	}).SetupWithManager(mgr, 2); err != nil {
+	}
+	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatalf("setup: %v", err)
+	}
+	// As installed: the failure patterns of a ConfigMap in the operator's namespace.
+	if err := mgr.Add(&controllers.FailurePatterns{Reader: mgr.GetAPIReader(), Key: failurePatternsConfigMap,
+		Recorder: mgr.GetEventRecorder("zaya-operator"), Target: r, Interval: time.Second}); err != nil {
+		t.Fatalf("failure patterns: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -88,6 +88,8 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 
 	// The Role for the pod-mark key, in the operator's namespace, with the key not made yet.
 	markRole := podMarkRole(t, g)
+	patternsRole := namespaceRole(t, g, "failure_patterns_role.yaml")
+	g.Expect(patternsRole.Rules[0].ResourceNames).To(ConsistOf(failurePatternsConfigMap.Name))
 	g.Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
 		Namespace: podMarkSecret.Namespace, Name: podMarkSecret.Name}}))).To(Succeed())
 	g.Expect(markRole.Rules[0].ResourceNames).To(ConsistOf(podMarkSecret.Name))
@@ -195,7 +197,7 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 	}, timeout, interval).Should(BeTrue(), "the job did not complete and go after its TTL")
 
 	granted := sets.New[apiUse]()
-	for _, r := range append(role.Rules, markRole.Rules...) {
+	for _, r := range slices.Concat(role.Rules, markRole.Rules, patternsRole.Rules) {
 		for _, grp := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
@@ -230,7 +232,13 @@ func TestOperatorNeedsExactlyTheGeneratedRBAC(t *testing.T) {
 // podMarkRole creates config/rbac/pod_mark_role.yaml's Role and RoleBinding in the operator's
 // namespace, for the operator's service account, until the test ends.
 func podMarkRole(t *testing.T, g Gomega) *rbacv1.Role {
-	b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "pod_mark_role.yaml"))
+	return namespaceRole(t, g, "pod_mark_role.yaml")
+}
+
+// namespaceRole creates a config/rbac file's Role and RoleBinding in the operator's namespace,
+// for the operator's service account, until the test ends.
+func namespaceRole(t *testing.T, g Gomega, file string) *rbacv1.Role {
+	b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", file))
 	g.Expect(err).NotTo(HaveOccurred())
 	docs := strings.Split(string(b), "\n---\n")
 	g.Expect(docs).To(HaveLen(2))
