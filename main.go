@@ -24,9 +24,9 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, failurePatterns string
-		leaderElect                                                                                                         bool
-		concurrency, burst                                                                                                  int
-		qps                                                                                                                 float64
+		leaderElect                                                                                                                          bool
+		concurrency, burst                                                                                                                   int
+		qps                                                                                                                                  float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")

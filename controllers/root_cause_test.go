@@ -2,10 +2,9 @@ package controllers
 
 import (
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"

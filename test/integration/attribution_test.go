@@ -36,7 +36,9 @@ func TestFailuresAreReadWithTheConfigMapsPatterns(t *testing.T) {
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(cm.Namespace))).To(Succeed())
 		return slices.DeleteFunc(list.Items, func(e eventsv1.Event) bool { return e.Regarding.Name != cm.Name || e.Reason != reason })
 	}
-	g.Eventually(func(g Gomega) { g.Expect(patternEvents(g, trainingv1alpha1.ReasonFailurePatternsLoaded)).NotTo(BeEmpty()) }, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(patternEvents(g, trainingv1alpha1.ReasonFailurePatternsLoaded)).NotTo(BeEmpty())
+	}, timeout, interval).Should(Succeed())
 
 	// A broken version: refused, naming the rule.
 	g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
