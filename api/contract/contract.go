@@ -25,6 +25,13 @@ const (
 	// TerminationMessageStoppedPrefix starts the line of a worker that stopped before the run
 	// was complete because it or a peer was told to stop (it exits ExitStopped).
 	TerminationMessageStoppedPrefix = "zaya: stopped:"
+	// TerminationMessageTrainingStepPrefix starts the line with the step a worker had reached
+	// when it stopped ("training-step=1234"): with the checkpoint step, the steps a restart
+	// trains again.
+	TerminationMessageTrainingStepPrefix = "training-step="
+	// TerminationMessageStepSecondsPrefix starts the line with the worker's mean seconds per
+	// step over its run ("step-seconds=0.512"): what a step trained again costs.
+	TerminationMessageStepSecondsPrefix = "step-seconds="
 	// ExitStopped is the exit code (EX_TEMPFAIL) of a worker that stopped before the run was
 	// complete because it or a peer was told to: never success, always worth a restart.
 	ExitStopped = 75

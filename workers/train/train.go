@@ -172,6 +172,7 @@ func (e *StoppedError) Unwrap() error { return e.err }
 type Result struct {
 	Step, CheckpointStep int64
 	Loss                 float64
+	StepSeconds          float64 // mean seconds per step trained in this run; 0 before one
 	before               string // "joining", "resuming": the rank stopped before training, Step is not yet its own
 }
 
@@ -197,6 +198,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	err := outcome(errs, results)
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
+	}
+	if cfg.TerminationLog != "" && res.before == "" && res.StepSeconds > 0 {
+		appendLine(cfg.TerminationLog, contract.TerminationMessageTrainingStepPrefix+strconv.FormatInt(res.Step, 10))
+		appendLine(cfg.TerminationLog, contract.TerminationMessageStepSecondsPrefix+strconv.FormatFloat(res.StepSeconds, 'f', 4, 64))
 	}
 	if cfg.TerminationLog != "" {
 		var stopped *StoppedError
@@ -345,6 +350,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		stop, periodDue, err := r.step(ctx)
 		if err != nil {
 			return r.res, err
+		}
+		if n := r.res.Step - r.resumed; n > 0 {
+			r.res.StepSeconds = time.Since(r.start).Seconds() / float64(n)
 		}
 		if stop.count > 0 && r.res.Step < int64(r.cfg.Steps) {
 			err = r.saveAndStop(ctx, stop) // not in the return: r.res must be read after it

@@ -139,8 +139,18 @@ func TestLossFalls(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(j.dir, "heartbeat-1")); err != nil {
 		t.Errorf("no heartbeat: %v", err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(j.dir, "termination-0")); !strings.Contains(string(b), "checkpoint-step=40") {
-		t.Errorf("termination log = %q, want checkpoint-step=40", b)
+	b, _ := os.ReadFile(filepath.Join(j.dir, "termination-0"))
+	if !strings.Contains(string(b), "checkpoint-step=40\n") || !strings.Contains(string(b), "training-step=40\n") {
+		t.Errorf("termination log = %q, want checkpoint-step=40 and training-step=40", b)
+	}
+	// The run's pace, for the operator to price the steps a restart trains again.
+	i := strings.Index(string(b), "step-seconds=")
+	var secs float64
+	if i < 0 {
+		t.Fatalf("termination log = %q, want step-seconds=", b)
+	}
+	if _, err := fmt.Sscanf(string(b[i:]), "step-seconds=%g", &secs); err != nil || secs <= 0 || secs > 10 {
+		t.Errorf("step-seconds %v (%v) in %q: want a positive pace", secs, err, b)
 	}
 }
 
