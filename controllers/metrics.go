@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
 // The operator's own metrics, registered with controller-runtime's registry when the package
@@ -61,7 +63,15 @@ type jobsCollector struct {
 	reader client.Reader
 }
 
-func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+// goodputDesc describes each job's effective-training-time ratio.
+var goodputDesc = prometheus.NewDesc("zaya_job_effective_training_ratio",
+	"Each started job's training time over its wall time (status.goodput), carried on to the scrape while it runs.",
+	[]string{"namespace", "name"}, nil)
+
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- goodputDesc
+}
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	jobs := storedJobList()
@@ -75,15 +85,21 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range conditionTypes {
 		counts[t] = 0
 	}
+	now := time.Now()
 	for i := range jobs.Items {
 		// Read as stored: a job whose spec cannot be decoded still counts by its conditions.
 		conds, _, _ := unstructured.NestedSlice(jobs.Items[i].Object, "status", "conditions")
+		running := false
 		for _, c := range conds {
 			if m, ok := c.(map[string]any); ok && m["status"] == string(metav1.ConditionTrue) {
 				if t, ok := m["type"].(string); ok {
 					counts[t]++
+					running = running || t == trainingv1alpha1.ConditionRunning
 				}
 			}
+		}
+		if ratio, ok := goodputRatio(jobs.Items[i].Object, running, now); ok {
+			ch <- prometheus.MustNewConstMetric(goodputDesc, prometheus.GaugeValue, ratio, jobs.Items[i].GetNamespace(), jobs.Items[i].GetName())
 		}
 	}
 	for t, n := range counts {
@@ -104,4 +120,23 @@ func registerJobsCollector(reg prometheus.Registerer, reader client.Reader) erro
 		return reg.Register(c)
 	}
 	return nil
+}
+
+// goodputRatio is a stored job's training time over its wall time: as of status.goodput.asOf,
+// and for a running job up to now (the time since has all been training).
+func goodputRatio(obj map[string]any, running bool, now time.Time) (float64, bool) {
+	wall, ok1, _ := unstructured.NestedInt64(obj, "status", "goodput", "wallSeconds")
+	training, _, _ := unstructured.NestedInt64(obj, "status", "goodput", "trainingSeconds")
+	asOf, ok2, _ := unstructured.NestedString(obj, "status", "goodput", "asOf")
+	if !ok1 || !ok2 || wall < 0 || training < 0 {
+		return 0, false
+	}
+	if t, err := time.Parse(time.RFC3339, asOf); err == nil && running && now.After(t) {
+		d := int64(now.Sub(t) / time.Second)
+		wall, training = wall+d, training+d
+	}
+	if wall <= 0 {
+		return 0, false
+	}
+	return min(float64(training)/float64(wall), 1), true
 }

@@ -13,6 +13,7 @@ import (
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
+	p.refreshGoodput() // the time up to now was wall time; the suspension is not
 	active := activePods(pods)
 	if err := p.deletePods(ctx, active, nil); err != nil {
 		return err

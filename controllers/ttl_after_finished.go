@@ -14,6 +14,7 @@ import (
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and
 // deletes the job once ttlSecondsAfterFinished has passed.
 func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
+	p.refreshGoodput() // up to the completion, once: then nothing changes
 	if err := p.deletePods(ctx, activePods(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

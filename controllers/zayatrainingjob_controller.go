@@ -206,6 +206,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		if err := p.recoverFrom(ctx, *v, gang); err != nil {
 			return ctrl.Result{}, err
 		}
+		if p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeRecreate && !finished(p.job) {
+			// The gang goes now: what its failed ranks reported is all there is to price.
+			p.goodputRecompute(v.failure.Category, workLost(failedMessages(gang)))
+		}
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}

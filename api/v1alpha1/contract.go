@@ -27,6 +27,10 @@ const (
 	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers into the
 	// generation (ZAYA_RESTART_ATTEMPT) and the starts within it.
 	InPlaceAttemptBits = contract.InPlaceAttemptBits
+	// TerminationMessageTrainingStepPrefix starts the line with the step a worker reached.
+	TerminationMessageTrainingStepPrefix = contract.TerminationMessageTrainingStepPrefix
+	// TerminationMessageStepSecondsPrefix starts the line with a worker's mean step time.
+	TerminationMessageStepSecondsPrefix = contract.TerminationMessageStepSecondsPrefix
 	// RestartExitCodesAnnotation carries a supervised pod's restart rule.
 	RestartExitCodesAnnotation = contract.RestartExitCodesAnnotation
 	// TerminationMessageExitCodePrefix starts zaya-supervisor's line for a worker exit that

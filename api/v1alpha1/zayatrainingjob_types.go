@@ -664,6 +664,10 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	Replacing []ReplacedPod `json:"replacing,omitempty"`
 
+	// goodput is how much of the job's time went to training, and where the rest went.
+	// +optional
+	Goodput *GoodputStatus `json:"goodput,omitempty"`
+
 	// readySpares is how many of the job's warm spare pods run, ready to be taken.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -806,6 +810,57 @@ type JobFailure struct {
 	Cascaded int32 `json:"cascaded,omitempty"`
 }
 
+// GoodputStatus is how much of a job's time went to training (docs/recovery.md, "Goodput").
+type GoodputStatus struct {
+	// asOf is when these figures were brought up to date: at each restart, recovery, suspension
+	// and completion, and at least every 10 minutes while the job runs.
+	AsOf metav1.Time `json:"asOf"`
+	// wallSeconds is how long the job has been started (suspensions excluded), up to asOf.
+	// +kubebuilder:validation:Minimum=0
+	WallSeconds int64 `json:"wallSeconds"`
+	// startupSeconds is the time from each start or resume until every rank first ran.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	StartupSeconds int64 `json:"startupSeconds,omitempty"`
+	// lostSeconds is the time failures cost: from each failure until every rank ran again,
+	// plus the steps trained again since the checkpoint the gang resumed from.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LostSeconds int64 `json:"lostSeconds,omitempty"`
+	// trainingSeconds is wallSeconds less startupSeconds and lostSeconds.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TrainingSeconds int64 `json:"trainingSeconds,omitempty"`
+	// effectiveTrainingTime is trainingSeconds over wallSeconds, as a percentage: "95.3%".
+	// +kubebuilder:validation:MaxLength=8
+	// +optional
+	EffectiveTrainingTime string `json:"effectiveTrainingTime,omitempty"`
+	// lost is lostSeconds by failure category.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Lost []GoodputLoss `json:"lost,omitempty"`
+}
+
+// GoodputLoss is the time failures of one category cost.
+type GoodputLoss struct {
+	// category is the failure category (lastFailure.category).
+	// +kubebuilder:validation:MaxLength=64
+	Category string `json:"category"`
+	// failures is how many root failures of the category there were.
+	// +kubebuilder:validation:Minimum=0
+	Failures int32 `json:"failures"`
+	// downSeconds is the time from each failure until every rank ran again.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	DownSeconds int64 `json:"downSeconds,omitempty"`
+	// recomputeSeconds is the time the steps trained again cost (steps past the checkpoint the
+	// gang resumed from, at the workers' reported pace).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RecomputeSeconds int64 `json:"recomputeSeconds,omitempty"`
+}
+
 // ReplacedPod is a rank whose pod an in-place restart replaces.
 type ReplacedPod struct {
 	// rank is the replaced rank (NODE_RANK).
@@ -865,6 +920,7 @@ type CheckpointStatus struct {
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`
 // +kubebuilder:printcolumn:name="Checkpoint",type=integer,JSONPath=`.status.lastCheckpoint.step`
+// +kubebuilder:printcolumn:name="Goodput",type=string,JSONPath=`.status.goodput.effectiveTrainingTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50",message="metadata.name must be at most 50 characters so worker hostnames (<name>-<rank>) fit a DNS label"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter): it names the rendezvous Service"

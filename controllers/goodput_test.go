@@ -1,0 +1,107 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// A job's time, accounted: 20 s to start, a GPU fault at 100 s that had trained 15 steps of
+// 0.5 s past its last checkpoint, every rank running again 30 s later.
+func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	at := func(s int) { h.r.Clock = clockAt(now.Add(time.Duration(s) * time.Second)) }
+	at(0)
+	h.mustReconcile(t, job)
+	at(20)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	g := h.get(t, job).Status.Goodput
+	if g == nil || g.StartupSeconds != 20 || g.WallSeconds != 20 || g.EffectiveTrainingTime != "0.0%" {
+		t.Fatalf("after the start: %+v, want 20 s of startup, nothing trained yet", g)
+	}
+
+	at(100)
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 134, now.Add(100*time.Second), "",
+		gpuFaultLine+"\ncheckpoint-step=40\ntraining-step=55\nstep-seconds=0.5000\n"))
+	h.mustReconcile(t, job)
+	g = h.get(t, job).Status.Goodput
+	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, RecomputeSeconds: 7}}
+	if diff := cmp.Diff(want, g.Lost); diff != "" || g.WallSeconds != 100 {
+		t.Fatalf("after the fault: wall %d, lost (-want +got):\n%s", g.WallSeconds, diff)
+	}
+
+	// The old gang goes, the new one runs at 130 s.
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	at(130)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if c := condition(got, "Restarting"); c == nil || c.Reason != trainingv1alpha1.ReasonRecovered {
+		t.Fatalf("Restarting %+v, want Recovered", c)
+	}
+	g = got.Status.Goodput
+	want[0].DownSeconds = 30
+	if diff := cmp.Diff(want, g.Lost); diff != "" {
+		t.Errorf("lost (-want +got):\n%s", diff)
+	}
+	// 130 s of wall: 20 starting, 37 lost, 73 training.
+	if g.WallSeconds != 130 || g.StartupSeconds != 20 || g.LostSeconds != 37 || g.TrainingSeconds != 73 || g.EffectiveTrainingTime != "56.2%" {
+		t.Errorf("goodput %+v: want wall 130, startup 20, lost 37, training 73 (56.2%%)", g)
+	}
+	// Nothing else happens: no status write for the time passing.
+	at(500)
+	h.expectQuiet(t, job, 2)
+}
+
+func TestASuspensionIsNoWallTime(t *testing.T) {
+	h, job := inPlaceGang(t)
+	h.r.Clock = clockAt(now.Add(60 * time.Second))
+	job = h.get(t, job)
+	job.Spec.Suspend = true
+	if err := h.r.Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	wall := h.get(t, job).Status.Goodput.WallSeconds
+	if wall != 60 {
+		t.Fatalf("wall %d at the suspension, want 60", wall)
+	}
+	// An hour suspended, then resumed and running 10 s later.
+	h.r.Clock = clockAt(now.Add(time.Hour + 60*time.Second))
+	job = h.get(t, job)
+	job.Spec.Suspend = false
+	if err := h.r.Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	h.r.Clock = clockAt(now.Add(time.Hour + 70*time.Second))
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	g := h.get(t, job).Status.Goodput
+	if g.WallSeconds != 70 || g.StartupSeconds != 10 {
+		t.Errorf("goodput %+v: want 70 s of wall (the hour suspended is none), 10 of it restarting", g)
+	}
+}
+
+func TestTheGaugeCarriesARunningJobsGoodputToTheScrape(t *testing.T) {
+	obj := map[string]any{"status": map[string]any{"goodput": map[string]any{
+		"asOf": now.Format(time.RFC3339), "wallSeconds": int64(100), "trainingSeconds": int64(50)}}}
+	if r, ok := goodputRatio(obj, false, now.Add(100*time.Second)); !ok || r != 0.5 {
+		t.Errorf("stopped: %v %v, want 0.5 as stored", r, ok)
+	}
+	if r, ok := goodputRatio(obj, true, now.Add(100*time.Second)); !ok || r != 0.75 {
+		t.Errorf("running 100 s since: %v %v, want 150/200", r, ok)
+	}
+	if _, ok := goodputRatio(map[string]any{}, true, now); ok {
+		t.Error("a job without goodput has a ratio")
+	}
+}
