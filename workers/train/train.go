@@ -173,7 +173,7 @@ type Result struct {
 	Step, CheckpointStep int64
 	Loss                 float64
 	StepSeconds          float64 // mean seconds per step trained in this run; 0 before one
-	before               string // "joining", "resuming": the rank stopped before training, Step is not yet its own
+	before               string  // "joining", "resuming": the rank stopped before training, Step is not yet its own
 }
 
 // Run trains this node's ranks (one goroutine per local GPU) until Steps or until ctx ends;
