@@ -646,3 +646,61 @@ func TestAFrozenNodeIsLost(t *testing.T) {
 		})
 	}
 }
+
+// TestAnInjectedFaultEndsTheProcessAsTheRealOne: a GPU fault played through -fault-file ends
+// node 1's process with ROCm's message and exit 134, and leaves its termination log empty, so
+// the kubelet (FallbackToLogsOnError) hands the operator the log's last words; node 0 stops
+// with exit 75 and its report, written only now at exit.
+func TestAnInjectedFaultEndsTheProcessAsTheRealOne(t *testing.T) {
+	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4 -pace=5ms -log-every=1", dir: t.TempDir(), port: testnet.FreePort(t), uid: "u"}
+	logs := j.logs()
+	out := filepath.Join(j.dir, "params")
+	fault := filepath.Join(j.dir, "fault-1")
+	cmds := make([]*exec.Cmd, j.nodes)
+	for node := range j.nodes {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = j.env(node, out)
+		if node == 1 {
+			for i, e := range cmd.Env {
+				if strings.HasPrefix(e, "ZAYA_ARGS=") {
+					cmd.Env[i] = e + " -fault-file=" + fault
+				}
+			}
+		}
+		cmd.Stderr = logs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[node] = cmd
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(logs[0].String(), "step 20 ") { // rank 0 logs the progress
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress:\n%s\nnode 0:\n%s", logs[1], logs[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(fault, []byte("gpu\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	codes := make([]int, j.nodes)
+	for node, cmd := range cmds {
+		_ = cmd.Wait()
+		codes[node] = cmd.ProcessState.ExitCode()
+	}
+	if codes[1] != 134 || codes[0] != contract.ExitStopped {
+		t.Fatalf("exits %v, want node 1 134 (its GPU) and node 0 75 (its peer)\n%s\n%s", codes, logs[0], logs[1])
+	}
+	if !strings.Contains(logs[1].String(), "Memory access fault by GPU node-3") {
+		t.Errorf("node 1's log lacks ROCm's message:\n%s", logs[1])
+	}
+	if b, _ := os.ReadFile(filepath.Join(j.dir, "termination-1")); len(b) != 0 {
+		t.Errorf("node 1's termination log %q: a crash leaves it empty for the log fallback", b)
+	}
+	b, _ := os.ReadFile(filepath.Join(j.dir, "termination-0"))
+	for _, want := range []string{"checkpoint-restored=0\n", "checkpoint-step=", "training-step=", contract.TerminationMessageStoppedPrefix} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("node 0's termination log %q lacks %q", b, want)
+		}
+	}
+}

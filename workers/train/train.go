@@ -53,15 +53,20 @@ type Config struct {
 	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
 	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
 	HeartbeatFile, TerminationLog                 string
-	restored                                      int64 // the step resume restored: retention keeps it until a newer one is kept
-	Steps, Seq, Dim                               int
-	LR                                            float64
-	Seed                                          uint64
-	ParamsOut                                     string        // rank 0 writes the final parameters here
-	Pace                                          time.Duration // each step takes at least this long (demos, chaos tests)
-	LogEvery                                      int           // progress line every N steps (default 10)
-	Log                                           io.Writer
-	Metrics                                       *Metrics // nil: none
+	// FaultFile, when set, is polled every step: a fault named in it ("gpu", "nic",
+	// "usercode") is played as the real one would end the process (docs/worker-contract.md,
+	// "Fault injection"). For chaos tests; never set on a real job.
+	FaultFile       string
+	restored        int64       // the step resume restored: retention keeps it until a newer one is kept
+	report          *lineBuffer // termination-log lines held until the process exits
+	Steps, Seq, Dim int
+	LR              float64
+	Seed            uint64
+	ParamsOut       string        // rank 0 writes the final parameters here
+	Pace            time.Duration // each step takes at least this long (demos, chaos tests)
+	LogEvery        int           // progress line every N steps (default 10)
+	Log             io.Writer
+	Metrics         *Metrics // nil: none
 	// Transport is "tcp" (default) or "rccl"; Backend is "cpu" (default) or "hip". RCCL and
 	// HIP need a worker built with the rocm tag; each local rank drives device = local rank.
 	Transport, Backend string
@@ -185,6 +190,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	// The termination log is written only at exit: a process that crashes leaves it empty, so
+	// with terminationMessagePolicy FallbackToLogsOnError the kubelet takes its log's tail
+	// (the runtime's or RCCL's last words) as the evidence instead.
+	cfg.report = &lineBuffer{}
 	results := make([]Result, cfg.GPUsPerNode)
 	errs := make([]error, cfg.GPUsPerNode)
 	var wg sync.WaitGroup
@@ -196,6 +205,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	res := results[0]
 	err := outcome(errs, results)
+	for _, line := range cfg.report.take() {
+		appendLine(cfg.TerminationLog, line)
+	}
 	if cfg.TerminationLog != "" && res.CheckpointStep > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageCheckpointPrefix+strconv.FormatInt(res.CheckpointStep, 10))
 	}
@@ -281,6 +293,32 @@ func rocmError(err error) error {
 	return err
 }
 
+// lineBuffer holds termination-log lines until the process exits.
+type lineBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *lineBuffer) add(line string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, line)
+}
+
+func (b *lineBuffer) take() []string {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.lines
+	b.lines = nil
+	return out
+}
+
 func appendLine(path, line string) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -353,6 +391,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		}
 		if n := r.res.Step - r.resumed; n > 0 {
 			r.res.StepSeconds = time.Since(r.start).Seconds() / float64(n)
+		}
+		if r.cfg.FaultFile != "" && r.local == 0 {
+			injectFault(r.cfg.FaultFile, r.cfg.Log, r.cfg.NodeRank, r.res.Step)
 		}
 		if stop.count > 0 && r.res.Step < int64(r.cfg.Steps) {
 			err = r.saveAndStop(ctx, stop) // not in the return: r.res must be read after it
@@ -598,7 +639,7 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 			decision[0] = 1
 			_, _ = fmt.Fprintf(r.cfg.Log, "checkpoint step %d is corrupt, moved to %s: %v\n", step, to, reason)
 			if r.cfg.TerminationLog != "" {
-				appendLine(r.cfg.TerminationLog, fmt.Sprintf("%s step=%d moved to %s: %s", contract.TerminationMessageCorruptPrefix, step, filepath.Base(to), truncate(reason.Error(), 300)))
+				r.cfg.report.add(fmt.Sprintf("%s step=%d moved to %s: %s", contract.TerminationMessageCorruptPrefix, step, filepath.Base(to), truncate(reason.Error(), 300)))
 			}
 		}
 	}
@@ -610,7 +651,7 @@ func (r *rankState) dropCorrupt(step int64, own error) error {
 	}
 	// Every pod says so: the operator may see only the pod that fails next, not rank 0's.
 	if r.rank != 0 && r.local == 0 && r.cfg.TerminationLog != "" {
-		appendLine(r.cfg.TerminationLog, fmt.Sprintf("%s step=%d moved aside by rank 0", contract.TerminationMessageCorruptPrefix, step))
+		r.cfg.report.add(fmt.Sprintf("%s step=%d moved aside by rank 0", contract.TerminationMessageCorruptPrefix, step))
 	}
 	return nil
 }
@@ -663,7 +704,7 @@ func (r *rankState) gather(lo int64, part []float32) ([]float32, error) {
 // restored tells the operator, once per process, which step training goes on from (0: none).
 func (r *rankState) restored(step int64) {
 	if r.local == 0 && r.cfg.TerminationLog != "" {
-		appendLine(r.cfg.TerminationLog, contract.TerminationMessageRestoredPrefix+strconv.FormatInt(step, 10))
+		r.cfg.report.add(contract.TerminationMessageRestoredPrefix + strconv.FormatInt(step, 10))
 	}
 }
 
