@@ -111,6 +111,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))
+	blameSilentPeer(&v.failure, exit.Message, g, p.job.Spec.GPUsPerNode)
 	v.failure.Cascaded = cascaded
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
 	at := exit.FinishedAt.Time

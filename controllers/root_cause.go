@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
@@ -162,4 +165,31 @@ func (g gang) cascadeSince(since time.Time, root int32) int32 {
 		}
 	}
 	return n
+}
+
+// blameSilentPeer turns a root that only stopped because a peer went silent (exit 75, the
+// reference worker's "lost rank N …: peer silent") into that peer's hang: the rank that froze
+// never exits by itself, so it is never among the failures. msg is the stopped rank's
+// termination message.
+func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang, gpusPerNode int32) {
+	if f.ExitCode == nil || *f.ExitCode != trainingv1alpha1.ExitStopped {
+		return
+	}
+	m := silentPeer.FindStringSubmatch(msg)
+	if m == nil {
+		return
+	}
+	n, err := strconv.ParseInt(m[1], 10, 32)
+	if err != nil || n < 0 {
+		return
+	}
+	rank := int32(n) / max(gpusPerNode, 1)
+	if rank >= int32(len(g.ranks)) || g.ranks[rank] == nil || (f.Rank != nil && *f.Rank == rank) {
+		return
+	}
+	pod := g.ranks[rank]
+	by := ptr.Deref(f.Rank, -1)
+	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
+	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", cut(m[0], maxEvidence)
+	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, m[0]))
 }

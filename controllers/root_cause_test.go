@@ -92,3 +92,18 @@ func TestAnInPlaceRestartCountsItsCascadeWhenItEnds(t *testing.T) {
 		t.Errorf("cascaded %d (recent %d), want the 2 peers the restart took down", st.LastFailure.Cascaded, st.RecentFailures[0].Cascaded)
 	}
 }
+
+// A rank that froze never exits: its peers stop over it (exit 75, "peer silent"), and the
+// failure is its hang, not theirs.
+func TestAPeerFoundSilentIsTheRootOfItsPeersStops(t *testing.T) {
+	h, job := recreateGang(t)
+	// Global rank 8: node rank 1 of 8 GPUs each.
+	silent := "checkpoint-step=40\nzaya: stopped: lost rank 8 during the all-reduce at step 120: peer silent: no heartbeat from rank 8 for 5s\n"
+	h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now, "", silent))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", trainingv1alpha1.ExitStopped, now.Add(time.Second), "", silent))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || f.Reason != "Hang" || f.Category != "Hang" || f.Node != "node-llm-0-1" || f.ExitCode != nil {
+		t.Fatalf("lastFailure %+v: want rank 1's hang on its node", f)
+	}
+}

@@ -269,6 +269,9 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 	if pod, cascaded := g.rootFailure(p.r.failurePatterns()); pod != nil {
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
 		p.attribute(&v.failure, pod)
+		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+			blameSilentPeer(&v.failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
+		}
 		v.failure.Cascaded = cascaded
 		v.pod = pod
 		return &v, nil
