@@ -84,6 +84,34 @@ func (p *pass) goodputFailed(category string) {
 	p.refreshGoodput()
 }
 
+// rerootGoodput moves the restart under way from the category of the root first taken for it
+// (a rank that only stopped over a peer) to the one found since (a lost node's, a hung rank's),
+// when the former was such a stop.
+func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
+	last := p.job.Status.LastFailure
+	if last == nil || last.ExitCode == nil || *last.ExitCode != trainingv1alpha1.ExitStopped {
+		return
+	}
+	to := found.Category
+	if to == "" {
+		c, _ := categoryOfReason(&found)
+		to = string(c)
+	}
+	g := p.goodput()
+	if g == nil || to == "" || to == last.Category {
+		return
+	}
+	if i := slices.IndexFunc(g.Lost, func(l trainingv1alpha1.GoodputLoss) bool { return l.Category == last.Category }); i >= 0 && g.Lost[i].Failures > 0 {
+		g.Lost[i].Failures--
+		if g.Lost[i].Failures == 0 && g.Lost[i].DownSeconds == 0 && g.Lost[i].RecomputeSeconds == 0 {
+			g.Lost = slices.Delete(g.Lost, i, i+1)
+		}
+	}
+	l := lossOf(g, to)
+	l.Failures = min(l.Failures+1, math.MaxInt32)
+	p.refreshGoodput()
+}
+
 // goodputRecompute accounts the work a failure of category has the gang train again.
 func (p *pass) goodputRecompute(category string, recompute time.Duration) {
 	g := p.goodput()

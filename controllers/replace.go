@@ -72,6 +72,7 @@ func (p *pass) replaceRanks(ctx context.Context, g gang, v verdict) bool {
 		return false
 	}
 	if _, ok := p.inPlaceUnderWay(); ok {
+		p.rerootGoodput(v.failure)
 		p.recordFailure(v.failure)
 	} else {
 		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
@@ -243,6 +244,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 		if err := p.quarantine(ctx, &f); err != nil {
 			return 0, err
 		}
+		p.rerootGoodput(f)
 		p.recordFailure(f)
 		p.markReplaced(g, []int32{r}, f.Reason, f.Message)
 	}
@@ -294,6 +296,7 @@ func (p *pass) replaceHung(g gang, rank int32) {
 		Message: truncate(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
 			rank, pod.Name, pod.Spec.NodeName)),
 	}
+	p.rerootGoodput(f)
 	p.recordFailure(f)
 	p.markReplaced(g, []int32{rank}, f.Reason, f.Message)
 }
