@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -36,7 +37,7 @@ import (
 
 // Chaos knobs: CI runs the short fixed-seed version; make chaos sets more faults and a random seed.
 func chaosSettings() (faults int, seed uint64) {
-	faults, seed = 5, 42
+	faults, seed = 8, 42
 	if v, err := strconv.Atoi(os.Getenv("ZAYA_CHAOS_FAULTS")); err == nil && v > 0 {
 		faults = v
 	}
@@ -158,6 +159,7 @@ func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTraini
 	ft.MaxRestarts = ptr.To[int32](20)
 	ft.Backoff.Initial, ft.Backoff.Max = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: 2 * time.Second}
 	ft.HangTimeout = &metav1.Duration{Duration: 30 * time.Second}
+	ft.UserCodeRestarts = ptr.To[int32](7) // the chaos schedule plays bugs among the faults
 	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	ps := &job.Spec.Template.Spec
 	ps.NodeSelector = map[string]string{agentLabel: "true"}
@@ -166,7 +168,7 @@ func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTraini
 	w := &ps.Containers[0]
 	w.Command = []string{"zaya-worker"}
 	w.Args = append(strings.Fields(workerSteps), fmt.Sprintf("-steps=%d", steps), "-metrics-addr=$(POD_IP):9400",
-		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=60s")
+		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=60s", "-fault-file=/dev/shm/zaya-fault")
 	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	return job
 }
@@ -200,6 +202,8 @@ func rank0Log(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt
 
 type faultRecord struct {
 	kind            string
+	rank            int32 // the victim's rank
+	blamed          *trainingv1alpha1.JobFailure
 	before, after   runID // rank 0's run the fault hit, and the one that resumed
 	atStep, resumed int64
 	podsReplaced    int
@@ -314,7 +318,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 	}
 
 	r := rand.New(rand.NewPCG(seed, 7))
-	kinds := []string{"kill", "node-lost", "gpu-unhealthy", "hang", "corrupt"}
+	kinds := []string{"gpu-fault", "node-lost", "nic-fault", "hang", "user-code", "gpu-unhealthy", "kill", "corrupt"}
 	var records []faultRecord
 	var unhealthy []string
 	for i := range nFaults {
@@ -336,7 +340,8 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 			return begin >= 0 && last >= begin+target
 		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "run %+v made no progress:\n%s", before, runLog(before))
 		attempt := getJob(g, job).Status.Attempt()
-		victim := fmt.Sprintf("%s-%d-%d", job.Name, attempt, r.IntN(trainNodes))
+		victimRank := int32(r.IntN(trainNodes))
+		victim := fmt.Sprintf("%s-%d-%d", job.Name, attempt, victimRank)
 		node := a.NodeOf(ns, victim)
 		pods := podUIDs(g)
 		t.Logf("fault %d: %s on %s (node %s)", i+1, kind, victim, node)
@@ -344,6 +349,10 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 		switch kind {
 		case "kill":
 			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
+		case "gpu-fault", "nic-fault", "user-code":
+			// The worker plays it (-fault-file): ROCm's or RCCL's last words, or its own panic.
+			play := map[string]string{"gpu-fault": "gpu", "nic-fault": "nic", "user-code": "usercode"}[kind]
+			g.Expect(os.WriteFile(filepath.Join(a.PodDir(ns, victim), "volumes", "zaya-shm", "zaya-fault"), []byte(play), 0o644)).To(Succeed())
 		case "hang":
 			g.Expect(a.Signal(ns, victim, syscall.SIGSTOP)).To(Succeed())
 		case "node-lost":
@@ -359,7 +368,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
 		}
 		got := waitRunning(g, job, int32(i+1))
-		rec := faultRecord{kind: kind, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
+		rec := faultRecord{kind: kind, rank: victimRank, blamed: got.Status.LastFailure, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
 		// Training advances again once rank 0's new run trains a step past the one it resumed.
 		g.Eventually(func() bool {
 			run := train.ParseLog(runLog(rec.after))
@@ -371,14 +380,15 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 				rec.podsReplaced++
 			}
 		}
-		if kind == "node-lost" || kind == "gpu-unhealthy" {
+		if movesOff[kind] {
 			expectAvoids(g, got, got.Status.Attempt(), node)
 		}
 		if mode == trainingv1alpha1.RestartModeInPlace {
-			// A crash replaces no pod; a lost or unhealthy node, or a hung worker (its peers name
-			// it, its kubelet is alive), only the one rank's.
+			// A crash or a bug replaces no pod; a lost or unhealthy node, a GPU or NIC fault the
+			// rank printed, or a hung worker (its peers name it, its kubelet is alive), only the
+			// one rank's.
 			want := 0
-			if kind == "node-lost" || kind == "gpu-unhealthy" || kind == "hang" {
+			if movesOff[kind] || kind == "hang" {
 				want = 1
 			}
 			if rec.podsReplaced != want {
@@ -388,6 +398,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 		records = append(records, rec)
 	}
 	final := waitSucceeded(t, job, 5*time.Minute)
+	checkAttribution(t, v, records, final)
 	for _, n := range unhealthy { // the next run may use them again
 		g.Expect(a.SetGPUAllocatable(ctx, n, 8)).To(Succeed())
 	}
@@ -451,6 +462,49 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 		nFaults, len(records), recov[len(recov)/2].Round(10*time.Millisecond), adv[len(adv)/2].Round(10*time.Millisecond), lost, int64(steps)+lost,
 		100*float64(steps)/float64(int64(steps)+lost), final.Status.InPlaceRestarts, final.Status.PodsReplaced, seed)
 	return b.String()
+}
+
+// movesOff are the faults that blame a rank's node: it is quarantined and the rank moved.
+var movesOff = map[string]bool{"node-lost": true, "gpu-unhealthy": true, "gpu-fault": true, "nic-fault": true}
+
+// blamedFor is the failure category each chaos fault must be attributed to.
+var blamedFor = map[string]string{
+	"gpu-fault": "GPUHardware", "nic-fault": "NICFabric", "user-code": "UserCode", "node-lost": "NodeLost",
+	"gpu-unhealthy": "GPUHardware", "hang": "Hang", "kill": "Unknown", "corrupt": "Unknown",
+}
+
+// checkAttribution checks that the root of at least 95% of the faults was the victim's rank with
+// the fault's category, that status.goodput counts the failures by category as they were
+// played, and logs the goodput next to the run's own accounting of it.
+func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, final *trainingv1alpha1.ZayaTrainingJob) {
+	t.Helper()
+	right := 0
+	want := map[string]int32{}
+	for i, rec := range records {
+		want[blamedFor[rec.kind]]++
+		f := rec.blamed
+		if f != nil && f.Rank != nil && *f.Rank == rec.rank && f.Category == blamedFor[rec.kind] {
+			right++
+			continue
+		}
+		t.Logf("fault %d (%s on rank %d) was blamed on %+v", i+1, rec.kind, rec.rank, f)
+	}
+	t.Logf("%s: %d of %d root causes attributed to the right rank and category", v.name, right, len(records))
+	if 100*right < 95*len(records) {
+		t.Errorf("%s: %d of %d root causes right, want at least 95%%", v.name, right, len(records))
+	}
+	gp := final.Status.Goodput
+	if gp == nil {
+		t.Fatal("no status.goodput")
+	}
+	got := map[string]int32{}
+	for _, l := range gp.Lost {
+		got[l.Category] = l.Failures
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s: goodput failures by category (-played +counted):\n%s", v.name, diff)
+	}
+	t.Logf("%s: goodput %s: wall %d s, startup %d s, lost %d s %+v", v.name, gp.EffectiveTrainingTime, gp.WallSeconds, gp.StartupSeconds, gp.LostSeconds, gp.Lost)
 }
 
 // corruptNewestStep flips one byte in the middle of a data shard of the newest committed
