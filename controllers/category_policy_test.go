@@ -20,7 +20,8 @@ func quarantinedNames(job *trainingv1alpha1.ZayaTrainingJob) []string {
 }
 
 // A GPU fault the runtime printed, on a node whose health signals stay green: the node is
-// quarantined for the job and only that rank moves; the peers restart in place.
+// quarantined for the job and the gang recreated away from it (the rank's process has already
+// restarted in place there and rejoined its peers).
 func TestAHardwareFaultInARanksOwnWordsMovesItOffItsNode(t *testing.T) {
 	h, job := inPlaceGang(t)
 	fault := now.Add(-3 * time.Second)
@@ -34,8 +35,8 @@ func TestAHardwareFaultInARanksOwnWordsMovesItOffItsNode(t *testing.T) {
 	if q := quarantinedNames(got); len(q) != 1 || q[0] != "n1/GPUHardware" {
 		t.Errorf("quarantined %v, want n1 for GPUHardware", q)
 	}
-	if st.InPlaceRestarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != "GPUHardware" {
-		t.Errorf("in place %d, replacing %+v: want an in-place restart moving rank 1", st.InPlaceRestarts, st.Replacing)
+	if st.Restarts != 1 || st.InPlaceRestarts != 0 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || st.Attempt() != 1 {
+		t.Errorf("restarts %d (in place %d, mode %q, attempt %d): want the gang recreated", st.Restarts, st.InPlaceRestarts, st.LastRestartMode, st.Attempt())
 	}
 }
 

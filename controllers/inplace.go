@@ -120,14 +120,13 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	}
 	v.failure.Time = metav1.Time{Time: at}
 	if hardwareRoot(v.failure) && !v.fatal {
-		// The rank's node is at fault: keep the gang off it and move only that rank.
+		// The rank's node is at fault: keep the gang off it. Its process has already restarted
+		// in place there and rejoined its peers, so replacing only its pod would tear the
+		// gang's new rendezvous apart; the gang is recreated away from the node instead.
 		if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
 			return false, err
 		}
-		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
-		if !finished(p.job) {
-			p.markReplaced(g, []int32{ptr.Deref(v.failure.Rank, 0)}, v.failure.Category, v.failure.Message)
-		}
+		p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
 		return true, nil
 	}
 	mode := trainingv1alpha1.RestartModeInPlace

@@ -384,11 +384,14 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 			expectAvoids(g, got, got.Status.Attempt(), node)
 		}
 		if mode == trainingv1alpha1.RestartModeInPlace {
-			// A crash or a bug replaces no pod; a lost or unhealthy node, a GPU or NIC fault the
-			// rank printed, or a hung worker (its peers name it, its kubelet is alive), only the
-			// one rank's.
+			// A crash or a bug replaces no pod; a lost or unhealthy node or a hung worker (its
+			// peers name it, its kubelet is alive) only the one rank's; a GPU or NIC fault the
+			// rank printed, the gang's.
 			want := 0
-			if movesOff[kind] || kind == "hang" {
+			switch {
+			case kind == "gpu-fault" || kind == "nic-fault":
+				want = trainNodes // its process restarted in place and rejoined: the gang is recreated
+			case movesOff[kind] || kind == "hang":
 				want = 1
 			}
 			if rec.podsReplaced != want {
