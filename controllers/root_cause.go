@@ -32,6 +32,7 @@ const evidenceChecks = 64
 // Evidence strength of a failed rank.
 const (
 	evidenceCascade = iota // it stopped because a peer failed (exit 75)
+	evidenceSilent         // it stopped because a peer went silent: it names the frozen rank
 	evidenceWeak           // nothing specific: an exit code, a timeout, a hang
 	evidenceStrong         // a fault of its own named, or the platform took it
 )
@@ -53,6 +54,9 @@ func strength(table *attribution.Table, f failedRank) int {
 		return evidenceWeak
 	}
 	if f.exit.ExitCode == trainingv1alpha1.ExitStopped {
+		if silentPeer.MatchString(f.exit.Message) {
+			return evidenceSilent
+		}
 		return evidenceCascade
 	}
 	if f.exit.Reason == "OOMKilled" {
@@ -91,13 +95,15 @@ func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
 	for _, i := range order {
 		f := failures[i]
 		s := evidenceCascade
-		if f.exit == nil || f.exit.ExitCode != trainingv1alpha1.ExitStopped {
-			if checked >= evidenceChecks || f.at.Sub(first) > rootWindow {
-				s = evidenceWeak // too late, or too many, to be read
-			} else {
-				checked++
-				s = strength(table, f)
+		switch {
+		case checked >= evidenceChecks || f.at.Sub(first) > rootWindow:
+			// Too late, or too many, to be read.
+			if f.exit == nil || f.exit.ExitCode != trainingv1alpha1.ExitStopped {
+				s = evidenceWeak
 			}
+		default:
+			checked++
+			s = strength(table, f)
 		}
 		if s > bestStrength {
 			best, bestStrength = i, s

@@ -107,3 +107,32 @@ func TestAPeerFoundSilentIsTheRootOfItsPeersStops(t *testing.T) {
 		t.Fatalf("lastFailure %+v: want rank 1's hang on its node", f)
 	}
 }
+
+// Ranks that stopped over a peer whose node is gone: the node's loss is the root, though its
+// rank's pod has not failed (its kubelet is the one gone).
+func TestAGoneNodeBehindThePeersStopsIsTheRoot(t *testing.T) {
+	h, job := recreateGang(t)
+	eof := "zaya: stopped: lost rank 8 during the all-reduce at step 120: EOF\n"
+	h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now, "", eof))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", trainingv1alpha1.ExitStopped, now, "", eof))
+	h.setNode(t, "node-llm-0-1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || f.Category != "NodeLost" || f.Cascaded != 2 {
+		t.Fatalf("lastFailure %+v: want rank 1's lost node, the root of 2 stops", f)
+	}
+}
+
+// Of ranks that stopped over peers, the one that says which peer went silent names the root,
+// though another stopped first (over the rank that gave up).
+func TestTheStopThatNamesASilentPeerPointsAtTheRoot(t *testing.T) {
+	h, job := recreateGang(t)
+	h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now, "", "zaya: stopped: lost rank 16 during the all-reduce at step 120: EOF\n"))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", trainingv1alpha1.ExitStopped, now.Add(time.Second), "",
+		"zaya: stopped: lost rank 8 during the all-reduce at step 120: peer silent: no heartbeat from rank 8 for 5s\n"))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || f.Category != "Hang" {
+		t.Fatalf("lastFailure %+v: want rank 1's hang", f)
+	}
+}

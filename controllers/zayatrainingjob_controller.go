@@ -267,6 +267,17 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 // rank on a node that lost its health (the device plugin never evicts those pods).
 func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 	if pod, cascaded := g.rootFailure(p.r.failurePatterns()); pod != nil {
+		if stoppedByPeer(pod) {
+			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
+			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
+			if f, err := p.unhealthyRank(ctx, g); err != nil {
+				return nil, err
+			} else if f != nil {
+				p.attribute(f, nil)
+				f.Cascaded = cascaded + 1
+				return &verdict{failure: *f, counted: true}, nil
+			}
+		}
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
 		p.attribute(&v.failure, pod)
 		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {

@@ -1350,11 +1350,20 @@ func RunLogPath(containerLog string, restarts int32) string {
 // its container's log (<container>.log, each run's in <container>.<restarts>.log),
 // termination-log and emptyDir volumes.
 func (a *Agent) PodDir(ns, name string) string {
-	dirs, _ := filepath.Glob(filepath.Join(a.opts.WorkDir, "pods", fmt.Sprintf("%s_%s_*", ns, name)))
-	if len(dirs) == 0 {
-		return ""
+	a.mu.Lock()
+	r := a.runs[ns+"/"+name]
+	a.mu.Unlock()
+	if r != nil {
+		return r.dir // the pod of that name that runs now, not one it replaced
 	}
-	return dirs[len(dirs)-1]
+	dirs, _ := filepath.Glob(filepath.Join(a.opts.WorkDir, "pods", fmt.Sprintf("%s_%s_*", ns, name)))
+	newest, at := "", time.Time{}
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && st.ModTime().After(at) {
+			newest, at = d, st.ModTime()
+		}
+	}
+	return newest
 }
 
 // VolumeDir is the host folder standing for claim in ns.
