@@ -48,18 +48,18 @@ func (p *pass) refreshGoodput() {
 		end = c.Time
 	}
 	if p.job.Status.StartTime != nil && end.After(g.AsOf.Time) {
-		g.WallSeconds = addSeconds(g.WallSeconds, end.Sub(g.AsOf.Time))
+		g.WallMilliseconds = addMillis(g.WallMilliseconds, end.Sub(g.AsOf.Time))
 		g.AsOf = metav1.Time{Time: end}
 	}
 	var lost int64
 	for _, l := range g.Lost {
-		lost = addInt(lost, addInt(l.DownSeconds, l.RecomputeSeconds))
+		lost = addInt(lost, addInt(l.DownMilliseconds, l.RecomputeMilliseconds))
 	}
-	g.LostSeconds = lost
-	g.TrainingSeconds = max(g.WallSeconds-g.StartupSeconds-lost, 0)
+	g.LostMilliseconds = lost
+	g.TrainingMilliseconds = max(g.WallMilliseconds-g.StartupMilliseconds-lost, 0)
 	g.EffectiveTrainingTime = ""
-	if g.WallSeconds > 0 {
-		g.EffectiveTrainingTime = fmt.Sprintf("%.1f%%", 100*float64(g.TrainingSeconds)/float64(g.WallSeconds))
+	if g.WallMilliseconds > 0 {
+		g.EffectiveTrainingTime = fmt.Sprintf("%.1f%%", 100*float64(g.TrainingMilliseconds)/float64(g.WallMilliseconds))
 	}
 }
 
@@ -69,7 +69,7 @@ func (p *pass) goodputStarted() {
 	if g == nil {
 		return
 	}
-	g.StartupSeconds = addSeconds(g.StartupSeconds, p.now.Sub(p.job.Status.StartTime.Time))
+	g.StartupMilliseconds = addMillis(g.StartupMilliseconds, p.now.Sub(p.job.Status.StartTime.Time))
 	p.refreshGoodput()
 }
 
@@ -103,7 +103,7 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 	}
 	if i := slices.IndexFunc(g.Lost, func(l trainingv1alpha1.GoodputLoss) bool { return l.Category == last.Category }); i >= 0 && g.Lost[i].Failures > 0 {
 		g.Lost[i].Failures--
-		if g.Lost[i].Failures == 0 && g.Lost[i].DownSeconds == 0 && g.Lost[i].RecomputeSeconds == 0 {
+		if g.Lost[i].Failures == 0 && g.Lost[i].DownMilliseconds == 0 && g.Lost[i].RecomputeMilliseconds == 0 {
 			g.Lost = slices.Delete(g.Lost, i, i+1)
 		}
 	}
@@ -119,7 +119,7 @@ func (p *pass) goodputRecompute(category string, recompute time.Duration) {
 		return
 	}
 	l := lossOf(g, category)
-	l.RecomputeSeconds = addSeconds(l.RecomputeSeconds, recompute)
+	l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds, recompute)
 	p.refreshGoodput()
 }
 
@@ -163,7 +163,7 @@ func (p *pass) goodputRecovered(category string, down time.Duration) {
 		return
 	}
 	l := lossOf(g, category)
-	l.DownSeconds = addSeconds(l.DownSeconds, down)
+	l.DownMilliseconds = addMillis(l.DownMilliseconds, down)
 	p.refreshGoodput()
 }
 
@@ -225,8 +225,8 @@ func readProgress(msg string) progressReport {
 	return r
 }
 
-// addSeconds adds d's whole seconds to s, saturating.
-func addSeconds(s int64, d time.Duration) int64 { return addInt(s, max(int64(d/time.Second), 0)) }
+// addMillis adds d's whole milliseconds to ms, saturating.
+func addMillis(ms int64, d time.Duration) int64 { return addInt(ms, max(int64(d/time.Millisecond), 0)) }
 
 func addInt(a, b int64) int64 {
 	if b > 0 && a > math.MaxInt64-b {

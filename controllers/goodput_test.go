@@ -23,7 +23,7 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 	h.runAll(t)
 	h.mustReconcile(t, job)
 	g := h.get(t, job).Status.Goodput
-	if g == nil || g.StartupSeconds != 20 || g.WallSeconds != 20 || g.EffectiveTrainingTime != "0.0%" {
+	if g == nil || g.StartupMilliseconds != 20000 || g.WallMilliseconds != 20000 || g.EffectiveTrainingTime != "0.0%" {
 		t.Fatalf("after the start: %+v, want 20 s of startup, nothing trained yet", g)
 	}
 
@@ -32,9 +32,9 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 		gpuFaultLine+"\ncheckpoint-step=40\ntraining-step=55\nstep-seconds=0.5000\n"))
 	h.mustReconcile(t, job)
 	g = h.get(t, job).Status.Goodput
-	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, RecomputeSeconds: 7}}
-	if diff := cmp.Diff(want, g.Lost); diff != "" || g.WallSeconds != 100 {
-		t.Fatalf("after the fault: wall %d, lost (-want +got):\n%s", g.WallSeconds, diff)
+	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, RecomputeMilliseconds: 7500}}
+	if diff := cmp.Diff(want, g.Lost); diff != "" || g.WallMilliseconds != 100000 {
+		t.Fatalf("after the fault: wall %d, lost (-want +got):\n%s", g.WallMilliseconds, diff)
 	}
 
 	// The old gang goes, the new one runs at 130 s.
@@ -49,13 +49,13 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 		t.Fatalf("Restarting %+v, want Recovered", c)
 	}
 	g = got.Status.Goodput
-	want[0].DownSeconds = 30
+	want[0].DownMilliseconds = 30000
 	if diff := cmp.Diff(want, g.Lost); diff != "" {
 		t.Errorf("lost (-want +got):\n%s", diff)
 	}
-	// 130 s of wall: 20 starting, 37 lost, 73 training.
-	if g.WallSeconds != 130 || g.StartupSeconds != 20 || g.LostSeconds != 37 || g.TrainingSeconds != 73 || g.EffectiveTrainingTime != "56.2%" {
-		t.Errorf("goodput %+v: want wall 130, startup 20, lost 37, training 73 (56.2%%)", g)
+	// 130 s of wall: 20 starting, 37.5 lost, 72.5 training.
+	if g.WallMilliseconds != 130000 || g.StartupMilliseconds != 20000 || g.LostMilliseconds != 37500 || g.TrainingMilliseconds != 72500 || g.EffectiveTrainingTime != "55.8%" {
+		t.Errorf("goodput %+v: want wall 130 s, startup 20, lost 37.5, training 72.5 (55.8%%)", g)
 	}
 	// Nothing else happens: no status write for the time passing.
 	at(500)
@@ -71,8 +71,8 @@ func TestASuspensionIsNoWallTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustReconcile(t, job)
-	wall := h.get(t, job).Status.Goodput.WallSeconds
-	if wall != 60 {
+	wall := h.get(t, job).Status.Goodput.WallMilliseconds
+	if wall != 60000 {
 		t.Fatalf("wall %d at the suspension, want 60", wall)
 	}
 	// An hour suspended, then resumed and running 10 s later.
@@ -87,14 +87,14 @@ func TestASuspensionIsNoWallTime(t *testing.T) {
 	h.runAll(t)
 	h.mustReconcile(t, job)
 	g := h.get(t, job).Status.Goodput
-	if g.WallSeconds != 70 || g.StartupSeconds != 10 {
+	if g.WallMilliseconds != 70000 || g.StartupMilliseconds != 10000 {
 		t.Errorf("goodput %+v: want 70 s of wall (the hour suspended is none), 10 of it restarting", g)
 	}
 }
 
 func TestTheGaugeCarriesARunningJobsGoodputToTheScrape(t *testing.T) {
 	obj := map[string]any{"status": map[string]any{"goodput": map[string]any{
-		"asOf": now.Format(time.RFC3339), "wallSeconds": int64(100), "trainingSeconds": int64(50)}}}
+		"asOf": now.Format(time.RFC3339), "wallMilliseconds": int64(100000), "trainingMilliseconds": int64(50000)}}}
 	if r, ok := goodputRatio(obj, false, now.Add(100*time.Second)); !ok || r != 0.5 {
 		t.Errorf("stopped: %v %v, want 0.5 as stored", r, ok)
 	}

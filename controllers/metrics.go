@@ -125,14 +125,14 @@ func registerJobsCollector(reg prometheus.Registerer, reader client.Reader) erro
 // goodputRatio is a stored job's training time over its wall time: as of status.goodput.asOf,
 // and for a running job up to now (the time since has all been training).
 func goodputRatio(obj map[string]any, running bool, now time.Time) (float64, bool) {
-	wall, ok1, _ := unstructured.NestedInt64(obj, "status", "goodput", "wallSeconds")
-	training, _, _ := unstructured.NestedInt64(obj, "status", "goodput", "trainingSeconds")
+	wall, ok1, _ := unstructured.NestedInt64(obj, "status", "goodput", "wallMilliseconds")
+	training, _, _ := unstructured.NestedInt64(obj, "status", "goodput", "trainingMilliseconds")
 	asOf, ok2, _ := unstructured.NestedString(obj, "status", "goodput", "asOf")
 	if !ok1 || !ok2 || wall < 0 || training < 0 {
 		return 0, false
 	}
 	if t, err := time.Parse(time.RFC3339, asOf); err == nil && running && now.After(t) {
-		d := int64(now.Sub(t) / time.Second)
+		d := int64(now.Sub(t) / time.Millisecond)
 		wall, training = wall+d, training+d
 	}
 	if wall <= 0 {

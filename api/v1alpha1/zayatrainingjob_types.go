@@ -811,31 +811,32 @@ type JobFailure struct {
 }
 
 // GoodputStatus is how much of a job's time went to training (docs/recovery.md, "Goodput").
+// Times are milliseconds: a chaos test's restarts take seconds.
 type GoodputStatus struct {
-	// asOf is when these figures were brought up to date: at each restart, recovery, suspension
-	// and completion, and at least every 10 minutes while the job runs.
+	// asOf is when these figures were brought up to date: at each start, restart, recovery,
+	// suspension and completion.
 	AsOf metav1.Time `json:"asOf"`
-	// wallSeconds is how long the job has been started (suspensions excluded), up to asOf.
+	// wallMilliseconds is how long the job has been started (suspensions excluded), up to asOf.
 	// +kubebuilder:validation:Minimum=0
-	WallSeconds int64 `json:"wallSeconds"`
-	// startupSeconds is the time from each start or resume until every rank first ran.
-	// +kubebuilder:validation:Minimum=0
-	// +optional
-	StartupSeconds int64 `json:"startupSeconds,omitempty"`
-	// lostSeconds is the time failures cost: from each failure until every rank ran again,
-	// plus the steps trained again since the checkpoint the gang resumed from.
+	WallMilliseconds int64 `json:"wallMilliseconds"`
+	// startupMilliseconds is the time from each start or resume until every rank first ran.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	LostSeconds int64 `json:"lostSeconds,omitempty"`
-	// trainingSeconds is wallSeconds less startupSeconds and lostSeconds.
+	StartupMilliseconds int64 `json:"startupMilliseconds,omitempty"`
+	// lostMilliseconds is the time failures cost: from each failure until every rank ran
+	// again, plus the steps trained again since the checkpoint the gang resumed from.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	TrainingSeconds int64 `json:"trainingSeconds,omitempty"`
-	// effectiveTrainingTime is trainingSeconds over wallSeconds, as a percentage: "95.3%".
+	LostMilliseconds int64 `json:"lostMilliseconds,omitempty"`
+	// trainingMilliseconds is the wall time less startup and lost.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TrainingMilliseconds int64 `json:"trainingMilliseconds,omitempty"`
+	// effectiveTrainingTime is training over wall time, as a percentage: "95.3%".
 	// +kubebuilder:validation:MaxLength=8
 	// +optional
 	EffectiveTrainingTime string `json:"effectiveTrainingTime,omitempty"`
-	// lost is lostSeconds by failure category.
+	// lost is lostMilliseconds by failure category.
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
 	// +optional
@@ -850,15 +851,15 @@ type GoodputLoss struct {
 	// failures is how many root failures of the category there were.
 	// +kubebuilder:validation:Minimum=0
 	Failures int32 `json:"failures"`
-	// downSeconds is the time from each failure until every rank ran again.
+	// downMilliseconds is the time from each failure until every rank ran again.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	DownSeconds int64 `json:"downSeconds,omitempty"`
-	// recomputeSeconds is the time the steps trained again cost (steps past the checkpoint the
-	// gang resumed from, at the workers' reported pace).
+	DownMilliseconds int64 `json:"downMilliseconds,omitempty"`
+	// recomputeMilliseconds is what the steps trained again cost (steps past the checkpoint
+	// the gang resumed from, at the workers' reported pace).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	RecomputeSeconds int64 `json:"recomputeSeconds,omitempty"`
+	RecomputeMilliseconds int64 `json:"recomputeMilliseconds,omitempty"`
 }
 
 // ReplacedPod is a rank whose pod an in-place restart replaces.
