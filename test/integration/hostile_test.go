@@ -154,6 +154,7 @@ var hostileInputs = []hostile{
 				g.Expect(p.Spec.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "OPTS", Value: "$(MASTER_ADDR); rm -rf / #"}))
 			}
 		}},
+	{input: "userCodeRestarts 100", stage: atApply, patch: `spec: {faultTolerance: {userCodeRestarts: 100}}`, want: []string{"spec.faultTolerance.userCodeRestarts", "less than or equal to 7"}},
 	{input: "spares 1000", stage: atApply, patch: `spec: {faultTolerance: {spares: 1000}}`, want: []string{"spec.faultTolerance.spares", "less than or equal to 16"}},
 	{input: "spares negative", stage: atApply, patch: `spec: {faultTolerance: {spares: -1}}`, want: []string{"spec.faultTolerance.spares", "greater than or equal to 0"}},
 	{input: "unknown in-place mechanism", stage: atApply, patch: `spec: {faultTolerance: {inPlaceMechanism: Magic}}`, want: []string{"spec.faultTolerance.inPlaceMechanism", "Unsupported value"}},
