@@ -25,6 +25,10 @@ import (
 // faulty rank hangs before it dies.
 const rootWindow = time.Minute
 
+// cascadeGrace is how long after the first failure the operator waits for a cause when every
+// failure so far is a rank that stopped over a peer.
+const cascadeGrace = 2 * time.Second
+
 // evidenceChecks bounds the ranks whose messages are read for one decision (the earliest
 // failures): at 2,048 ranks every peer of a fault fails.
 const evidenceChecks = 64

@@ -186,9 +186,12 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		// Rank 0 is done; the others have successGrace to finish or fail.
 		return soonest(ctrl.Result{RequeueAfter: settling}, p.requeueForDeadline()), nil
 	}
-	v, err := p.firstFailure(ctx, gang)
+	v, wait, err := p.firstFailure(ctx, gang)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see cascadeGrace
 	}
 	if v != nil {
 		if p.namespaceGoing(ctx) {
@@ -265,17 +268,17 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
 // rank on a node that lost its health (the device plugin never evicts those pods).
-func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
+func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duration, error) {
 	if pod, cascaded := g.rootFailure(p.r.failurePatterns()); pod != nil {
 		if stoppedByPeer(pod) {
 			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
 			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
 			if f, err := p.unhealthyRank(ctx, g); err != nil {
-				return nil, err
+				return nil, 0, err
 			} else if f != nil {
 				p.attribute(f, nil)
 				f.Cascaded = cascaded + 1
-				return &verdict{failure: *f, counted: true}, nil
+				return &verdict{failure: *f, counted: true}, 0, nil
 			}
 		}
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
@@ -283,15 +286,23 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, error) {
 		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
 			blameSilentPeer(&v.failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
 		}
+		if stoppedByPeer(pod) && v.failure.Reason != trainingv1alpha1.FailureReasonHang {
+			// Nothing but stops over a peer yet: the peer's own failure, its node's loss or a
+			// stop naming it silent is moments behind. The gang is broken either way; a
+			// moment's wait names the cause instead of a bystander.
+			if wait := failedAt(pod).Add(cascadeGrace).Sub(p.now); wait > 0 {
+				return nil, wait, nil
+			}
+		}
 		v.failure.Cascaded = cascaded
 		v.pod = pod
-		return &v, nil
+		return &v, 0, nil
 	}
 	f, err := p.unhealthyRank(ctx, g)
 	if f == nil || err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return &verdict{failure: *f, counted: true}, nil
+	return &verdict{failure: *f, counted: true}, 0, nil
 }
 
 // soonest is the result that requeues first (results that do not requeue lose).
