@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -79,5 +80,30 @@ func TestTheProgramsOwnErrorFailsTheJobAfterUserCodeRestarts(t *testing.T) {
 	}
 	if got.Status.Restarts != 1 {
 		t.Errorf("restarts %d, want the one allowed", got.Status.Restarts)
+	}
+}
+
+// The program's own bug follows its rank to any node: it never counts against the node.
+func TestTheProgramsOwnErrorsNeverQuarantineANode(t *testing.T) {
+	h, job := inPlaceGang(t, func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.FaultTolerance.UserCodeRestarts = ptr.To[int32](7) })
+	bug := "panic: runtime error: index out of range [3] with length 3\n"
+	for i := range 3 {
+		at := now.Add(time.Duration(i) * time.Minute)
+		h.r.Clock = clockAt(at.Add(time.Second))
+		h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+			restartedInPlace("n1", int32(i+1), 2, at, at.Add(time.Second))(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = bug
+		})
+		h.mustReconcile(t, job)
+		back := at.Add(2 * time.Second)
+		h.r.Clock = clockAt(back)
+		for _, r := range []string{"llm-0-0", "llm-0-2"} {
+			h.setPod(t, r, restartedInPlace("n"+r[len(r)-1:], int32(i+1), trainingv1alpha1.ExitStopped, at.Add(time.Second), back))
+		}
+		h.mustReconcile(t, job)
+	}
+	got := h.get(t, job)
+	if q := quarantinedNames(got); len(q) != 0 || got.Status.InPlaceRestarts != 3 {
+		t.Errorf("quarantined %v, in place %d: want three in-place restarts and no node blamed", q, got.Status.InPlaceRestarts)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 )
 
 // quarantines reports whether a failure reason keeps the job off the node from now on.
@@ -33,16 +34,19 @@ const repeatedFailuresToQuarantine = 3
 // within restartWindow, and reports whether it did: the gang must then be recreated elsewhere,
 // not restarted in place.
 func (p *pass) quarantineRepeated(ctx context.Context, f trainingv1alpha1.JobFailure) (bool, error) {
-	workers := func(r string) bool {
-		return r == trainingv1alpha1.FailureReasonExitCode || r == trainingv1alpha1.FailureReasonHang
+	// A worker's failure counts against its node unless it is the program's own bug, which
+	// would follow the rank to any node (and has its own bound, userCodeRestarts).
+	workers := func(x trainingv1alpha1.JobFailure) bool {
+		return (x.Reason == trainingv1alpha1.FailureReasonExitCode || x.Reason == trainingv1alpha1.FailureReasonHang) &&
+			x.Category != string(attribution.UserCode)
 	}
-	if f.Node == "" || !workers(f.Reason) {
+	if f.Node == "" || !workers(f) {
 		return false, nil
 	}
 	since := p.now.Add(-p.job.Spec.FaultTolerance.RestartWindow.Duration)
 	n := 1
 	for _, r := range p.job.Status.RecentFailures {
-		if r.Node == f.Node && workers(r.Reason) && r.Time.After(since) {
+		if r.Node == f.Node && workers(r) && r.Time.After(since) {
 			n++
 		}
 	}

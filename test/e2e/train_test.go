@@ -393,7 +393,13 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 		if movesOff[kind] {
 			expectAvoids(g, got, got.Status.Attempt(), node)
 		}
-		if mode == trainingv1alpha1.RestartModeInPlace {
+		if mode == trainingv1alpha1.RestartModeInPlace && got.Status.LastRestartMode == trainingv1alpha1.RestartModeRecreate &&
+			slices.ContainsFunc(got.Status.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool {
+				return q.Reason == trainingv1alpha1.FailureReasonRepeatedFailures
+			}) {
+			// The third failure rooted on one node moved the gang off it (RepeatedFailures).
+			t.Logf("fault %d (%s): a node's repeated failures recreated the gang away from it", i+1, kind)
+		} else if mode == trainingv1alpha1.RestartModeInPlace {
 			// A crash or a bug replaces no pod; a lost or unhealthy node or a hung worker (its
 			// peers name it, its kubelet is alive) only the one rank's; a GPU or NIC fault the
 			// rank printed, the gang's.
