@@ -31,7 +31,7 @@ func (p *pass) attribute(f *trainingv1alpha1.JobFailure, pod *corev1.Pod) {
 				return
 			}
 			if m, ok := p.r.failurePatterns().Match(t.Message); ok {
-				f.Category, f.Rule, f.Evidence = string(m.Category), m.Pattern, cut(m.Line, maxEvidence)
+				f.Category, f.Rule, f.Evidence = string(m.Category), m.Pattern, truncateTo(m.Line, maxEvidence)
 				return
 			}
 		}
@@ -86,19 +86,6 @@ func categoryWords(f trainingv1alpha1.JobFailure) string {
 	}
 	return " [" + f.Category + "]"
 }
-
-// cut shortens s to at most n bytes on a rune boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // failurePatterns is the table failures are read with.
 func (r *ZayaTrainingJobReconciler) failurePatterns() *attribution.Table {

@@ -94,9 +94,6 @@ func (f *FailurePatterns) Load(ctx context.Context) error {
 	}
 	f.version = cm.ResourceVersion
 	user, err := attribution.Parse([]byte(cm.Data[FailurePatternsKey]))
-	if err == nil && cm.Data[FailurePatternsKey] == "" {
-		user = nil
-	}
 	if err != nil {
 		failurePatternsRefused.Inc()
 		f.Recorder.Eventf(cm, nil, corev1.EventTypeWarning, trainingv1alpha1.ReasonInvalidFailurePatterns, "Load",

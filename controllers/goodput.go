@@ -123,8 +123,8 @@ func (p *pass) goodputRecompute(category string, recompute time.Duration) {
 	p.refreshGoodput()
 }
 
-// failedMessages are the termination messages of the gang's failed pods (the earliest
-// evidenceChecks of them: the furthest step is reached by all).
+// failedMessages are the termination messages of the gang's failed pods, at most
+// evidenceChecks of them (the ranks of a gang stop within a step of each other).
 func failedMessages(g gang) []string {
 	var out []string
 	for _, pod := range g.failed {

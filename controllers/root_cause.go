@@ -75,29 +75,24 @@ func strength(table *attribution.Table, f failedRank) int {
 	return evidenceWeak
 }
 
-// pickRoot returns the index of the root among failures and how many of the others are its
-// cascade.
+// pickRoot sorts failures by time and returns the index of the root among them and how many of
+// the others are its cascade.
 func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
 	if len(failures) == 0 {
 		return -1, 0
 	}
-	order := make([]int, len(failures))
-	for i := range order {
-		order[i] = i
-	}
-	// By time, then rank: the order the failures happened in, whatever the listing order.
-	slices.SortFunc(order, func(a, b int) int {
-		fa, fb := failures[a], failures[b]
-		if c := fa.at.Compare(fb.at); c != 0 {
+	// By time, then rank: the order the failures happened in, whatever the listing order. The
+	// caller reads the root from the sorted slice.
+	slices.SortFunc(failures, func(a, b failedRank) int {
+		if c := a.at.Compare(b.at); c != 0 {
 			return c
 		}
-		return int(fa.rank - fb.rank)
+		return int(a.rank - b.rank)
 	})
-	first := failures[order[0]].at
+	first := failures[0].at
 	best, bestStrength := -1, -1
 	checked := 0
-	for _, i := range order {
-		f := failures[i]
+	for i, f := range failures {
 		s := evidenceCascade
 		switch {
 		case checked >= evidenceChecks || f.at.Sub(first) > rootWindow:
@@ -200,6 +195,6 @@ func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang, gpusPer
 	pod := g.ranks[rank]
 	by := ptr.Deref(f.Rank, -1)
 	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
-	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", cut(m[0], maxEvidence)
+	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", truncateTo(m[0], maxEvidence)
 	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, m[0]))
 }

@@ -182,11 +182,14 @@ func sortConditions(conds []metav1.Condition) {
 }
 
 // truncate bounds a message to maxMessageLength bytes on a rune boundary.
-func truncate(s string) string {
-	if len(s) <= maxMessageLength {
+func truncate(s string) string { return truncateTo(s, maxMessageLength) }
+
+// truncateTo shortens s to at most n bytes, on a rune boundary, marking the cut with "...".
+func truncateTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxMessageLength - len("...")
+	cut := n - len("...")
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -67,11 +67,16 @@ func Parse(data []byte) (*Table, error) {
 	return Compile(ps)
 }
 
-// Compile checks and compiles patterns.
+// Compile checks and compiles patterns, at most MaxPatterns.
 func Compile(ps []Pattern) (*Table, error) {
 	if len(ps) > MaxPatterns {
 		return nil, fmt.Errorf("%d patterns: at most %d", len(ps), MaxPatterns)
 	}
+	return compile(ps)
+}
+
+// compile checks and compiles patterns of any number.
+func compile(ps []Pattern) (*Table, error) {
 	t := &Table{patterns: ps, compiled: make([]*regexp.Regexp, len(ps))}
 	var errs []error
 	seen := map[string]bool{}
@@ -129,9 +134,9 @@ func (t *Table) Merge(more *Table) *Table {
 			ps = append(ps, p)
 		}
 	}
-	out, err := Compile(append(ps, more.patterns...))
-	if err != nil { // both were compiled already: only the count can break
-		return more
+	out, err := compile(append(ps, more.patterns...))
+	if err != nil {
+		panic(fmt.Sprintf("attribution: rules that compiled alone do not compile together: %v", err)) // names are unique by construction
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package attribution
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,24 @@ func TestMatchingAHostileMessageIsBounded(t *testing.T) {
 	case <-done:
 	case <-time.After(time.Minute):
 		t.Fatal("matching a 1 MiB message did not end")
+	}
+}
+
+// A user's table as large as allowed still adds to the shipped rules, never replaces them all.
+func TestAFullUserTableKeepsTheShippedRules(t *testing.T) {
+	ps := make([]Pattern, MaxPatterns)
+	for i := range ps {
+		ps[i] = Pattern{Name: "user-" + strconv.Itoa(i), Category: UserCode, Regexp: "user rule " + strconv.Itoa(i) + "$"}
+	}
+	user, err := Compile(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := Default().Merge(user)
+	if table.Len() != Default().Len()+MaxPatterns {
+		t.Errorf("%d rules, want %d", table.Len(), Default().Len()+MaxPatterns)
+	}
+	if m, ok := table.Match("Memory access fault by GPU node-2 (Agent handle: 0x1)"); !ok || m.Category != GPUHardware {
+		t.Errorf("the shipped rules are lost: %+v", m)
 	}
 }
