@@ -4,6 +4,8 @@
 // linking Kubernetes or controller-runtime.
 package contract
 
+import "time"
+
 const (
 	// MasterPort is the rendezvous port on rank 0 (MASTER_PORT), exposed by the job's Service.
 	MasterPort = 29500
@@ -32,6 +34,20 @@ const (
 	// TerminationMessageStepSecondsPrefix starts the line with the worker's mean seconds per
 	// step over its run ("step-seconds=0.512"): what a step trained again costs.
 	TerminationMessageStepSecondsPrefix = "step-seconds="
+	// TerminationMessageTrainingSincePrefix starts the line with when the worker's run began
+	// training, its resume done (RFC 3339, nanoseconds): the end of the time a failure or a
+	// start cost.
+	TerminationMessageTrainingSincePrefix = "training-since="
+	// TerminationMessageLastStepAtPrefix starts the line with when the worker's run last
+	// finished a step (RFC 3339, nanoseconds): the start of the time its failure cost.
+	TerminationMessageLastStepAtPrefix = "last-step-at="
+	// ProgressPort is where the worker serves ProgressPath (its metrics port): the operator
+	// polls rank 0's pod there for the job's live progress.
+	ProgressPort = 9400
+	// ProgressPath serves a Progress as JSON.
+	ProgressPath = "/zaya/v1/progress"
+	// ProgressMaxBytes bounds the Progress document the operator reads.
+	ProgressMaxBytes = 256 << 10
 	// ExitStopped is the exit code (EX_TEMPFAIL) of a worker that stopped before the run was
 	// complete because it or a peer was told to: never success, always worth a restart.
 	ExitStopped = 75
@@ -44,6 +60,24 @@ const (
 	// out the writers of the run before it, in place or not.
 	InPlaceAttemptBits = 20
 )
+
+// Progress is what rank 0 reports of the job's current run at ProgressPath.
+type Progress struct {
+	// Step is the last step the run finished; ResumedFrom the step it started from.
+	Step        int64 `json:"step"`
+	ResumedFrom int64 `json:"resumedFrom"`
+	// CheckpointStep is the newest committed checkpoint.
+	CheckpointStep int64 `json:"checkpointStep"`
+	// StepSeconds is the run's mean wall time per step.
+	StepSeconds float64 `json:"stepSeconds"`
+	// TrainingSince is when the run began training (resume done); LastStepAt when it last
+	// finished a step. Both zero before the first step.
+	TrainingSince time.Time `json:"trainingSince,omitzero"`
+	LastStepAt    time.Time `json:"lastStepAt,omitzero"`
+	// NodeStepSeconds holds, by NODE_RANK, the node's moving mean of the seconds a step kept
+	// its ranks busy before they met in the step's all-reduce: a straggler's is the largest.
+	NodeStepSeconds []float64 `json:"nodeStepSeconds,omitempty"`
+}
 
 // Environment variables of the worker contract.
 const (

@@ -31,6 +31,10 @@ const (
 	TerminationMessageTrainingStepPrefix = contract.TerminationMessageTrainingStepPrefix
 	// TerminationMessageStepSecondsPrefix starts the line with a worker's mean step time.
 	TerminationMessageStepSecondsPrefix = contract.TerminationMessageStepSecondsPrefix
+	// TerminationMessageTrainingSincePrefix starts the line with when a worker's run began training.
+	TerminationMessageTrainingSincePrefix = contract.TerminationMessageTrainingSincePrefix
+	// TerminationMessageLastStepAtPrefix starts the line with when a worker's run last finished a step.
+	TerminationMessageLastStepAtPrefix = contract.TerminationMessageLastStepAtPrefix
 	// RestartExitCodesAnnotation carries a supervised pod's restart rule.
 	RestartExitCodesAnnotation = contract.RestartExitCodesAnnotation
 	// TerminationMessageExitCodePrefix starts zaya-supervisor's line for a worker exit that

@@ -14,10 +14,12 @@ import (
 // are the ones ROCm, RCCL and the Go runtime print (controllers/attribution/defaults.yaml).
 
 // injectFault ends the process as the fault named in path says, if any; it removes the file.
-func injectFault(path string, log io.Writer, nodeRank int, step int64) {
+// It returns true for "slow": from then on the node's ranks take twice as long per step (at
+// least 20 ms more), as a straggler would (a throttled GPU, a noisy neighbour).
+func injectFault(path string, log io.Writer, nodeRank int, step int64) (slow bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return
+		return false
 	}
 	_ = os.Remove(path)
 	switch strings.TrimSpace(string(b)) {
@@ -34,9 +36,13 @@ func injectFault(path string, log io.Writer, nodeRank int, step int64) {
 		// A Go program's own bug: its panic line and (the start of) its trace, exit 2.
 		_, _ = fmt.Fprintf(os.Stderr, "panic: runtime error: index out of range [%d] with length %d\n\ngoroutine 1 [running]:\nmain.loadBatch(...)\n\t/src/train/data.go:88\n", step, step)
 		os.Exit(2)
+	case "slow":
+		_, _ = fmt.Fprintf(log, "fault: node %d slowed down from step %d\n", nodeRank, step)
+		return true
 	default:
-		_, _ = fmt.Fprintf(log, "fault file %s names no fault (gpu, nic, usercode)\n", path)
+		_, _ = fmt.Fprintf(log, "fault file %s names no fault (gpu, nic, usercode, slow)\n", path)
 	}
+	return false
 }
 
 // abort ends the process as C's abort() does, as the kubelet reports it: exit 134 (128 +

@@ -51,7 +51,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
 	fs.DurationVar(&peerTimeout, "peer-timeout", peerTimeout, "a peer silent this long (frozen, its host gone) is lost: exit 75; 0 turns the bound off; "+contract.EnvPeerTimeout+" sets its default")
 	fs.StringVar(&cfg.TerminationLog, "termination-log", cfg.TerminationLog, "where the last committed checkpoint step is appended on exit")
-	fs.StringVar(&cfg.FaultFile, "fault-file", "", "chaos tests only: a file polled every step; a fault named in it (gpu, nic, usercode) ends the process as the real one would")
+	fs.StringVar(&cfg.FaultFile, "fault-file", "", "chaos tests only: a file polled every step; a fault named in it (gpu, nic, usercode) ends the process as the real one would; slow makes this node a straggler")
 	fs.DurationVar(&cfg.Pace, "pace", 0, "make every step take at least this long (demos and chaos tests)")
 	fs.IntVar(&cfg.LogEvery, "log-every", 10, "print progress every N steps")
 	fs.StringVar(&cfg.Transport, "transport", "tcp", "collectives: tcp, or rccl (a worker built with -tags rocm)")
@@ -75,7 +75,8 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		cfg.Metrics = NewMetrics(reg)
-		addr, err := serveMetrics(*metricsAddr, reg)
+		cfg.board = &board{}
+		addr, err := serveMetrics(*metricsAddr, reg, cfg.board)
 		if err != nil {
 			_, _ = fmt.Fprintln(stderr, "zaya-worker: metrics:", err)
 			return 1

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/zaya-operator/zaya-operator/api/contract"
 )
 
 // Metrics is what a worker process exports to Prometheus (rank 0 of the process reports).
@@ -35,14 +37,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// serveMetrics serves reg on addr until the process exits; it returns the bound address.
-func serveMetrics(addr string, reg *prometheus.Registry) (string, error) {
+// serveMetrics serves reg, and progress at contract.ProgressPath, on addr until the process
+// exits; it returns the bound address.
+func serveMetrics(addr string, reg *prometheus.Registry, progress *board) (string, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle(contract.ProgressPath, progress)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

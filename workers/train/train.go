@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
@@ -57,8 +58,10 @@ type Config struct {
 	// "usercode") is played as the real one would end the process (docs/worker-contract.md,
 	// "Fault injection"). For chaos tests; never set on a real job.
 	FaultFile       string
-	restored        int64       // the step resume restored: retention keeps it until a newer one is kept
-	report          *lineBuffer // termination-log lines held until the process exits
+	slow            *atomic.Bool // a "slow" fault was played: every local rank drags its steps
+	board           *board       // rank 0's live progress, served with the metrics (nil: none)
+	restored        int64        // the step resume restored: retention keeps it until a newer one is kept
+	report          *lineBuffer  // termination-log lines held until the process exits
 	Steps, Seq, Dim int
 	LR              float64
 	Seed            uint64
@@ -177,8 +180,10 @@ func (e *StoppedError) Unwrap() error { return e.err }
 type Result struct {
 	Step, CheckpointStep int64
 	Loss                 float64
-	StepSeconds          float64 // mean seconds per step trained in this run; 0 before one
-	before               string  // "joining", "resuming": the rank stopped before training, Step is not yet its own
+	StepSeconds          float64   // mean seconds per step trained in this run; 0 before one
+	TrainingSince        time.Time // when this run began training, its resume done
+	LastStepAt           time.Time // when it last finished a step
+	before               string    // "joining", "resuming": the rank stopped before training, Step is not yet its own
 }
 
 // Run trains this node's ranks (one goroutine per local GPU) until Steps or until ctx ends;
@@ -194,6 +199,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// with terminationMessagePolicy FallbackToLogsOnError the kubelet takes its log's tail
 	// (the runtime's or RCCL's last words) as the evidence instead.
 	cfg.report = &lineBuffer{}
+	cfg.slow = &atomic.Bool{}
 	results := make([]Result, cfg.GPUsPerNode)
 	errs := make([]error, cfg.GPUsPerNode)
 	var wg sync.WaitGroup
@@ -214,6 +220,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.TerminationLog != "" && res.before == "" && res.StepSeconds > 0 {
 		appendLine(cfg.TerminationLog, contract.TerminationMessageTrainingStepPrefix+strconv.FormatInt(res.Step, 10))
 		appendLine(cfg.TerminationLog, contract.TerminationMessageStepSecondsPrefix+strconv.FormatFloat(res.StepSeconds, 'f', 4, 64))
+		appendLine(cfg.TerminationLog, contract.TerminationMessageTrainingSincePrefix+res.TrainingSince.UTC().Format(time.RFC3339Nano))
+		appendLine(cfg.TerminationLog, contract.TerminationMessageLastStepAtPrefix+res.LastStepAt.UTC().Format(time.RFC3339Nano))
 	}
 	if cfg.TerminationLog != "" {
 		var stopped *StoppedError
@@ -392,8 +400,8 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		if n := r.res.Step - r.resumed; n > 0 {
 			r.res.StepSeconds = time.Since(r.start).Seconds() / float64(n)
 		}
-		if r.cfg.FaultFile != "" && r.local == 0 {
-			injectFault(r.cfg.FaultFile, r.cfg.Log, r.cfg.NodeRank, r.res.Step)
+		if r.cfg.FaultFile != "" && r.local == 0 && injectFault(r.cfg.FaultFile, r.cfg.Log, r.cfg.NodeRank, r.res.Step) {
+			r.cfg.slow.Store(true)
 		}
 		if stop.count > 0 && r.res.Step < int64(r.cfg.Steps) {
 			err = r.saveAndStop(ctx, stop) // not in the return: r.res must be read after it
@@ -422,6 +430,7 @@ type rankState struct {
 	res                  Result
 	resumed              int64 // the step training (re)started from
 	start, lastSave      time.Time
+	nodeBusy             []float64 // rank 0: each node's moving mean of busy seconds per step
 	pending              *inflight
 }
 
@@ -718,6 +727,7 @@ func truncate(s string, n int) string {
 // startTraining starts the clocks of throughput and time-based checkpoints.
 func (r *rankState) startTraining() {
 	r.start, r.resumed = time.Now(), r.res.Step
+	r.res.TrainingSince = r.start
 	r.lastSave = time.Now()
 }
 
@@ -727,6 +737,7 @@ type stopVote struct{ count, rankSum int }
 
 // step trains one step in lockstep with every rank and returns the ranks' stop and save calls.
 func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, err error) {
+	began := time.Now()
 	if r.cfg.Pace > 0 {
 		time.Sleep(r.cfg.Pace) // before the step's all-reduce, so every rank keeps the pace
 	}
@@ -734,6 +745,11 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 	if err != nil {
 		return stop, false, err
 	}
+	if r.cfg.slow != nil && r.cfg.slow.Load() {
+		time.Sleep(max(time.Since(began), 20*time.Millisecond))
+	}
+	// What kept this rank busy before it met the others: a straggler's is the largest.
+	vec[6+r.n+r.cfg.NodeRank] += time.Since(began).Seconds() / float64(r.cfg.GPUsPerNode)
 	if err := r.vote(ctx, vec); err != nil {
 		return stop, false, err
 	}
@@ -742,6 +758,9 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 	}
 	if err := r.apply(vec); err != nil {
 		return stop, false, err
+	}
+	if r.rank == 0 {
+		r.nodeBusy = smoothNodes(r.nodeBusy, vec[6+r.n:])
 	}
 	r.report()
 	n := r.n
@@ -776,8 +795,8 @@ func (r *rankState) gradients() ([]float64, error) {
 	// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
 	// this rank's background save is written, the last step rank 0 committed, and rank 0's
 	// call (by its clock) that a time-based checkpoint is due after this step, and the sum of
-	// the signalled ranks (see vote).
-	vec := make([]float64, 6+n)
+	// the signalled ranks (see vote); then each node's busy seconds (see step).
+	vec := make([]float64, 6+n+cfg.Nodes)
 	vec[0] = loss / r.norm
 	for wi, g := range []attention.Grad{dq, dk, dv} {
 		for i := range xl.Rows {
@@ -842,6 +861,14 @@ func (r *rankState) report() {
 	local0 := r.local == 0 // reports this process's metrics
 	if cfg.HeartbeatFile != "" {
 		touch(cfg.HeartbeatFile)
+	}
+	res.LastStepAt = time.Now()
+	if r.rank == 0 && cfg.board != nil {
+		cfg.board.set(contract.Progress{
+			Step: res.Step, ResumedFrom: r.resumed, CheckpointStep: res.CheckpointStep,
+			StepSeconds:   time.Since(r.start).Seconds() / float64(max(res.Step-r.resumed, 1)),
+			TrainingSince: r.start, LastStepAt: res.LastStepAt, NodeStepSeconds: r.nodeBusy,
+		})
 	}
 	if local0 && cfg.Metrics != nil {
 		cfg.Metrics.Step.Set(float64(res.Step))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,11 +53,17 @@ type job struct {
 	attempt         int    // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
 	uid             string // ZAYA_JOB_UID
 	args            string
+	nodeArgs        map[int]string // more arguments for one node
+	metrics         string         // node 0's -metrics-addr (other nodes serve none)
 	dir, port       string
 }
 
 func (j job) env(node int, out string) []string {
-	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
+	metrics := ""
+	if node == 0 {
+		metrics = j.metrics
+	}
+	return append(os.Environ(), "ZAYA_TRAIN_CHILD=1", "ZAYA_ARGS="+j.args+" "+j.nodeArgs[node]+" -listen=127.0.0.1:0 -metrics-addr="+metrics+" -rendezvous-timeout=10s -params-out="+out+
 		" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-%d", node)),
 		"NODE_RANK="+strconv.Itoa(node), "NNODES="+strconv.Itoa(j.nodes), "GPUS_PER_NODE="+strconv.Itoa(j.gpus),
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
@@ -236,7 +243,7 @@ func TestMetricsReportProgressAndSaves(t *testing.T) {
 	if testutil.ToFloat64(m.TokensPerSec) <= 0 || testutil.ToFloat64(m.Loss) <= 0 {
 		t.Error("throughput and loss not reported")
 	}
-	addr, err := serveMetrics("127.0.0.1:0", reg)
+	addr, err := serveMetrics("127.0.0.1:0", reg, &board{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +255,81 @@ func TestMetricsReportProgressAndSaves(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), "zaya_worker_checkpoint_save_seconds_count 4") {
 		t.Errorf("/metrics does not show 4 saves:\n%s", body)
+	}
+}
+
+// TestRankZeroReportsLiveProgressAndTheStraggler runs two nodes, slows node 1 down mid-run
+// and reads rank 0's progress endpoint: the run's steps and times, and node 1 as the one
+// whose steps keep it busy longest. The stopped workers' termination logs carry the run's
+// training-since and last-step-at times.
+func TestRankZeroReportsLiveProgressAndTheStraggler(t *testing.T) {
+	port := testnet.FreePort(t)
+	dir := t.TempDir()
+	fault := filepath.Join(dir, "fault-1")
+	j := job{nodes: 2, gpus: 1, cp: 1, args: "-steps=100000 -seq=8 -dim=4 -pace=2ms", dir: dir, port: testnet.FreePort(t),
+		metrics: "127.0.0.1:" + port, nodeArgs: map[int]string{1: "-fault-file=" + fault}}
+	logs := j.logs()
+	began := time.Now()
+	cmds := j.start(t, filepath.Join(dir, "params"), logs)
+	t.Cleanup(func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+		}
+	})
+	get := func() (p contract.Progress, ok bool) {
+		resp, err := http.Get("http://127.0.0.1:" + port + contract.ProgressPath)
+		if err != nil {
+			return p, false
+		}
+		defer func() { _ = resp.Body.Close() }()
+		return p, resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&p) == nil
+	}
+	waitFor := func(what string, cond func(contract.Progress) bool) contract.Progress {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			if p, ok := get(); ok && cond(p) {
+				return p
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		p, _ := get()
+		t.Fatalf("%s: last progress %+v\nnode 0:\n%s\nnode 1:\n%s", what, p, logs[0], logs[1])
+		return p
+	}
+	p := waitFor("no even steps", func(p contract.Progress) bool { return p.Step >= 30 && len(p.NodeStepSeconds) == 2 })
+	if p.TrainingSince.Before(began) || p.LastStepAt.Before(p.TrainingSince) || p.StepSeconds <= 0 || p.ResumedFrom != 0 {
+		t.Errorf("progress %+v: times or pace wrong (started %v)", p, began)
+	}
+	if err := os.WriteFile(fault, []byte("slow"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from := p.Step
+	p = waitFor("node 1 never showed as the straggler", func(p contract.Progress) bool {
+		return p.Step > from+30 && p.NodeStepSeconds[1] > 1.8*p.NodeStepSeconds[0]
+	})
+	if err := cmds[0].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		_ = c.Wait()
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "termination-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since, last time.Time
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, contract.TerminationMessageTrainingSincePrefix); ok {
+			since, _ = time.Parse(time.RFC3339Nano, v)
+		}
+		if v, ok := strings.CutPrefix(line, contract.TerminationMessageLastStepAtPrefix); ok {
+			last, _ = time.Parse(time.RFC3339Nano, v)
+		}
+	}
+	if !since.Equal(p.TrainingSince) || last.Before(p.LastStepAt) || time.Since(last) > time.Minute {
+		t.Errorf("termination log says training since %v, last step at %v; progress said %v, %v\n%s", since, last, p.TrainingSince, p.LastStepAt, b)
 	}
 }
 
