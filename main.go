@@ -3,8 +3,10 @@ package main
 
 import (
 	"flag"
+	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +21,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
 func main() {
@@ -27,6 +30,8 @@ func main() {
 		leaderElect                                                                                                                          bool
 		concurrency, burst                                                                                                                   int
 		qps                                                                                                                                  float64
+		progressInterval                                                                                                                     time.Duration
+		workerProxy                                                                                                                          string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
@@ -37,6 +42,8 @@ func main() {
 	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
 	flag.StringVar(&spareImage, "spare-image", controllers.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
 	flag.StringVar(&failurePatterns, "failure-patterns", "", "namespace/name of a ConfigMap whose "+controllers.FailurePatternsKey+" adds failure patterns to the shipped ones (read every 30s; a bad version is refused with an event on it); empty: the shipped ones alone")
+	flag.DurationVar(&progressInterval, "progress-poll-interval", 10*time.Second, "how often rank 0 of each running job is asked for its live progress (when it trains again, stragglers); 0 disables it")
+	flag.StringVar(&workerProxy, "worker-proxy", "", "HTTP proxy URL through which the operator reaches worker pods' progress endpoints, where it runs outside the pod network; empty: directly")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -96,6 +103,17 @@ func main() {
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
 		SpareImage:    spareImage,
+	}
+	if progressInterval > 0 {
+		var proxy *url.URL
+		if workerProxy != "" {
+			if proxy, err = url.Parse(workerProxy); err != nil || proxy.Host == "" {
+				setupLog.Error(err, "bad --worker-proxy: want a URL such as http://proxy:3128")
+				os.Exit(1)
+			}
+		}
+		reconciler.Progress = &liveprogress.Poller{HTTP: liveprogress.NewClient(proxy), Interval: progressInterval}
+		reconciler.ProgressPollInterval = progressInterval
 	}
 	if err := reconciler.SetupWithManager(mgr, concurrency); err != nil {
 		setupLog.Error(err, "unable to create controller")

@@ -59,6 +59,8 @@ func categoryOfReason(f *trainingv1alpha1.JobFailure) (attribution.Category, boo
 		return attribution.Eviction, true
 	case trainingv1alpha1.FailureReasonNodeRejected:
 		return attribution.Infrastructure, true
+	case trainingv1alpha1.FailureReasonStraggler:
+		return attribution.Straggler, true
 	}
 	return "", false
 }

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -8,30 +9,46 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
-// Goodput: how much of a job's started time went to training. The operator accounts it from
-// what it sees: the start (to every rank running), each failure (to every rank running again),
-// and the steps a restart trains again, priced at the pace the workers report when they stop
-// (training-step=, step-seconds= and checkpoint-step= in their termination messages).
-// status.goodput is brought up to date at each such event, and at suspension and completion:
-// a running job's status is never written for it alone (the zaya_job_effective_training_ratio
-// gauge carries it on to the scrape).
+// Goodput: how much of a job's started time went to training. Time is lost from the start
+// until the job first trains, and from each failure (when training last advanced) until it
+// trains again, plus the steps trained again past the checkpoint it resumed from, at the pace
+// the workers reported. Both ends come from the workers: rank 0's live progress
+// (liveprogress) says when a run began training, termination messages (training-since=,
+// last-step-at=, training-step=, checkpoint-step=, step-seconds=) say where a run that ended
+// stood. Where the workers say nothing the pods do: a loss then ends when every rank runs.
+// status.goodput.open holds the loss under way; the figures are brought up to date at each
+// event (start, failure, training again, suspension, completion), never for time passing
+// alone (the zaya_job_effective_training_ratio gauge carries them on to the scrape).
 
-// goodput is the job's accounting, begun at its start; nil before it started.
+// progressGrace is how long after every rank runs again a loss waits for rank 0 to report
+// that it trains, before it is closed as of the ranks running (its workers report nothing).
+func (r *ZayaTrainingJobReconciler) progressGrace() time.Duration {
+	return 3*r.ProgressPollInterval + 5*time.Second
+}
+
+// goodput is the job's accounting, begun at its start with the startup open; nil before it
+// started.
 func (p *pass) goodput() *trainingv1alpha1.GoodputStatus {
 	st := &p.job.Status
 	if st.StartTime == nil {
 		return st.Goodput
 	}
+	start := metav1.NewMicroTime(st.StartTime.Time)
 	if st.Goodput == nil {
-		st.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: *st.StartTime}
+		st.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: start, Open: &trainingv1alpha1.GoodputOpen{Since: start}}
 	}
-	if st.Goodput.AsOf.Before(st.StartTime) {
-		st.Goodput.AsOf = *st.StartTime // resumed: the suspension is no wall time
+	if st.Goodput.AsOf.Before(&start) {
+		// Resumed: the suspension is no wall time, and the job starts again.
+		st.Goodput.AsOf = start
+		st.Goodput.Open = &trainingv1alpha1.GoodputOpen{Since: start}
 	}
 	return st.Goodput
 }
@@ -49,7 +66,7 @@ func (p *pass) refreshGoodput() {
 	}
 	if p.job.Status.StartTime != nil && end.After(g.AsOf.Time) {
 		g.WallMilliseconds = addMillis(g.WallMilliseconds, end.Sub(g.AsOf.Time))
-		g.AsOf = metav1.Time{Time: end}
+		g.AsOf = metav1.NewMicroTime(end)
 	}
 	var lost int64
 	for _, l := range g.Lost {
@@ -63,24 +80,185 @@ func (p *pass) refreshGoodput() {
 	}
 }
 
-// goodputStarted accounts a start: from the job's start (or resume) until every rank ran.
-func (p *pass) goodputStarted() {
+// goodputFailed opens the loss of a root failure of category: since training last advanced
+// (the stopped ranks' last steps, or rank 0's progress; else now), with where it stood. A
+// loss still open (a failure before the job trained again) ends here.
+func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure, messages []string) {
 	g := p.goodput()
 	if g == nil {
 		return
 	}
-	g.StartupMilliseconds = addMillis(g.StartupMilliseconds, p.now.Sub(p.job.Status.StartTime.Time))
+	l := lossOf(g, f.Category)
+	l.Failures = min(l.Failures+1, math.MaxInt32)
+	if g.Open != nil {
+		p.closeLoss(g, p.now, -1, nil)
+	}
+	at := readRuns(messages, p.trainingSince(), p.now, true)
+	since := clampTime(f.Time.Time, p.trainingSince(), p.now)
+	switch rep, ok := p.progressNow(ctx); {
+	case !at.lastStep.IsZero():
+		since = at.lastStep // the stopped ranks' own word
+	case ok && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()):
+		at.reached, at.committed, at.pace = max(at.reached, rep.Step), max(at.committed, rep.CheckpointStep), rep.StepSeconds
+		if fresh(rep, p.now) {
+			since = clampTime(rep.LastStepAt, p.trainingSince(), p.now) // read just now: its last step is the gang's
+			break
+		}
+		// Up to a poll old: training went on at its pace until the failure (whose time the
+		// kubelet keeps to the second).
+		since = clampTime(rep.LastStepAt, since, p.now)
+		if at.pace > 0 {
+			at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
+		}
+	}
+	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: metav1.NewMicroTime(since), ReachedStep: at.reached,
+		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
 	p.refreshGoodput()
 }
 
-// goodputFailed accounts a root failure of category.
-func (p *pass) goodputFailed(category string) {
+// trainingSince is when the run that trains now (or last did) began: what workers report of
+// older runs is no news.
+func (p *pass) trainingSince() time.Time {
+	if g := p.job.Status.Goodput; g != nil && g.TrainingSince != nil {
+		return g.TrainingSince.Time
+	}
+	if p.job.Status.StartTime != nil {
+		return p.job.Status.StartTime.Time
+	}
+	return time.Time{}
+}
+
+// progressNow reads rank 0's progress at once, for a failure about to stop the gang: the
+// report the poller holds may be an interval old. Bounded by the poll's own deadlines.
+func (p *pass) progressNow(ctx context.Context) (liveprogress.Report, bool) {
+	if p.report != nil && fresh(*p.report, p.now) {
+		return *p.report, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if p.r.Progress != nil {
+		for _, addr := range p.progressAddrs {
+			if prog, err := liveprogress.Fetch(ctx, p.r.Progress.Client(), addr, p.now); err == nil && !prog.TrainingSince.IsZero() {
+				return liveprogress.Report{Progress: prog, At: p.now}, true
+			}
+		}
+	}
+	if p.report != nil {
+		return *p.report, true
+	}
+	return liveprogress.Report{}, false
+}
+
+// fresh says whether rep was read within the last second.
+func fresh(rep liveprogress.Report, now time.Time) bool { return rep.At.After(now.Add(-time.Second)) }
+
+// clampTime is t, or lo if t is before it, or hi if after.
+func clampTime(t, lo, hi time.Time) time.Time {
+	if t.Before(lo) {
+		t = lo
+	}
+	if t.After(hi) {
+		t = hi
+	}
+	return t
+}
+
+// settleGoodput ends the open loss once the job trains again: as of when rank 0 says its run
+// began training, or a finished run's workers said so, or, where they say nothing, as of when
+// every rank ran (once rank 0 had time to report). messages are the ranks' latest exits.
+func (p *pass) settleGoodput(messages []string) time.Duration {
 	g := p.goodput()
-	if g == nil {
+	if g == nil || g.Open == nil {
+		return 0
+	}
+	o := g.Open
+	if rep := p.report; rep != nil && rep.TrainingSince.After(o.Since.Time) {
+		p.closeLoss(g, rep.TrainingSince, rep.ResumedFrom, messages)
+		return 0
+	}
+	if run := readRuns(messages, o.Since.Time, p.now, false); !run.since.IsZero() {
+		p.closeLoss(g, run.since, run.resumed, messages)
+		return 0
+	}
+	if o.RanAt == nil {
+		return 0
+	}
+	if wait := o.RanAt.Add(p.r.progressGrace()).Sub(p.now); wait > 0 && p.progressWatched() {
+		return wait
+	}
+	p.closeLoss(g, o.RanAt.Time, -1, messages)
+	return 0
+}
+
+// finalGoodput brings the figures up to the completion, once (then nothing changes): a loss
+// still open ends as the last run's workers say it trained again, else when the job ended.
+func (p *pass) finalGoodput(pods []corev1.Pod) {
+	g := p.goodput()
+	if g != nil && g.Open != nil {
+		var messages []string
+		for i := range pods {
+			if t := lastExit(&pods[i]); t != nil && t.Message != "" && len(messages) < evidenceChecks {
+				messages = append(messages, t.Message)
+			}
+		}
+		if c := p.job.Status.CompletionTime; c != nil && c.Time.Before(p.now) {
+			defer func(now time.Time) { p.now = now }(p.now)
+			p.now = c.Time // nothing is lost after the end
+		}
+		p.settleGoodput(messages)
+		if g.Open != nil {
+			end := p.now
+			if g.Open.RanAt != nil && meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
+				end = g.Open.RanAt.Time
+			}
+			p.closeLoss(g, end, -1, messages)
+		}
+	}
+	p.refreshGoodput()
+}
+
+// goodputRan notes that every rank runs: where the workers report nothing, the loss ends then.
+func (p *pass) goodputRan() {
+	if g := p.goodput(); g != nil && g.Open != nil && g.Open.RanAt == nil {
+		at := metav1.NewMicroTime(p.now)
+		g.Open.RanAt = &at
+	}
+}
+
+// closeLoss ends the open loss at end: its down time, and the steps the new run (resumed at
+// step resumed; -1: unknown, the checkpoint committed before the failure) trains again.
+// messages are the stopped ranks' exits: they may say where the failed run stood more
+// exactly than the failure's pass knew.
+func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resumed int64, messages []string) {
+	o := g.Open
+	g.Open = nil
+	since := o.Since.Time
+	stopped := readRuns(messages, p.trainingSince(), end, false)
+	if o.Category != "" && !stopped.lastStep.IsZero() && stopped.lastStep.Before(end) {
+		since = stopped.lastStep // the ranks' own word, over the pass's guess
+	}
+	end = clampTime(end, since, p.now)
+	down := end.Sub(since)
+	at := metav1.NewMicroTime(end)
+	g.TrainingSince = &at
+	if o.Category == "" {
+		g.StartupMilliseconds = addMillis(g.StartupMilliseconds, down)
+		p.refreshGoodput()
 		return
 	}
-	l := lossOf(g, category)
-	l.Failures = min(l.Failures+1, math.MaxInt32)
+	l := lossOf(g, o.Category)
+	l.DownMilliseconds = addMillis(l.DownMilliseconds, down)
+	reached, pace := max(o.ReachedStep, stopped.reached), float64(o.StepMicroseconds)/1e6
+	if pace <= 0 {
+		pace = stopped.pace
+	}
+	if resumed < 0 {
+		resumed = max(o.CheckpointStep, stopped.committed)
+	}
+	if reached > resumed && pace > 0 {
+		l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds,
+			time.Duration(min(float64(reached-resumed)*pace, float64(366*24*time.Hour/time.Second))*float64(time.Second)))
+	}
 	p.refreshGoodput()
 }
 
@@ -109,17 +287,9 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 	}
 	l := lossOf(g, to)
 	l.Failures = min(l.Failures+1, math.MaxInt32)
-	p.refreshGoodput()
-}
-
-// goodputRecompute accounts the work a failure of category has the gang train again.
-func (p *pass) goodputRecompute(category string, recompute time.Duration) {
-	g := p.goodput()
-	if g == nil || recompute <= 0 {
-		return
+	if g.Open != nil && g.Open.Category == last.Category {
+		g.Open.Category = to
 	}
-	l := lossOf(g, category)
-	l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds, recompute)
 	p.refreshGoodput()
 }
 
@@ -138,15 +308,15 @@ func failedMessages(g gang) []string {
 	return out
 }
 
-// exitMessagesSince are the termination messages of the ranks' runs that ended at or after
-// since: an in-place restart's root and cascade.
-func (g gang) exitMessagesSince(since time.Time) []string {
+// exitMessages are the termination messages of the ranks' latest exits (a running worker's
+// previous run, a stopped one's own), at most evidenceChecks of them.
+func (g gang) exitMessages() []string {
 	var out []string
 	for _, pod := range g.ranks {
 		if pod == nil {
 			continue
 		}
-		if t := lastExit(pod); t != nil && !t.FinishedAt.Time.Before(since) {
+		if t := lastExit(pod); t != nil && t.Message != "" {
 			out = append(out, t.Message)
 			if len(out) == evidenceChecks {
 				break
@@ -154,17 +324,6 @@ func (g gang) exitMessagesSince(since time.Time) []string {
 		}
 	}
 	return out
-}
-
-// goodputRecovered accounts a restart's downtime, from the failure to every rank running again.
-func (p *pass) goodputRecovered(category string, down time.Duration) {
-	g := p.goodput()
-	if g == nil {
-		return
-	}
-	l := lossOf(g, category)
-	l.DownMilliseconds = addMillis(l.DownMilliseconds, down)
-	p.refreshGoodput()
 }
 
 // lossOf is category's row, added if missing (a hand-written status past the bound shares the
@@ -180,32 +339,57 @@ func lossOf(g *trainingv1alpha1.GoodputStatus, category string) *trainingv1alpha
 	return &g.Lost[len(g.Lost)-1]
 }
 
-// workLost prices the steps a restart trains again from what stopped ranks reported: the
-// furthest step reached past the newest committed checkpoint, at the pace reported with it.
-func workLost(messages []string) time.Duration {
-	var reached, committed int64
-	var pace float64
+// runsReport is what stopped workers said of the run they ran: the furthest step reached and
+// the newest checkpoint, the pace, when it last advanced; and, of a run that began training
+// after some time, when it did and from which step.
+type runsReport struct {
+	reached, committed, resumed int64
+	pace                        float64
+	lastStep, since             time.Time
+}
+
+// readRuns reads the progress lines of termination messages whose run last trained in
+// (after, before] (older runs are no news, newer ones another run's); with untimed, also of
+// messages that say nothing of times (a worker older than those lines).
+func readRuns(messages []string, after, before time.Time, untimed bool) runsReport {
+	r := runsReport{resumed: -1}
 	for _, msg := range messages {
-		r := readProgress(msg)
-		if r.step > reached {
-			reached, pace = r.step, r.stepSeconds
+		m := readProgress(msg)
+		if m.lastStep.IsZero() {
+			if untimed {
+				r.committed = max(r.committed, m.checkpoint)
+				if m.step > r.reached {
+					r.reached, r.pace = m.step, m.stepSeconds
+				}
+			}
+			continue
 		}
-		committed = max(committed, r.checkpoint)
+		if !m.lastStep.After(after) || m.lastStep.After(before) {
+			continue
+		}
+		r.committed = max(r.committed, m.checkpoint)
+		if m.step > r.reached {
+			r.reached, r.pace = m.step, m.stepSeconds
+		}
+		if m.lastStep.After(r.lastStep) {
+			r.lastStep = m.lastStep
+		}
+		if m.since.After(after) && (r.since.IsZero() || m.since.Before(r.since)) {
+			r.since, r.resumed = m.since, m.restored
+		}
 	}
-	if reached <= committed || pace <= 0 {
-		return 0
-	}
-	return time.Duration(min(float64(reached-committed)*pace, float64(366*24*time.Hour/time.Second)) * float64(time.Second))
+	return r
 }
 
 type progressReport struct {
-	step, checkpoint int64
-	stepSeconds      float64
+	step, checkpoint, restored int64
+	stepSeconds                float64
+	since, lastStep            time.Time
 }
 
 // readProgress reads a termination message's progress lines; a line it cannot read is none.
 func readProgress(msg string) progressReport {
-	var r progressReport
+	r := progressReport{restored: -1}
 	for line := range strings.Lines(msg) {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageTrainingStepPrefix); ok {
@@ -219,6 +403,18 @@ func readProgress(msg string) progressReport {
 		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageCheckpointPrefix); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 				r.checkpoint = n
+			}
+		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageRestoredPrefix); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				r.restored = n
+			}
+		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageTrainingSincePrefix); ok {
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				r.since = t
+			}
+		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageLastStepAtPrefix); ok {
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				r.lastStep = t
 			}
 		}
 	}

@@ -5,14 +5,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// A job's time, accounted: 20 s to start, a GPU fault at 100 s that had trained 15 steps of
-// 0.5 s past its last checkpoint, every rank running again 30 s later.
+// A job's time, accounted from the pods alone (its workers report no progress): 20 s to
+// start, a GPU fault at 100 s that had trained 15 steps of 0.5 s past its last checkpoint,
+// every rank running again 30 s later.
 func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
@@ -32,9 +34,14 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 		gpuFaultLine+"\ncheckpoint-step=40\ntraining-step=55\nstep-seconds=0.5000\n"))
 	h.mustReconcile(t, job)
 	g = h.get(t, job).Status.Goodput
-	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, RecomputeMilliseconds: 7500}}
+	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1}}
 	if diff := cmp.Diff(want, g.Lost); diff != "" || g.WallMilliseconds != 100000 {
 		t.Fatalf("after the fault: wall %d, lost (-want +got):\n%s", g.WallMilliseconds, diff)
+	}
+	open := &trainingv1alpha1.GoodputOpen{Category: "GPUHardware", Since: metav1.NewMicroTime(now.Add(100 * time.Second)),
+		ReachedStep: 55, CheckpointStep: 40, StepMicroseconds: 500000}
+	if diff := cmp.Diff(open, g.Open); diff != "" {
+		t.Fatalf("the loss under way (-want +got):\n%s", diff)
 	}
 
 	// The old gang goes, the new one runs at 130 s.
@@ -49,8 +56,8 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 		t.Fatalf("Restarting %+v, want Recovered", c)
 	}
 	g = got.Status.Goodput
-	want[0].DownMilliseconds = 30000
-	if diff := cmp.Diff(want, g.Lost); diff != "" {
+	want[0].DownMilliseconds, want[0].RecomputeMilliseconds = 30000, 7500
+	if diff := cmp.Diff(want, g.Lost); diff != "" || g.Open != nil {
 		t.Errorf("lost (-want +got):\n%s", diff)
 	}
 	// 130 s of wall: 20 starting, 37.5 lost, 72.5 training.

@@ -34,12 +34,9 @@ func (p *pass) updateProgress(g gang) ctrl.Result {
 		running = false // a rank the cascade has not reached yet still runs the old process
 	}
 	if running {
-		_, recovering := p.restarting()
 		p.finishRecovery(g)
+		p.goodputRan()
 		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
-			if !recovering {
-				p.goodputStarted() // a restart's time is its failure's
-			}
 			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())
 			if job.Status.Restarts == 0 {
 				took := p.now.Sub(job.CreationTimestamp.Time)

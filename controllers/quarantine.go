@@ -21,7 +21,8 @@ import (
 
 // quarantines reports whether a failure reason keeps the job off the node from now on.
 func quarantines(reason string) bool {
-	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy
+	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy ||
+		reason == trainingv1alpha1.FailureReasonStraggler
 }
 
 // repeatedFailuresToQuarantine is how many worker failures on one node within restartWindow

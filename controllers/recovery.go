@@ -35,7 +35,11 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		p.attribute(&f, nil)
 	}
 	p.recordFailure(f)
-	p.goodputFailed(f.Category)
+	var stopped []string
+	if p.stopped != nil {
+		stopped = p.stopped()
+	}
+	p.goodputFailed(ctx, f, stopped)
 	category, cascaded := f.Category, float64(f.Cascaded)
 	p.whenStored(func() {
 		failuresTotal.WithLabelValues(category, "root").Inc()
@@ -189,12 +193,6 @@ func (p *pass) finishRecovery(g gang) {
 	}
 	p.job.Status.ContainerRestarts = g.containerRestarts // the restart's cascade, accounted for
 	took := end.Sub(since)
-	if f := p.job.Status.LastFailure; f != nil {
-		if p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace {
-			p.goodputRecompute(f.Category, workLost(g.exitMessagesSince(since)))
-		}
-		p.goodputRecovered(f.Category, took)
-	}
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs
 	mode := string(p.job.Status.LastRestartMode)

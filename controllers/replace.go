@@ -44,7 +44,8 @@ func (p *pass) replaceable(v verdict) bool {
 	}
 	switch v.failure.Reason {
 	case trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy, trainingv1alpha1.FailureReasonEvicted,
-		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected:
+		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected,
+		trainingv1alpha1.FailureReasonStraggler:
 		return true
 	}
 	return v.pod != nil && v.failure.ExitCode == nil && v.pod.Status.Phase == corev1.PodFailed

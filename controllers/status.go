@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
 // maxMessageLength bounds condition messages (the API allows 32768; status stays small).
@@ -28,6 +29,12 @@ type pass struct {
 	marks *markKey // signs the pods the pass creates
 	// spares are the job's warm spare pods, by name.
 	spares []*corev1.Pod
+	// report is rank 0's latest live progress (nil: none); progressAddrs where ranks 0 and 1
+	// serve theirs now.
+	report        *liveprogress.Report
+	progressAddrs []string
+	// stopped are the messages of the gang's failed ranks and latest exits.
+	stopped func() []string
 
 	// events are emitted in order at the end of the pass. Those about decisions (status
 	// changes), and onStore's metrics of them, only once that status is stored: a pass whose

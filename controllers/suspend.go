@@ -13,7 +13,11 @@ import (
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
-	p.refreshGoodput() // the time up to now was wall time; the suspension is not
+	p.r.forgetProgress(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
+	if g := p.goodput(); g != nil && g.Open != nil {
+		p.closeLoss(g, p.now, -1, nil) // lost until now: the suspension is no wall time
+	}
+	p.refreshGoodput()
 	active := activePods(pods)
 	if err := p.deletePods(ctx, active, nil); err != nil {
 		return err

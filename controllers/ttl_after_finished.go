@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -14,7 +15,8 @@ import (
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and
 // deletes the job once ttlSecondsAfterFinished has passed.
 func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
-	p.refreshGoodput() // up to the completion, once: then nothing changes
+	p.r.forgetProgress(types.NamespacedName{Namespace: p.job.Namespace, Name: p.job.Name})
+	p.finalGoodput(pods)
 	if err := p.deletePods(ctx, activePods(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -15,18 +15,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -47,6 +52,13 @@ type ZayaTrainingJobReconciler struct {
 
 	// SpareImage is the warm spares' container image (default DefaultSpareImage).
 	SpareImage string
+
+	// Progress polls rank 0 of each running job for its live progress (when it trains again,
+	// stragglers); nil polls none, and goodput is accounted from the pods alone.
+	Progress *liveprogress.Poller
+	// ProgressPollInterval is how often Progress polls a job: a loss waits a few of them for
+	// rank 0 to say it trains again.
+	ProgressPollInterval time.Duration
 
 	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
 	// operator marks its pods with across restarts; created on first use. Empty keeps the key
@@ -82,6 +94,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.lastWrite.Delete(req.NamespacedName)
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
+			r.forgetProgress(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -173,6 +186,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
 	gang := classify(job, ranks)
+	p.stopped = sync.OnceValue(func() []string { return append(failedMessages(gang), gang.exitMessages()...) })
+	p.watchProgress(gang)
 	p.recordCheckpoint(gang)
 	p.recordResume(gang)
 	done, settling := p.succeeded(gang)
@@ -193,6 +208,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see cascadeGrace
 	}
+	if _, restarting := p.restarting(); v == nil && !restarting {
+		v = p.judgeStragglers(gang)
+	}
 	if v != nil {
 		if p.namespaceGoing(ctx) {
 			return ctrl.Result{}, nil // the job goes with it: nothing to restart or report
@@ -208,10 +226,6 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		if err := p.recoverFrom(ctx, *v, gang); err != nil {
 			return ctrl.Result{}, err
-		}
-		if p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeRecreate && !finished(p.job) {
-			// The gang goes now: what its failed ranks reported is all there is to price.
-			p.goodputRecompute(v.failure.Category, workLost(failedMessages(gang)))
 		}
 		if finished(job) {
 			return p.finish(ctx, pods)
@@ -262,7 +276,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err != nil {
 		return p.blocked(ctx, err)
 	}
-	return soonest(p.updateProgress(gang), p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
+	progress := p.updateProgress(gang)
+	return soonest(progress, ctrl.Result{RequeueAfter: p.settleGoodput(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}), nil
 }
 
@@ -324,12 +339,27 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 	if err := registerJobsCollector(metrics.Registry, mgr.GetClient()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(storedJob()).
 		Watches(&corev1.Pod{}, podEvents{}).
 		Owns(&corev1.Service{}, builder.OnlyMetadata).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
-		Named("zayatrainingjob").
-		Complete(r)
+		Named("zayatrainingjob")
+	if r.Progress != nil {
+		// The poller wakes a job when its progress says something the job acts on.
+		woken := make(chan event.TypedGenericEvent[reconcile.Request], 1024)
+		r.Progress.Notify = func(key types.NamespacedName) {
+			woken <- event.TypedGenericEvent[reconcile.Request]{Object: reconcile.Request{NamespacedName: key}}
+		}
+		b = b.WatchesRawSource(source.Channel(woken, handler.TypedFuncs[reconcile.Request, reconcile.Request]{
+			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[reconcile.Request], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				q.Add(e.Object)
+			},
+		}))
+		if err := mgr.Add(r.Progress); err != nil {
+			return err
+		}
+	}
+	return b.Complete(r)
 }

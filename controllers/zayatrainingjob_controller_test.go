@@ -38,6 +38,8 @@ func TestFirstPassCreatesTheGang(t *testing.T) {
 		ObservedGeneration: 3,
 		StartTime:          &metav1.Time{Time: now},
 		RestartMechanism:   trainingv1alpha1.RestartMechanismRestartRules,
+		// The start's time is open until the job trains.
+		Goodput: &trainingv1alpha1.GoodputStatus{AsOf: metav1.NewMicroTime(now), Open: &trainingv1alpha1.GoodputOpen{Since: metav1.NewMicroTime(now)}},
 		Conditions: []metav1.Condition{
 			{Type: "Running", Status: "False", Reason: "Starting", Message: "0/16 ranks running", ObservedGeneration: 3},
 			{Type: "Created", Status: "True", Reason: "Accepted", Message: "accepted a gang of 16 nodes x 8 GPUs", ObservedGeneration: 3},

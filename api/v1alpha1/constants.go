@@ -28,6 +28,9 @@ const (
 	ConditionRunning = "Running"
 	// ConditionRestarting is True between a failure and the new gang running.
 	ConditionRestarting = "Restarting"
+	// ConditionStraggling is True while a rank's steps keep it busy longer than the others'
+	// by faultTolerance.stragglers.marginPercent (rank 0's progress reports).
+	ConditionStraggling = "Straggling"
 	// ConditionWaitingForCapacity is True while the gang cannot be fully placed.
 	ConditionWaitingForCapacity = "WaitingForCapacity"
 	// ConditionSuspended is True while spec.suspend is true and no pods run.
@@ -112,6 +115,10 @@ const (
 	ReasonSpareUnavailable = "SpareUnavailable"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
+	// ReasonStragglerDetected: a rank is a straggler (Straggling=True, and its event).
+	ReasonStragglerDetected = "StragglerDetected"
+	// ReasonNoStraggler: no rank is a straggler now.
+	ReasonNoStraggler = "NoStraggler"
 	// ReasonForceDeleted: a pod stuck terminating was force-deleted.
 	ReasonForceDeleted = "ForceDeleted"
 	// ReasonBlockedByFinalizer: a pod of an old attempt is kept by finalizers the operator does
@@ -149,6 +156,8 @@ const (
 	FailureReasonDeviceUnhealthy = "DeviceUnhealthy"
 	// FailureReasonHang: a worker stopped touching its heartbeat file.
 	FailureReasonHang = "Hang"
+	// FailureReasonStraggler: faultTolerance.stragglers.action Replace replaced a straggler.
+	FailureReasonStraggler = "Straggler"
 	// FailureReasonNodeRejected: the node refused to admit a rank after it was scheduled
 	// there (the kubelet's OutOf<resource>, e.g. OutOfamd.com/gpu when a GPU went unhealthy
 	// in between, or another admission error); the pod's own reason is in the message.

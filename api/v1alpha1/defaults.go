@@ -22,6 +22,8 @@ const (
 	DefaultCheckpointKeep     = 3
 	DefaultMaxRestarts        = 10
 	DefaultUserCodeRestarts   = 1
+	// DefaultStragglerMarginPercent is faultTolerance.stragglers.marginPercent's default.
+	DefaultStragglerMarginPercent = 25
 	DefaultRestartWindow      = 24 * time.Hour
 	DefaultBackoffInitial     = 0 * time.Second
 	DefaultBackoffMax         = 5 * time.Minute
@@ -96,6 +98,12 @@ func (j *ZayaTrainingJob) Default() {
 		f.InPlaceMechanism = InPlaceMechanismRestartRules
 	}
 	defaultDuration(&f.InPlaceTimeout, DefaultInPlaceTimeout)
+	if f.Stragglers.MarginPercent == 0 {
+		f.Stragglers.MarginPercent = DefaultStragglerMarginPercent
+	}
+	if f.Stragglers.Action == "" {
+		f.Stragglers.Action = StragglerActionReport
+	}
 	if f.ExitCodes.Fatal == nil {
 		f.ExitCodes.Fatal = []int32{ExitCodeConfigError}
 	}

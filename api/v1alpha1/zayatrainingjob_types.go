@@ -492,7 +492,42 @@ type FaultToleranceSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Quarantine QuarantineSpec `json:"quarantine,omitempty"`
+
+	// stragglers says when a rank counts as a straggler (its steps keep it busy longer than
+	// the other ranks' median by marginPercent, over several of rank 0's progress reports) and
+	// what is done about it: Report (default: the Straggling condition and an event naming
+	// its node) or Replace (also, once a checkpoint is committed after it was found, its pod
+	// is replaced away from its node, which this job quarantines).
+	// +kubebuilder:default={}
+	// +optional
+	Stragglers StragglerSpec `json:"stragglers,omitempty"`
 }
+
+// StragglerSpec is the straggler policy (docs/recovery.md, "Stragglers").
+type StragglerSpec struct {
+	// marginPercent is how much longer than the others' median a rank's steps must keep it
+	// busy for it to be a straggler, 5 to 1000 (default 25).
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=25
+	// +optional
+	MarginPercent int32 `json:"marginPercent,omitempty"`
+	// action is Report (default) or Replace.
+	// +kubebuilder:default=Report
+	// +optional
+	Action StragglerAction `json:"action,omitempty"`
+}
+
+// StragglerAction is what the operator does about a straggler.
+// +kubebuilder:validation:Enum=Report;Replace
+type StragglerAction string
+
+const (
+	// StragglerActionReport only reports it: the Straggling condition and an event.
+	StragglerActionReport StragglerAction = "Report"
+	// StragglerActionReplace also replaces its pod at the next checkpoint.
+	StragglerActionReplace StragglerAction = "Replace"
+)
 
 // RestartMode is how a gang restarts after a process fault.
 // +kubebuilder:validation:Enum=InPlace;Recreate
@@ -815,16 +850,18 @@ type JobFailure struct {
 type GoodputStatus struct {
 	// asOf is when these figures were brought up to date: at each start, restart, recovery,
 	// suspension and completion.
-	AsOf metav1.Time `json:"asOf"`
+	AsOf metav1.MicroTime `json:"asOf"`
 	// wallMilliseconds is how long the job has been started (suspensions excluded), up to asOf.
 	// +kubebuilder:validation:Minimum=0
 	WallMilliseconds int64 `json:"wallMilliseconds"`
-	// startupMilliseconds is the time from each start or resume until every rank first ran.
+	// startupMilliseconds is the time from each start or resume until the job first trained
+	// (until every rank ran, where the workers do not report their progress).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	StartupMilliseconds int64 `json:"startupMilliseconds,omitempty"`
-	// lostMilliseconds is the time failures cost: from each failure until every rank ran
-	// again, plus the steps trained again since the checkpoint the gang resumed from.
+	// lostMilliseconds is the time failures cost: from each failure (when training last
+	// advanced) until the job trained again, plus the steps trained again since the
+	// checkpoint the gang resumed from.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	LostMilliseconds int64 `json:"lostMilliseconds,omitempty"`
@@ -841,6 +878,40 @@ type GoodputStatus struct {
 	// +listType=atomic
 	// +optional
 	Lost []GoodputLoss `json:"lost,omitempty"`
+	// open is the time being lost now, not yet in the figures: since the job started or a
+	// failure stopped training, until it trains again.
+	// +optional
+	Open *GoodputOpen `json:"open,omitempty"`
+	// trainingSince is when the job last began training again (after its start or a failure).
+	// +optional
+	TrainingSince *metav1.MicroTime `json:"trainingSince,omitempty"`
+}
+
+// GoodputOpen is a start or a failure whose cost is still running.
+type GoodputOpen struct {
+	// category is the failure's category; empty for a start.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Category string `json:"category,omitempty"`
+	// since is when training last advanced before the failure (the start, for a start).
+	Since metav1.MicroTime `json:"since"`
+	// reachedStep is the furthest step trained before the failure: the steps past the
+	// checkpoint resumed from are trained again.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ReachedStep int64 `json:"reachedStep,omitempty"`
+	// checkpointStep is the newest checkpoint committed before the failure.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	CheckpointStep int64 `json:"checkpointStep,omitempty"`
+	// stepMicroseconds is the pace then, which prices them.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	StepMicroseconds int64 `json:"stepMicroseconds,omitempty"`
+	// ranAt is when every rank ran again: the end of the loss where the workers never say
+	// when they trained again.
+	// +optional
+	RanAt *metav1.MicroTime `json:"ranAt,omitempty"`
 }
 
 // GoodputLoss is the time failures of one category cost.
@@ -851,7 +922,7 @@ type GoodputLoss struct {
 	// failures is how many root failures of the category there were.
 	// +kubebuilder:validation:Minimum=0
 	Failures int32 `json:"failures"`
-	// downMilliseconds is the time from each failure until every rank ran again.
+	// downMilliseconds is the time from each failure until the job trained again.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	DownMilliseconds int64 `json:"downMilliseconds,omitempty"`

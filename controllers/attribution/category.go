@@ -32,13 +32,16 @@ const (
 	// Hang is a rank that stopped making progress (no heartbeat, or its peers found it silent)
 	// with nothing else to name why.
 	Hang Category = "Hang"
+	// Straggler is a rank replaced for being slower than the others
+	// (faultTolerance.stragglers.action Replace): no failure of its own, time lost all the same.
+	Straggler Category = "Straggler"
 	// Unknown is a failure no evidence names.
 	Unknown Category = "Unknown"
 )
 
 // Categories lists every category, most specific evidence first: when a rank's message
 // matches several (a GPU fault also prints a Python traceback), the first wins.
-var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Unknown}
+var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Straggler, Unknown}
 
 // rank orders categories by Categories: lower is more specific.
 func rank(c Category) int {

@@ -863,7 +863,7 @@ func (r *rankState) report() {
 		touch(cfg.HeartbeatFile)
 	}
 	res.LastStepAt = time.Now()
-	if r.rank == 0 && cfg.board != nil {
+	if r.local == 0 && cfg.board != nil { // every node answers; rank 0 also times the nodes
 		cfg.board.set(contract.Progress{
 			Step: res.Step, ResumedFrom: r.resumed, CheckpointStep: res.CheckpointStep,
 			StepSeconds:   time.Since(r.start).Seconds() / float64(max(res.Step-r.resumed, 1)),
