@@ -24,14 +24,14 @@ const (
 	DefaultUserCodeRestarts   = 1
 	// DefaultStragglerMarginPercent is faultTolerance.stragglers.marginPercent's default.
 	DefaultStragglerMarginPercent = 25
-	DefaultRestartWindow      = 24 * time.Hour
-	DefaultBackoffInitial     = 0 * time.Second
-	DefaultBackoffMax         = 5 * time.Minute
-	DefaultHangTimeout        = 30 * time.Minute
-	DefaultTerminatingTimeout = 2 * time.Minute
-	DefaultInPlaceTimeout     = 3 * time.Minute
-	DefaultQuarantineExpiry   = 24 * time.Hour
-	DefaultQuarantineMaxNodes = 32
+	DefaultRestartWindow          = 24 * time.Hour
+	DefaultBackoffInitial         = 0 * time.Second
+	DefaultBackoffMax             = 5 * time.Minute
+	DefaultHangTimeout            = 30 * time.Minute
+	DefaultTerminatingTimeout     = 2 * time.Minute
+	DefaultInPlaceTimeout         = 3 * time.Minute
+	DefaultQuarantineExpiry       = 24 * time.Hour
+	DefaultQuarantineMaxNodes     = 32
 )
 
 // Default fills unset fields with the values the CRD schema defaults them to, so code that
