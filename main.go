@@ -32,6 +32,7 @@ func main() {
 		qps                                                                                                                                  float64
 		progressInterval                                                                                                                     time.Duration
 		workerProxy                                                                                                                          string
+		hardwareTaint                                                                                                                        controllers.HardwareTaintPolicy
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
@@ -44,6 +45,9 @@ func main() {
 	flag.StringVar(&failurePatterns, "failure-patterns", "", "namespace/name of a ConfigMap whose "+controllers.FailurePatternsKey+" adds failure patterns to the shipped ones (read every 30s; a bad version is refused with an event on it); empty: the shipped ones alone")
 	flag.DurationVar(&progressInterval, "progress-poll-interval", 10*time.Second, "how often rank 0 of each running job is asked for its live progress (when it trains again, stragglers); 0 disables it")
 	flag.StringVar(&workerProxy, "worker-proxy", "", "HTTP proxy URL through which the operator reaches worker pods' progress endpoints, where it runs outside the pod network; empty: directly")
+	flag.IntVar(&hardwareTaint.Namespaces, "hardware-taint-namespaces", 0, "taint a node training.zaya.dev/hardware-suspect:NoSchedule for every workload once jobs of this many namespaces rooted hardware failures (GPU, NIC) on it within --hardware-taint-window; 0 disables it")
+	flag.DurationVar(&hardwareTaint.Window, "hardware-taint-window", 24*time.Hour, "how far back hardware failures count towards --hardware-taint-namespaces")
+	flag.DurationVar(&hardwareTaint.Expiry, "hardware-taint-expiry", 24*time.Hour, "how long a hardware-suspect taint stays before the operator removes it")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -103,6 +107,7 @@ func main() {
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
 		SpareImage:    spareImage,
+		HardwareTaint: hardwareTaint,
 	}
 	if progressInterval > 0 {
 		var proxy *url.URL
@@ -127,6 +132,9 @@ func main() {
 		}
 		utilruntime.Must(mgr.Add(&controllers.FailurePatterns{Reader: mgr.GetAPIReader(), Key: key,
 			Recorder: mgr.GetEventRecorder("zaya-operator"), Target: reconciler}))
+	}
+	if hardwareTaint.Namespaces > 0 {
+		utilruntime.Must(mgr.Add(&controllers.HardwareTaintExpiry{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("zaya-operator")}))
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))

@@ -75,6 +75,9 @@ func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) e
 		}
 		p.warning(trainingv1alpha1.ReasonNodeQuarantined, "Quarantine", "quarantined node %s for this job: %s", f.Node, f.Message)
 	}
+	if err := p.suspectNode(ctx, f); err != nil {
+		return err
+	}
 	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule {
 		return nil
 	}

@@ -53,6 +53,10 @@ type ZayaTrainingJobReconciler struct {
 	// SpareImage is the warm spares' container image (default DefaultSpareImage).
 	SpareImage string
 
+	// HardwareTaint taints nodes cluster-wide that root hardware failures in several
+	// namespaces' jobs; off by default.
+	HardwareTaint HardwareTaintPolicy
+
 	// Progress polls rank 0 of each running job for its live progress (when it trains again,
 	// stragglers); nil polls none, and goodput is accounted from the pods alone.
 	Progress *liveprogress.Poller

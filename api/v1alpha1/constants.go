@@ -18,6 +18,15 @@ const (
 	PodMarkAnnotation = "training.zaya.dev/pod-mark"
 	// QuarantineTaintKey is the taint put on quarantined nodes when quarantine.nodeTaint is NoSchedule.
 	QuarantineTaintKey = "training.zaya.dev/quarantined"
+	// HardwareSuspectTaintKey is the cluster-wide taint (NoSchedule, value the category) on a
+	// node that rooted hardware failures in jobs of several namespaces (operator flag
+	// --hardware-taint-namespaces); removed when HardwareSuspectUntilAnnotation passes.
+	HardwareSuspectTaintKey = "training.zaya.dev/hardware-suspect"
+	// HardwareSuspectUntilAnnotation is when the hardware-suspect taint expires (RFC 3339).
+	HardwareSuspectUntilAnnotation = "training.zaya.dev/hardware-suspect-until"
+	// HardwareRootsAnnotation keeps, on a node, the namespaces whose jobs rooted hardware
+	// failures there and when: "<namespace>=<RFC 3339>,…".
+	HardwareRootsAnnotation = "training.zaya.dev/hardware-roots"
 )
 
 // Condition types of status.conditions.
@@ -115,6 +124,9 @@ const (
 	ReasonSpareUnavailable = "SpareUnavailable"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
+	// ReasonHardwareSuspect: a node was tainted (or untainted) cluster-wide for hardware
+	// failures rooted there in several namespaces' jobs.
+	ReasonHardwareSuspect = "HardwareSuspect"
 	// ReasonStragglerDetected: a rank is a straggler (Straggling=True, and its event).
 	ReasonStragglerDetected = "StragglerDetected"
 	// ReasonNoStraggler: no rank is a straggler now.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/test/nodeagent"
 )
 
 const (
@@ -72,6 +74,10 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "waiting for the CRD: %v\n", err)
 		return 1
 	}
+	// The operator reaches the process-backed pods through the agents' proxy.
+	proxy := httptest.NewServer(nodeagent.PodNetworkProxy())
+	defer proxy.Close()
+	workerProxy = proxy.URL
 	op, err := startOperator()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the operator: %v\n", err)
@@ -81,6 +87,13 @@ func run(m *testing.M) int {
 	defer func() { suiteOperator.stop() }()
 	return m.Run()
 }
+
+// workerProxy is the agents' PodNetworkProxy, progressPollInterval how often the operator
+// polls rank 0: often, so a straggler shows within seconds.
+var (
+	workerProxy          string
+	progressPollInterval = time.Second
+)
 
 // suiteOperator reconciles for every test; a test that runs operators of its own pauses it.
 var suiteOperator *operatorProcess
@@ -175,7 +188,8 @@ func startOperator(extra ...string) (*operatorProcess, error) {
 		return nil, err
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
-		"--health-probe-bind-address=" + probe, "--zap-log-level=info"}, extra...)
+		"--health-probe-bind-address=" + probe, "--zap-log-level=info",
+		"--worker-proxy=" + workerProxy, "--progress-poll-interval=" + progressPollInterval.String()}, extra...)
 	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -1366,6 +1366,9 @@ func (a *Agent) PodDir(ns, name string) string {
 	return newest
 }
 
+// WorkDir is the agent's folder: pods/<ns>_<pod>_<uid>/ and volumes/.
+func (a *Agent) WorkDir() string { return a.opts.WorkDir }
+
 // VolumeDir is the host folder standing for claim in ns.
 func (a *Agent) VolumeDir(ns, claim string) string {
 	return filepath.Join(a.opts.WorkDir, "volumes", ns, claim)

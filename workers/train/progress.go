@@ -4,19 +4,22 @@ import (
 	"bufio"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Progress is what rank 0's log says about a run: the last step it finished, the step it
-// resumed from (0: a fresh start), and the checkpoints it committed, in order.
+// resumed from (0: a fresh start), the checkpoints it committed, in order, and when it
+// finished each step it logged.
 type Progress struct {
 	Last, Resumed int64
 	Committed     []int64
+	StepAt        map[int64]time.Time
 }
 
-// ParseLog reads rank 0's log lines ("step N loss ...", "resumed from step N",
+// ParseLog reads rank 0's log lines ("step N loss ... at <time>", "resumed from step N",
 // "checkpoint step N committed") into a Progress.
 func ParseLog(log string) Progress {
-	var p Progress
+	p := Progress{StepAt: map[int64]time.Time{}}
 	sc := bufio.NewScanner(strings.NewReader(log))
 	for sc.Scan() {
 		var n int64
@@ -25,6 +28,11 @@ func ParseLog(log string) Progress {
 		case strings.HasPrefix(line, "step "):
 			if k, _ := fmt.Sscanf(line, "step %d loss %g", &n, &f); k == 2 {
 				p.Last = max(p.Last, n)
+				if i := strings.LastIndex(line, " at "); i > 0 {
+					if t, err := time.Parse(time.RFC3339Nano, line[i+4:]); err == nil {
+						p.StepAt[n] = t
+					}
+				}
 			}
 		case strings.HasPrefix(line, "resumed from step "):
 			if _, err := fmt.Sscanf(line, "resumed from step %d", &n); err == nil {

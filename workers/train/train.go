@@ -877,7 +877,7 @@ func (r *rankState) report() {
 	}
 	if r.rank == 0 && (res.Step%int64(max(cfg.LogEvery, 1)) == 0 || res.Step == int64(cfg.Steps)) {
 		tokens := float64(int64(cfg.Seq*r.dpGroups)*(res.Step-r.resumed)) / time.Since(r.start).Seconds()
-		_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f\n", res.Step, res.Loss, tokens)
+		_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f at %s\n", res.Step, res.Loss, tokens, res.LastStepAt.UTC().Format(time.RFC3339Nano))
 	}
 	if local0 && cfg.Metrics != nil {
 		cfg.Metrics.CheckpointStep.Set(float64(res.CheckpointStep))

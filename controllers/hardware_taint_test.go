@@ -1,0 +1,71 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// A node that roots hardware failures in three namespaces' jobs is tainted for everyone; the
+// same tenant's jobs alone, a cascade's category or an expired root never taint it; the taint
+// goes when it expires.
+func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) {
+	h := newHarness(t, interceptor.Funcs{})
+	h.ensureNode(t, "bad")
+	h.r.HardwareTaint = HardwareTaintPolicy{Namespaces: 3, Window: time.Hour, Expiry: 2 * time.Hour}
+	ctx := context.Background()
+	root := func(ns, category string, at time.Time) {
+		t.Helper()
+		job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Defaulted().Obj()
+		p := &pass{r: h.r, job: job, now: at}
+		f := trainingv1alpha1.JobFailure{Node: "bad", Category: category, Rank: ptr.To[int32](0), Reason: category}
+		if err := p.quarantine(ctx, &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tainted := func() bool {
+		node := &corev1.Node{}
+		if err := h.r.Get(ctx, client.ObjectKey{Name: "bad"}, node); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool {
+			return x.Key == trainingv1alpha1.HardwareSuspectTaintKey && x.Effect == corev1.TaintEffectNoSchedule
+		})
+	}
+	root("old", "GPUHardware", now.Add(-2*time.Hour)) // out of the window by the third
+	root("a", "GPUHardware", now)
+	root("a", "GPUHardware", now.Add(time.Minute))
+	root("b", "Unknown", now.Add(2*time.Minute))
+	root("b", "GPUHardware", now.Add(3*time.Minute))
+	if tainted() {
+		t.Fatal("tainted after roots in two namespaces (and an expired one, and a failure of no hardware)")
+	}
+	root("c", "NICFabric", now.Add(4*time.Minute))
+	if !tainted() {
+		t.Fatal("not tainted after hardware roots in three namespaces")
+	}
+	expiry := &HardwareTaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	if err := expiry.Expire(ctx); err != nil || !tainted() {
+		t.Fatalf("the taint went before it expired (%v)", err)
+	}
+	expiry.Now = func() time.Time { return now.Add(3 * time.Hour) }
+	if err := expiry.Expire(ctx); err != nil || tainted() {
+		t.Fatalf("the taint stayed after it expired (%v)", err)
+	}
+}
+
+func TestHardwareRootsReadNoGarbage(t *testing.T) {
+	got := readHardwareRoots("a=2026-11-21T08:00:00Z,=2026-11-21T08:00:00Z,b=yesterday,c,d=2026-11-21T07:00:00Z", now.Add(-30*time.Minute))
+	if len(got) != 1 || got[0].namespace != "a" {
+		t.Errorf("read %+v, want only a's root", got)
+	}
+}
