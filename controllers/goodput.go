@@ -41,7 +41,7 @@ func (p *pass) goodput() *trainingv1alpha1.GoodputStatus {
 	if st.StartTime == nil {
 		return st.Goodput
 	}
-	start := metav1.NewMicroTime(st.StartTime.Time)
+	start := micro(st.StartTime.Time)
 	if st.Goodput == nil {
 		st.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: start, Open: &trainingv1alpha1.GoodputOpen{Since: start}}
 	}
@@ -66,7 +66,7 @@ func (p *pass) refreshGoodput() {
 	}
 	if p.job.Status.StartTime != nil && end.After(g.AsOf.Time) {
 		g.WallMilliseconds = addMillis(g.WallMilliseconds, end.Sub(g.AsOf.Time))
-		g.AsOf = metav1.NewMicroTime(end)
+		g.AsOf = micro(end)
 	}
 	var lost int64
 	for _, l := range g.Lost {
@@ -111,7 +111,7 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 			at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
 		}
 	}
-	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: metav1.NewMicroTime(since), ReachedStep: at.reached,
+	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
 	p.refreshGoodput()
 }
@@ -152,6 +152,9 @@ func (p *pass) progressNow(ctx context.Context) (liveprogress.Report, bool) {
 // fresh says whether rep was read within the last second.
 func fresh(rep liveprogress.Report, now time.Time) bool { return rep.At.After(now.Add(-time.Second)) }
 
+// micro is t as status keeps it: to the microsecond, so that a time set again compares equal.
+func micro(t time.Time) metav1.MicroTime { return metav1.NewMicroTime(t.Truncate(time.Microsecond)) }
+
 // clampTime is t, or lo if t is before it, or hi if after.
 func clampTime(t, lo, hi time.Time) time.Time {
 	if t.Before(lo) {
@@ -161,6 +164,26 @@ func clampTime(t, lo, hi time.Time) time.Time {
 		t = hi
 	}
 	return t
+}
+
+// refineLoss corrects the open loss from the stopped ranks' own word (their last-step-at
+// lines), which may come passes after the failure was decided: the ranks that stopped over it
+// exit moments later, and a recreate's stale pods still show their exits until they go.
+func (p *pass) refineLoss() {
+	g := p.job.Status.Goodput
+	if g == nil || g.Open == nil || g.Open.Category == "" {
+		return
+	}
+	o := g.Open
+	run := readRuns(p.stopped(), p.trainingSince(), p.now, false)
+	if since := micro(run.lastStep); run.lastStep.IsZero() || since.Equal(&o.Since) {
+		return
+	}
+	o.Since = micro(run.lastStep)
+	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
+	if o.StepMicroseconds == 0 {
+		o.StepMicroseconds = int64(min(run.pace, 86400) * 1e6)
+	}
 }
 
 // settleGoodput ends the open loss once the job trains again: as of when rank 0 says its run
@@ -190,17 +213,24 @@ func (p *pass) settleGoodput(messages []string) time.Duration {
 	return 0
 }
 
-// finalGoodput brings the figures up to the completion, once (then nothing changes): a loss
-// still open ends as the last run's workers say it trained again, else when the job ended.
-func (p *pass) finalGoodput(pods []corev1.Pod) {
+// podMessages are the latest exits' termination messages of pods, at most evidenceChecks.
+func podMessages(pods []corev1.Pod) []string {
+	var messages []string
+	for i := range pods {
+		if t := lastExit(&pods[i]); t != nil && t.Message != "" && len(messages) < evidenceChecks {
+			messages = append(messages, t.Message)
+		}
+	}
+	return messages
+}
+
+// finalGoodput brings the figures up to the completion: a loss still open ends as the last
+// run's workers say it trained again, else when the job ended. The pass that completes the
+// job calls it (its clock is the completion's, to the microsecond); later passes find
+// nothing left to change.
+func (p *pass) finalGoodput(messages []string) {
 	g := p.goodput()
 	if g != nil && g.Open != nil {
-		var messages []string
-		for i := range pods {
-			if t := lastExit(&pods[i]); t != nil && t.Message != "" && len(messages) < evidenceChecks {
-				messages = append(messages, t.Message)
-			}
-		}
 		if c := p.job.Status.CompletionTime; c != nil && c.Time.Before(p.now) {
 			defer func(now time.Time) { p.now = now }(p.now)
 			p.now = c.Time // nothing is lost after the end
@@ -220,7 +250,7 @@ func (p *pass) finalGoodput(pods []corev1.Pod) {
 // goodputRan notes that every rank runs: where the workers report nothing, the loss ends then.
 func (p *pass) goodputRan() {
 	if g := p.goodput(); g != nil && g.Open != nil && g.Open.RanAt == nil {
-		at := metav1.NewMicroTime(p.now)
+		at := micro(p.now)
 		g.Open.RanAt = &at
 	}
 }
@@ -239,15 +269,18 @@ func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resum
 	}
 	end = clampTime(end, since, p.now)
 	down := end.Sub(since)
-	at := metav1.NewMicroTime(end)
+	at := micro(end)
 	g.TrainingSince = &at
 	if o.Category == "" {
 		g.StartupMilliseconds = addMillis(g.StartupMilliseconds, down)
+		p.whenStored(func() { lostSecondsTotal.WithLabelValues("Startup", "down").Add(max(down.Seconds(), 0)) })
 		p.refreshGoodput()
 		return
 	}
 	l := lossOf(g, o.Category)
 	l.DownMilliseconds = addMillis(l.DownMilliseconds, down)
+	category := o.Category
+	p.whenStored(func() { lostSecondsTotal.WithLabelValues(category, "down").Add(max(down.Seconds(), 0)) })
 	reached, pace := max(o.ReachedStep, stopped.reached), float64(o.StepMicroseconds)/1e6
 	if pace <= 0 {
 		pace = stopped.pace
@@ -256,8 +289,9 @@ func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resum
 		resumed = max(o.CheckpointStep, stopped.committed)
 	}
 	if reached > resumed && pace > 0 {
-		l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds,
-			time.Duration(min(float64(reached-resumed)*pace, float64(366*24*time.Hour/time.Second))*float64(time.Second)))
+		recompute := time.Duration(min(float64(reached-resumed)*pace, float64(366*24*time.Hour/time.Second)) * float64(time.Second))
+		l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds, recompute)
+		p.whenStored(func() { lostSecondsTotal.WithLabelValues(category, "recompute").Add(recompute.Seconds()) })
 	}
 	p.refreshGoodput()
 }

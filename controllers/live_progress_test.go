@@ -177,7 +177,7 @@ func stragglerGang(t *testing.T, action trainingv1alpha1.StragglerAction) (*harn
 		h.setPod(t, fmt.Sprintf("llm-0-%d", r), runningAt(fmt.Sprintf("node-%d", r), fmt.Sprintf("10.0.0.%d", r)))
 	}
 	h.mustReconcile(t, job)
-	prog := contract.Progress{Step: 100, CheckpointStep: 80, StepSeconds: 0.5, TrainingSince: now, LastStepAt: now.Add(50 * time.Second),
+	prog := contract.Progress{Step: 100, CheckpointStep: 80, StepSeconds: 0.5, TrainingSince: now.Add(time.Second), LastStepAt: now.Add(50 * time.Second),
 		NodeStepSeconds: []float64{0.4, 0.4, 0.8, 0.4}}
 	for range liveprogress.StragglerReports {
 		prog.Step++
@@ -185,7 +185,8 @@ func stragglerGang(t *testing.T, action trainingv1alpha1.StragglerAction) (*harn
 		poller.Poll(t.Context())
 	}
 	h.drainEvents()
-	h.mustReconcile(t, job)
+	h.mustReconcile(t, job) // the job trains: the start's time ends
+	h.mustReconcile(t, job) // the status write's pass
 	return h, job, workers, poller, prog
 }
 

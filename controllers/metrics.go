@@ -44,6 +44,10 @@ var (
 		Name: "zaya_failures_total",
 		Help: "Rank failures that restarted or failed a job, by category (of the root cause) and role: root (the cause) or cascade (ranks that failed with it).",
 	}, []string{"category", "role"})
+	lostSecondsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_lost_seconds_total",
+		Help: "Seconds of jobs' time that went to no training (status.goodput), by category (of the failure; Startup for starts) and kind: down (until training again) or recompute (steps trained again).",
+	}, []string{"category", "kind"})
 	podsReplacedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "zaya_gang_pods_replaced_total",
 		Help: "Worker pods replaced during in-place restarts (the other ranks restarted in place), by why.",
@@ -51,7 +55,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal, failuresTotal)
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal, failuresTotal, lostSecondsTotal)
 }
 
 // jobsDesc describes the gauge of jobs by True condition.

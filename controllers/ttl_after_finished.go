@@ -16,7 +16,7 @@ import (
 // deletes the job once ttlSecondsAfterFinished has passed.
 func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
 	p.r.forgetProgress(types.NamespacedName{Namespace: p.job.Namespace, Name: p.job.Name})
-	p.finalGoodput(pods)
+	p.finalGoodput(podMessages(pods))
 	if err := p.deletePods(ctx, activePods(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

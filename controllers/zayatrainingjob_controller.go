@@ -190,8 +190,17 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
 	gang := classify(job, ranks)
-	p.stopped = sync.OnceValue(func() []string { return append(failedMessages(gang), gang.exitMessages()...) })
+	p.stopped = sync.OnceValue(func() []string {
+		out := append(failedMessages(gang), gang.exitMessages()...)
+		for _, pod := range gang.stale { // a recreate's old ranks, until they go
+			if t := lastExit(pod); t != nil && t.Message != "" && len(out) < 2*evidenceChecks {
+				out = append(out, t.Message)
+			}
+		}
+		return out
+	})
 	p.watchProgress(gang)
+	p.refineLoss()
 	p.recordCheckpoint(gang)
 	p.recordResume(gang)
 	done, settling := p.succeeded(gang)
