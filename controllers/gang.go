@@ -18,6 +18,7 @@ type gang struct {
 	ranks     []*corev1.Pod // live pods of the current attempt, by rank; nil where missing
 	disrupted []*corev1.Pod // current-attempt pods deleted under the running gang
 	stale     []*corev1.Pod // live pods of other attempts or out-of-range ranks
+	previous  []*corev1.Pod // the previous attempt's finished pods, kept for their logs
 	draining  []*corev1.Pod // pods of other attempts, or replaced, still terminating
 	replaced  []*corev1.Pod // live pods status.replacing names: to delete
 	renewed   []bool        // by rank: its pod replaces one status.replacing names
@@ -67,6 +68,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		switch {
 		case !current && podFinished(pod) && pod.DeletionTimestamp.IsZero() && pod.Labels[trainingv1alpha1.AttemptLabel] == previous:
 			// The previous attempt's finished pods stay for `kubectl logs`; they hold no devices.
+			g.previous = append(g.previous, pod)
 			continue
 		case !current && pod.DeletionTimestamp.IsZero():
 			g.stale = append(g.stale, pod)

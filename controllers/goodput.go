@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
@@ -27,6 +28,8 @@ import (
 // status.goodput.open holds the loss under way; the figures are brought up to date at each
 // event (start, failure, training again, suspension, completion), never for time passing
 // alone (the zaya_job_effective_training_ratio gauge carries them on to the scrape).
+
+var goodputLog = ctrl.Log.WithName("goodput")
 
 // progressGrace is how long after every rank runs again a loss waits for rank 0 to report
 // that it trains, before it is closed as of the ranks running (its workers report nothing).
@@ -111,6 +114,8 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 			at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
 		}
 	}
+	goodputLog.Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", since, "failure", f.Time.Time,
+		"fromMessages", !readRuns(messages, p.trainingSince(), p.now, true).lastStep.IsZero(), "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
 	p.refreshGoodput()
@@ -179,6 +184,7 @@ func (p *pass) refineLoss() {
 	if since := micro(run.lastStep); run.lastStep.IsZero() || since.Equal(&o.Since) {
 		return
 	}
+	goodputLog.Info("loss refined", "job", p.job.Namespace+"/"+p.job.Name, "from", o.Since.Time, "to", run.lastStep)
 	o.Since = micro(run.lastStep)
 	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
 	if o.StepMicroseconds == 0 {
@@ -211,17 +217,6 @@ func (p *pass) settleGoodput(messages []string) time.Duration {
 	}
 	p.closeLoss(g, o.RanAt.Time, -1, messages)
 	return 0
-}
-
-// podMessages are the latest exits' termination messages of pods, at most evidenceChecks.
-func podMessages(pods []corev1.Pod) []string {
-	var messages []string
-	for i := range pods {
-		if t := lastExit(&pods[i]); t != nil && t.Message != "" && len(messages) < evidenceChecks {
-			messages = append(messages, t.Message)
-		}
-	}
-	return messages
 }
 
 // finalGoodput brings the figures up to the completion: a loss still open ends as the last
@@ -269,6 +264,8 @@ func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resum
 	}
 	end = clampTime(end, since, p.now)
 	down := end.Sub(since)
+	goodputLog.Info("loss closed", "job", p.job.Namespace+"/"+p.job.Name, "category", o.Category, "opened", o.Since.Time, "since", since, "end", end,
+		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at
 	if o.Category == "" {
@@ -345,19 +342,39 @@ func failedMessages(g gang) []string {
 // exitMessages are the termination messages of the ranks' latest exits (a running worker's
 // previous run, a stopped one's own), at most evidenceChecks of them.
 func (g gang) exitMessages() []string {
+	return podMessages(g.ranks, evidenceChecks)
+}
+
+// podMessages are the termination messages of pods' latest exits, at most limit of them.
+func podMessages(pods []*corev1.Pod, limit int) []string {
 	var out []string
-	for _, pod := range g.ranks {
-		if pod == nil {
-			continue
-		}
-		if t := lastExit(pod); t != nil && t.Message != "" {
-			out = append(out, t.Message)
-			if len(out) == evidenceChecks {
+	for _, pod := range pods {
+		if msg := exitMessage(pod); msg != "" {
+			out = append(out, msg)
+			if len(out) == limit {
 				break
 			}
 		}
 	}
 	return out
+}
+
+// exitMessage is the termination message of the worker container's latest run that ended,
+// whatever its exit: goodput reads the progress lines of every run.
+func exitMessage(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	s := workerStatus(pod)
+	switch {
+	case s == nil:
+		return ""
+	case s.State.Terminated != nil:
+		return s.State.Terminated.Message
+	case s.LastTerminationState.Terminated != nil:
+		return s.LastTerminationState.Terminated.Message
+	}
+	return ""
 }
 
 // lossOf is category's row, added if missing (a hand-written status past the bound shares the

@@ -243,3 +243,28 @@ func TestAStragglerIsReplacedAtTheNextCheckpoint(t *testing.T) {
 		t.Errorf("quarantined %+v, want node-2", st.QuarantinedNodes)
 	}
 }
+
+// A recreate decided before the other ranks' exits were seen takes where training stopped
+// from those exits once they show, on the old attempt's pods.
+func TestALossStartsWhereTheStoppedRanksSayTheyStopped(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	h.r.Clock = clockAt(now.Add(100 * time.Second))
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 134, now.Add(100*time.Second), "", gpuFaultLine))
+	h.mustReconcile(t, job)
+	if o := h.get(t, job).Status.Goodput.Open; o == nil || !o.Since.Time.Equal(now.Add(100*time.Second)) {
+		t.Fatalf("open %+v, want a loss since the failure (nothing better known yet)", o)
+	}
+	stopped := now.Add(99*time.Second + 412*time.Millisecond)
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 75, now.Add(100*time.Second), "",
+		"zaya: stopped: lost rank 1 during the all-reduce at step 57: EOF\ncheckpoint-step=40\ntraining-step=57\nstep-seconds=0.5000\n"+
+			"training-since="+now.Add(20*time.Second).Format(time.RFC3339Nano)+"\nlast-step-at="+stopped.Format(time.RFC3339Nano)+"\n"))
+	h.mustReconcile(t, job)
+	o := h.get(t, job).Status.Goodput.Open
+	if o == nil || !o.Since.Time.Equal(stopped) || o.ReachedStep != 57 || o.CheckpointStep != 40 {
+		t.Fatalf("open %+v, want since %v (rank 0's last step), reached 57, checkpoint 40", o, stopped)
+	}
+}

@@ -16,7 +16,11 @@ import (
 // deletes the job once ttlSecondsAfterFinished has passed.
 func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) {
 	p.r.forgetProgress(types.NamespacedName{Namespace: p.job.Namespace, Name: p.job.Name})
-	p.finalGoodput(podMessages(pods))
+	own := make([]*corev1.Pod, len(pods))
+	for i := range pods {
+		own[i] = &pods[i]
+	}
+	p.finalGoodput(podMessages(own, evidenceChecks))
 	if err := p.deletePods(ctx, activePods(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

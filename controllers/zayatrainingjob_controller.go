@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,13 +192,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	p.spares = spares
 	gang := classify(job, ranks)
 	p.stopped = sync.OnceValue(func() []string {
-		out := append(failedMessages(gang), gang.exitMessages()...)
-		for _, pod := range gang.stale { // a recreate's old ranks, until they go
-			if t := lastExit(pod); t != nil && t.Message != "" && len(out) < 2*evidenceChecks {
-				out = append(out, t.Message)
-			}
-		}
-		return out
+		// The current ranks' exits, and a recreate's old ranks' until they go.
+		return append(gang.exitMessages(), podMessages(slices.Concat(gang.stale, gang.previous), evidenceChecks)...)
 	})
 	p.watchProgress(gang)
 	p.refineLoss()
@@ -363,7 +359,10 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		// The poller wakes a job when its progress says something the job acts on.
 		woken := make(chan event.TypedGenericEvent[reconcile.Request], 1024)
 		r.Progress.Notify = func(key types.NamespacedName) {
-			woken <- event.TypedGenericEvent[reconcile.Request]{Object: reconcile.Request{NamespacedName: key}}
+			select { // never block the poller: a wake-up dropped while 1024 wait comes with the job's next pass (an open loss requeues itself)
+			case woken <- event.TypedGenericEvent[reconcile.Request]{Object: reconcile.Request{NamespacedName: key}}:
+			default:
+			}
 		}
 		b = b.WatchesRawSource(source.Channel(woken, handler.TypedFuncs[reconcile.Request, reconcile.Request]{
 			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[reconcile.Request], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
