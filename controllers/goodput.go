@@ -94,7 +94,11 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 	l := lossOf(g, f.Category)
 	l.Failures = min(l.Failures+1, math.MaxInt32)
 	if g.Open != nil {
-		p.closeLoss(g, p.now, -1, nil)
+		// A failure before the last loss was seen to end: the run between may have said when
+		// it trained; else the loss runs until now.
+		if p.settleGoodput(messages); g.Open != nil {
+			p.closeLoss(g, p.now, -1, messages)
+		}
 	}
 	at := readRuns(messages, p.trainingSince(), p.now, true)
 	since := clampTime(f.Time.Time, p.trainingSince(), p.now)
@@ -114,7 +118,7 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 			at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
 		}
 	}
-	goodputLog.Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", since, "failure", f.Time.Time,
+	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", since, "failure", f.Time.Time,
 		"fromMessages", !readRuns(messages, p.trainingSince(), p.now, true).lastStep.IsZero(), "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
@@ -184,7 +188,7 @@ func (p *pass) refineLoss() {
 	if since := micro(run.lastStep); run.lastStep.IsZero() || since.Equal(&o.Since) {
 		return
 	}
-	goodputLog.Info("loss refined", "job", p.job.Namespace+"/"+p.job.Name, "from", o.Since.Time, "to", run.lastStep)
+	goodputLog.V(1).Info("loss refined", "job", p.job.Namespace+"/"+p.job.Name, "from", o.Since.Time, "to", run.lastStep)
 	o.Since = micro(run.lastStep)
 	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
 	if o.StepMicroseconds == 0 {
@@ -264,7 +268,7 @@ func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resum
 	}
 	end = clampTime(end, since, p.now)
 	down := end.Sub(since)
-	goodputLog.Info("loss closed", "job", p.job.Namespace+"/"+p.job.Name, "category", o.Category, "opened", o.Since.Time, "since", since, "end", end,
+	goodputLog.V(1).Info("loss closed", "job", p.job.Namespace+"/"+p.job.Name, "category", o.Category, "opened", o.Since.Time, "since", since, "end", end,
 		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at

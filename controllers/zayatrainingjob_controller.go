@@ -193,7 +193,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	gang := classify(job, ranks)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.
-		return append(gang.exitMessages(), podMessages(slices.Concat(gang.stale, gang.previous), evidenceChecks)...)
+		return append(gang.exitMessages(), podMessages(slices.Concat(gang.stale, gang.draining, gang.previous), evidenceChecks)...)
 	})
 	p.watchProgress(gang)
 	p.refineLoss()
