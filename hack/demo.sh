@@ -55,7 +55,10 @@ install_crd
 "$bin/kubectl" get crd zayatrainingjobs.training.zaya.dev
 
 step "running the operator (log: bin/demo-operator.log)"
-start_operator "$bin/demo-operator.log"
+# The process-backed nodes' pods are reached through demotrain's pod-network proxy: the
+# operator polls rank 0's progress (goodput, stragglers) as it would on a cluster.
+proxy_addr="127.0.0.1:$((20000 + RANDOM % 20000))"
+start_operator "$bin/demo-operator.log" --worker-proxy="http://$proxy_addr" --progress-poll-interval=2s
 
 step "kubectl apply -f config/samples/smoke.yaml"
 "$bin/kubectl" apply --server-side -f "$root/config/samples/smoke.yaml"
@@ -93,7 +96,7 @@ step "suspend: the pods go, the checkpoint claim stays"
 "$bin/kubectl" get pods,pvc
 
 step "real training: the reference worker on process-backed nodes; a worker killed, then a node hung, on purpose"
-(cd "$root" && "$bin/demotrain" -worker "$bin/zaya-worker" -workdir "$bin/demo-nodes")
+(cd "$root" && "$bin/demotrain" -worker "$bin/zaya-worker" -workdir "$bin/demo-nodes" -proxy "$proxy_addr")
 
 step "done"
 echo "A 2-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"

@@ -2,11 +2,13 @@
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/bin"
 
-# start_operator LOG: runs bin/zaya-operator against $KUBECONFIG in the background and sets
-# operator_pid. Callers wait on the objects it reconciles, not on a sleep.
+# start_operator LOG [FLAG...]: runs bin/zaya-operator against $KUBECONFIG in the background
+# and sets operator_pid. Callers wait on the objects it reconciles, not on a sleep.
 start_operator() {
+	local log=$1
+	shift
 	"$bin/zaya-operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address=0 \
-		--health-probe-bind-address=0 >"$1" 2>&1 &
+		--health-probe-bind-address=0 "$@" >"$log" 2>&1 &
 	operator_pid=$!
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,12 @@ const (
 func main() {
 	worker := flag.String("worker", "bin/zaya-worker", "the zaya-worker binary")
 	workdir := flag.String("workdir", "bin/demo-nodes", "where the process-backed nodes keep pods and volumes")
+	proxy := flag.String("proxy", "", "serve the nodes' pod-network proxy here (the operator's --worker-proxy)")
 	flag.Parse()
+	if *proxy != "" {
+		srv := &http.Server{Addr: *proxy, Handler: nodeagent.PodNetworkProxy(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+	}
 	if err := run(*worker, *workdir); err != nil {
 		fmt.Fprintln(os.Stderr, "demotrain:", err)
 		os.Exit(1)
@@ -140,6 +146,9 @@ func run(worker, workdir string) error {
 		lines := strings.Split(logOf(attempt), "\n")
 		for _, l := range lines[min(printed[attempt], len(lines)):] {
 			if strings.HasPrefix(l, "step ") || strings.HasPrefix(l, "resumed") || strings.HasPrefix(l, "checkpoint step") {
+				if i := strings.LastIndex(l, " at "); i > 0 && len(l) >= i+27 {
+					l = l[:i] + " at " + l[i+15:i+27] // the step's time, hh:mm:ss.mmm
+				}
 				fmt.Printf("  [attempt %d, rank 0] %s\n", attempt, l)
 			}
 		}
@@ -241,6 +250,15 @@ func run(worker, workdir string) error {
 	fmt.Printf("  resumed from the checkpoint of step %d after the hang (checkpoint interval %d)\n", train.ParseLog(logOf(j.Status.Attempt())).Resumed, every)
 	if j.Status.LastRecoverySeconds != nil {
 		fmt.Printf("  status.lastRecoverySeconds %d (the fault to every rank running again)\n", *j.Status.LastRecoverySeconds)
+	}
+	if g := j.Status.Goodput; g != nil {
+		ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).Round(10 * time.Millisecond).String() }
+		var lost []string
+		for _, l := range g.Lost {
+			lost = append(lost, fmt.Sprintf("%s %s (%d)", l.Category, ms(l.DownMilliseconds+l.RecomputeMilliseconds), l.Failures))
+		}
+		fmt.Printf("  status.goodput: %s of %s trained (%s); startup %s; lost %s: %s\n", ms(g.TrainingMilliseconds), ms(g.WallMilliseconds),
+			g.EffectiveTrainingTime, ms(g.StartupMilliseconds), ms(g.LostMilliseconds), strings.Join(lost, ", "))
 	}
 	fmt.Printf("  the job succeeded at step %d\n\nevents:\n", steps)
 	evs, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})

@@ -365,6 +365,15 @@ loop (` + "`TestAJobTooLargeForItsStatusIsToldOnce`" + `); deleting a job's name
 (` + "`TestDeletingTheNamespaceRestartsNothing`" + `); a generation accepted by an earlier operator keeps
 running under stricter checks (` + "`Created=True, reason AcceptedBeforeUpgrade`" + `).
 
+What the workers say is the tenant's word, and moves only its own job: a termination message
+that claims a GPU fault quarantines a node for that job alone (a cluster-wide taint needs jobs
+of several namespaces, and is off by default); a progress endpoint that answers too much, too
+slowly, with a redirect, garbage or impossible values is cut off or dropped
+(` + "`controllers/liveprogress`" + `'s ` + "`TestFetchRefusesWhatNoWorkerWouldSend`" + `,
+` + "`TestSanitizeDropsImpossibleValues`" + `); a straggler it invents costs its own job a restart, within
+` + "`maxRestarts`" + `; a node's record of hardware roots that does not parse is ignored
+(` + "`TestHardwareRootsReadNoGarbage`" + `).
+
 | # | input | stopped at | what the user sees |
 |---|---|---|---|
 `)
