@@ -328,21 +328,6 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 	p.refreshGoodput()
 }
 
-// failedMessages are the termination messages of the gang's failed pods, at most
-// evidenceChecks of them (the ranks of a gang stop within a step of each other).
-func failedMessages(g gang) []string {
-	var out []string
-	for _, pod := range g.failed {
-		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
-			out = append(out, s.State.Terminated.Message)
-		}
-		if len(out) == evidenceChecks {
-			break
-		}
-	}
-	return out
-}
-
 // exitMessages are the termination messages of the ranks' latest exits (a running worker's
 // previous run, a stopped one's own), at most evidenceChecks of them.
 func (g gang) exitMessages() []string {

@@ -39,7 +39,7 @@ type HardwareTaintPolicy struct {
 // maxHardwareRoots bounds the roots kept on a node (the newest namespaces).
 const maxHardwareRoots = 16
 
-// hardwareRoot is one namespace's latest hardware failure rooted on a node.
+// hardwareRootEntry is one namespace's latest hardware failure rooted on a node.
 type hardwareRootEntry struct {
 	namespace string
 	at        time.Time
@@ -129,7 +129,7 @@ type HardwareTaintExpiry struct {
 	Now func() time.Time
 }
 
-// NeedLeaderElection: only the leader untaints.
+// NeedLeaderElection is true: only the leader untaints.
 func (e *HardwareTaintExpiry) NeedLeaderElection() bool { return true }
 
 // Start looks at the nodes every Every until ctx ends.

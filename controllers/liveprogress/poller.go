@@ -126,7 +126,7 @@ func (p *Poller) Client() *http.Client {
 	return p.HTTP
 }
 
-// NeedLeaderElection: only the leader acts on reports.
+// NeedLeaderElection is true: only the leader acts on reports.
 func (p *Poller) NeedLeaderElection() bool { return true }
 
 // Watch polls t for key from the next round on. A new UID or address is a new run to

@@ -252,7 +252,9 @@ func run(worker, workdir string) error {
 		fmt.Printf("  status.lastRecoverySeconds %d (the fault to every rank running again)\n", *j.Status.LastRecoverySeconds)
 	}
 	if g := j.Status.Goodput; g != nil {
-		ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).Round(10 * time.Millisecond).String() }
+		ms := func(v int64) string {
+			return (time.Duration(v) * time.Millisecond).Round(10 * time.Millisecond).String()
+		}
 		var lost []string
 		for _, l := range g.Lost {
 			lost = append(lost, fmt.Sprintf("%s %s (%d)", l.Category, ms(l.DownMilliseconds+l.RecomputeMilliseconds), l.Failures))
