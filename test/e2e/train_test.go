@@ -203,7 +203,8 @@ func rank0Log(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt
 
 type faultRecord struct {
 	kind            string
-	rank            int32 // the victim's rank
+	rank            int32  // the victim's rank
+	node            string // and its node
 	blamed          *trainingv1alpha1.JobFailure
 	before, after   runID // rank 0's run the fault hit, and the one that resumed
 	atStep, resumed int64
@@ -380,7 +381,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
 		}
 		got := waitRunning(g, job, int32(i+1))
-		rec := faultRecord{kind: kind, rank: victimRank, blamed: got.Status.LastFailure, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
+		rec := faultRecord{kind: kind, rank: victimRank, node: node, blamed: got.Status.LastFailure, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
 		// Training advances again once rank 0's new run trains a step past the one it resumed.
 		g.Eventually(func() bool {
 			run := train.ParseLog(runLog(rec.after))
@@ -472,6 +473,12 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 	}
 
 	right := checkAttribution(t, v, records, final, rank0Runs(t, a, ns, name))
+	// Only roots quarantine: every node the job keeps off had a fault played on it.
+	for _, q := range final.Status.QuarantinedNodes {
+		if !slices.ContainsFunc(records, func(r faultRecord) bool { return r.node == q.Name }) {
+			t.Errorf("node %s was quarantined (%s), but no fault was played there: a cascade's node", q.Name, q.Reason)
+		}
+	}
 
 	// The table make chaos prints.
 	var recov, adv []time.Duration
