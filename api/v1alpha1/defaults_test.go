@@ -42,6 +42,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 		InPlaceMechanism:   InPlaceMechanismRestartRules,
 		InPlaceTimeout:     dur(3 * time.Minute),
 		Quarantine:         QuarantineSpec{NodeTaint: QuarantineTaintNone, ExpireAfter: dur(24 * time.Hour), MaxNodes: 32},
+		Stragglers:         StragglerSpec{MarginPercent: 25, Action: StragglerActionReport},
 	}
 	if diff := cmp.Diff(want, job.Spec); diff != "" {
 		t.Errorf("Default() mismatch (-want +got):\n%s", diff)
