@@ -472,7 +472,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 		}
 	}
 
-	right := checkAttribution(t, v, records, final, rank0Runs(t, a, ns, name))
+	right, goodput := checkAttribution(t, v, records, final, rank0Runs(t, a, ns, name))
 	// Only roots quarantine: every node the job keeps off had a fault played on it.
 	for _, q := range final.Status.QuarantinedNodes {
 		if !slices.ContainsFunc(records, func(r faultRecord) bool { return r.node == q.Name }) {
@@ -496,6 +496,7 @@ func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, ste
 	fmt.Fprintf(&b, "faults injected %d, recovered %d, median recovery %v, median to training again %v, steps lost %d of %d trained (goodput %.1f%%), in place %d, pods replaced %d, seed %d\n",
 		nFaults, len(records), recov[len(recov)/2].Round(10*time.Millisecond), adv[len(adv)/2].Round(10*time.Millisecond), lost, int64(steps)+lost,
 		100*float64(steps)/float64(int64(steps)+lost), final.Status.InPlaceRestarts, final.Status.PodsReplaced, seed)
+	fmt.Fprintln(&b, goodput)
 	return b.String(), right, len(records)
 }
 
@@ -512,7 +513,7 @@ var blamedFor = map[string]string{
 // category, checks that status.goodput counts the failures by category as they were played,
 // and that its effective training time is within 2 percentage points of the truth: the time
 // the steps of the final result took, from rank 0's logs of every run, over the wall time.
-func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, final *trainingv1alpha1.ZayaTrainingJob, runs []train.Progress) int {
+func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, final *trainingv1alpha1.ZayaTrainingJob, runs []train.Progress) (int, string) {
 	t.Helper()
 	right := 0
 	want := map[string]int32{}
@@ -548,7 +549,8 @@ func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, fin
 	if math.Abs(ratio-truth) > 2 {
 		t.Errorf("%s: effective training time %.1f%% in status, %.1f%% true: more than 2 points apart", v.name, ratio, truth)
 	}
-	return right
+	return right, fmt.Sprintf("effective training time %.1f%% in status.goodput, %.1f%% true (rank 0's step times); root causes right %d of %d",
+		ratio, truth, right, len(records))
 }
 
 // rank0Runs reads the log of every run of job's rank 0: every pod, every in-place restart.
