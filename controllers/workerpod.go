@@ -36,6 +36,10 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		{Name: trainingv1alpha1.EnvNodeRank, Value: itoa(rank)},
 		{Name: trainingv1alpha1.EnvGPUsPerNode, Value: itoa(s.GPUsPerNode)},
 		{Name: trainingv1alpha1.EnvLocalWorldSize, Value: itoa(s.GPUsPerNode)},
+		// torchrun's meanings for the pod's one process, local rank 0 of its node.
+		{Name: trainingv1alpha1.EnvRank, Value: strconv.FormatInt(int64(rank)*int64(s.GPUsPerNode), 10)},
+		{Name: trainingv1alpha1.EnvLocalRank, Value: "0"},
+		{Name: trainingv1alpha1.EnvGroupRank, Value: itoa(rank)},
 		// torchrun reads its arguments from PET_<FLAG>, so `torchrun train.py` works unchanged.
 		{Name: "PET_NNODES", Value: itoa(s.Nodes)},
 		{Name: "PET_NODE_RANK", Value: itoa(rank)},

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,7 +50,7 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 
 	contract := env(
 		"MASTER_ADDR", "llm-0.llm.team.svc", "MASTER_PORT", "29500", "WORLD_SIZE", "16", "NNODES", "2",
-		"NODE_RANK", "1", "GPUS_PER_NODE", "8", "LOCAL_WORLD_SIZE", "8",
+		"NODE_RANK", "1", "GPUS_PER_NODE", "8", "LOCAL_WORLD_SIZE", "8", "RANK", "8", "LOCAL_RANK", "0", "GROUP_RANK", "1",
 		"PET_NNODES", "2", "PET_NODE_RANK", "1", "PET_NPROC_PER_NODE", "8",
 		"PET_MASTER_ADDR", "llm-0.llm.team.svc", "PET_MASTER_PORT", "29500",
 		"ZAYA_JOB_NAME", "llm", "ZAYA_JOB_UID", "uid-1", "ZAYA_RESTART_ATTEMPT", "3", "ZAYA_CONTEXT_PARALLEL", "1",
@@ -280,5 +281,58 @@ func TestNewWorkerPodVariants(t *testing.T) {
 			}
 			c.check(t, p)
 		})
+	}
+}
+
+// TestAPlainEnvInitFindsWhatItReads reads each pod's environment as torch.distributed's env://
+// rendezvous does (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), and as training scripts pick
+// their device (LOCAL_RANK): with one GPU per node every pod is a distinct rank of the world,
+// with 8 the processes a launcher starts (RANK+i, LOCAL_RANK i) cover it exactly once, and
+// MASTER_ADDR is rank 0's pod.
+func TestAPlainEnvInitFindsWhatItReads(t *testing.T) {
+	for _, gpus := range []int32{1, 8} {
+		job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(4).GPUsPerNode(gpus).Defaulted().Obj()
+		network := networkEnv(&job.Spec)
+		seen := map[int]int{}
+		var rank0 string
+		envs := make([]map[string]string, 4)
+		for r := range int32(4) {
+			pod := newWorkerPod(job, network, r)
+			e := map[string]string{}
+			for _, v := range pod.Spec.Containers[0].Env {
+				e[v.Name] = v.Value // the last one wins, as in the kubelet
+			}
+			envs[r] = e
+			if e["RANK"] == "0" {
+				rank0 = pod.Spec.Hostname + "." + pod.Spec.Subdomain + "." + pod.Namespace + ".svc"
+			}
+		}
+		for r, e := range envs {
+			num := func(name string) int {
+				v, err := strconv.Atoi(e[name])
+				if err != nil {
+					t.Fatalf("gpus %d, pod %d: %s=%q is no integer (env:// needs it)", gpus, r, name, e[name])
+				}
+				return v
+			}
+			world, rank, local, localWorld, port := num("WORLD_SIZE"), num("RANK"), num("LOCAL_RANK"), num("LOCAL_WORLD_SIZE"), num("MASTER_PORT")
+			if rank < 0 || rank >= world || local != 0 || localWorld != int(gpus) || port < 1 || port > 65535 {
+				t.Errorf("gpus %d, pod %d: RANK %d of WORLD_SIZE %d, LOCAL_RANK %d of %d, MASTER_PORT %d", gpus, r, rank, world, local, localWorld, port)
+			}
+			if e["MASTER_ADDR"] != rank0 {
+				t.Errorf("gpus %d, pod %d: MASTER_ADDR %q, want rank 0's pod %q", gpus, r, e["MASTER_ADDR"], rank0)
+			}
+			if num("GROUP_RANK") != num("NODE_RANK") {
+				t.Errorf("gpus %d, pod %d: GROUP_RANK %s, NODE_RANK %s", gpus, r, e["GROUP_RANK"], e["NODE_RANK"])
+			}
+			for i := range localWorld { // the processes a launcher would start
+				seen[rank+i]++
+			}
+		}
+		for want := range 4 * int(gpus) {
+			if seen[want] != 1 {
+				t.Errorf("gpus %d: global rank %d taken %d times", gpus, want, seen[want])
+			}
+		}
 	}
 }

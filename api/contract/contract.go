@@ -88,6 +88,14 @@ const (
 	EnvNodeRank       = "NODE_RANK"
 	EnvGPUsPerNode    = "GPUS_PER_NODE"
 	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
+	// EnvRank, EnvLocalRank and EnvGroupRank have torchrun's meanings for the pod's one
+	// process, local rank 0 of its node: RANK = NODE_RANK × GPUS_PER_NODE (the global rank of
+	// the node's first GPU), LOCAL_RANK = 0, GROUP_RANK = NODE_RANK. A launcher that starts one
+	// process per GPU gives process i RANK+i and LOCAL_RANK i; with one GPU per node the pod's
+	// process is the rank, and a plain torch.distributed env:// init finds all it reads.
+	EnvRank      = "RANK"
+	EnvLocalRank = "LOCAL_RANK"
+	EnvGroupRank = "GROUP_RANK"
 	EnvJobName        = "ZAYA_JOB_NAME"
 	// EnvJobUID is the job's UID: with the attempt, the ranks' rendezvous token; and the owner
 	// of the checkpoint directory, so a job recreated on a kept volume takes it over from the

@@ -51,6 +51,9 @@ const (
 	EnvNodeRank          = contract.EnvNodeRank
 	EnvGPUsPerNode       = contract.EnvGPUsPerNode
 	EnvLocalWorldSize    = contract.EnvLocalWorldSize
+	EnvRank              = contract.EnvRank
+	EnvLocalRank         = contract.EnvLocalRank
+	EnvGroupRank         = contract.EnvGroupRank
 	EnvJobName           = contract.EnvJobName
 	EnvJobUID            = contract.EnvJobUID
 	EnvRestartAttempt    = contract.EnvRestartAttempt

@@ -28,7 +28,7 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // reservedEnv are variables of the worker contract that only the operator sets.
 var reservedEnv = []string{
 	"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "NNODES",
-	"GPUS_PER_NODE", "LOCAL_WORLD_SIZE",
+	"GPUS_PER_NODE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 }
 
 // reservedEnvPrefixes are prefixes of variables that only the operator sets.

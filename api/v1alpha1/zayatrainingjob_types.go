@@ -247,7 +247,7 @@ type NetworkSpec struct {
 	// RANK, WORLD_SIZE, PET_*, ZAYA_*, ...) belong to the operator and are refused.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.value) || size(e.value) <= 4096)",message="network.env values must be at most 4096 bytes"
-	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'NNODES', 'GPUS_PER_NODE', 'LOCAL_WORLD_SIZE']) && !e.name.startsWith('PET_') && !e.name.startsWith('ZAYA_'))",message="network.env must not set rendezvous variables (MASTER_*, RANK, WORLD_SIZE, NODE_RANK, NNODES, *_WORLD_SIZE, GPUS_PER_NODE, PET_*, ZAYA_*)"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'NNODES', 'GPUS_PER_NODE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK']) && !e.name.startsWith('PET_') && !e.name.startsWith('ZAYA_'))",message="network.env must not set rendezvous variables (MASTER_*, RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, NODE_RANK, NNODES, *_WORLD_SIZE, GPUS_PER_NODE, PET_*, ZAYA_*)"
 	// +listType=map
 	// +listMapKey=name
 	// +optional
