@@ -96,7 +96,7 @@ const (
 	EnvRank      = "RANK"
 	EnvLocalRank = "LOCAL_RANK"
 	EnvGroupRank = "GROUP_RANK"
-	EnvJobName        = "ZAYA_JOB_NAME"
+	EnvJobName   = "ZAYA_JOB_NAME"
 	// EnvJobUID is the job's UID: with the attempt, the ranks' rendezvous token; and the owner
 	// of the checkpoint directory, so a job recreated on a kept volume takes it over from the
 	// deleted one (docs/worker-contract.md).
