@@ -168,7 +168,7 @@ func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTraini
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
 	w := &ps.Containers[0]
 	w.Command = []string{"zaya-worker"}
-	w.Args = append(strings.Fields(workerSteps), fmt.Sprintf("-steps=%d", steps), "-metrics-addr=$(POD_IP):9400",
+	w.Args = append(strings.Fields(workerSteps), fmt.Sprintf("-steps=%d", steps), "-metrics-addr=$(POD_IP):9400", "-master-listen=$(POD_IP):29500",
 		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=60s", "-fault-file=/dev/shm/zaya-fault")
 	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	return job

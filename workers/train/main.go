@@ -47,6 +47,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.Float64Var(&cfg.LR, "lr", 0.2, "learning rate")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the model and the data")
 	fs.StringVar(&cfg.Listen, "listen", ":0", "address ring neighbours connect to")
+	fs.StringVar(&cfg.MasterListen, "master-listen", "", "where rank 0 listens for the rendezvous (default: every interface at MASTER_PORT; hosts shared by several pods, such as process-backed test nodes, give the pod's own address)")
 	fs.StringVar(&cfg.ParamsOut, "params-out", "", "write the final parameters here (rank 0)")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", 5*time.Minute, "how long to wait for every rank to join")
 	fs.DurationVar(&peerTimeout, "peer-timeout", peerTimeout, "a peer silent this long (frozen, its host gone) is lost: exit 75; 0 turns the bound off; "+contract.EnvPeerTimeout+" sets its default")

@@ -45,6 +45,7 @@ func (e *ConfigError) Error() string { return e.Msg }
 type Config struct {
 	NodeRank, Nodes, GPUsPerNode, ContextParallel int
 	Master                                        string // MASTER_ADDR:MASTER_PORT
+	MasterListen                                  string // where rank 0 listens ("": every interface)
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	PeerTimeout                                   time.Duration // a peer silent this long is lost (0: the transport's default; negative: no bound)
@@ -469,7 +470,7 @@ func (r *rankState) connect(ctx context.Context) error {
 	// The gang's own ranks know the job's UID and the attempt; a stray connection, another
 	// job's rank or an older attempt's does not, and is dropped.
 	token := cfg.JobUID + "/" + strconv.Itoa(cfg.Attempt)
-	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, Listen: cfg.Listen, RingSize: cfg.ContextParallel,
+	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, MasterListen: cfg.MasterListen, Listen: cfg.Listen, RingSize: cfg.ContextParallel,
 		Timeout: cfg.RendezvousTimeout, Token: token, PeerTimeout: cfg.PeerTimeout}
 	var err error
 	if cfg.Transport == "rccl" {

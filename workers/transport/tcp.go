@@ -51,6 +51,9 @@ type Config struct {
 	Rank, World int
 	// Master is rank 0's rendezvous address, host:port (MASTER_ADDR:MASTER_PORT).
 	Master string
+	// MasterListen is where rank 0 listens for the rendezvous; empty: every interface, at
+	// Master's port (a pod's own name may not resolve to it yet, or at all, inside the pod).
+	MasterListen string
 	// Listen is where this rank accepts its ring neighbour (":0" picks a port); the address
 	// peers dial is the one this rank reaches the master from, with this port.
 	Listen string
@@ -477,9 +480,17 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 func (t *TCP) rendezvous(ctx context.Context, ringPort int, peer func(rank int, err error) error) ([]string, error) {
 	cfg := t.cfg
 	if cfg.Rank == 0 {
-		l, err := net.Listen("tcp", cfg.Master)
+		listen := cfg.MasterListen
+		if listen == "" {
+			_, port, err := net.SplitHostPort(cfg.Master)
+			if err != nil {
+				return nil, fmt.Errorf("transport: master address %q: %w", cfg.Master, err)
+			}
+			listen = net.JoinHostPort("", port)
+		}
+		l, err := net.Listen("tcp", listen)
 		if err != nil {
-			return nil, fmt.Errorf("transport: rank 0 listening on %s: %w", cfg.Master, err)
+			return nil, fmt.Errorf("transport: rank 0 listening on %s: %w", listen, err)
 		}
 		defer func() { _ = l.Close() }()
 		stop := context.AfterFunc(ctx, func() { _ = l.Close() })

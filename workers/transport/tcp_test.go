@@ -604,3 +604,29 @@ func TestARankAtTheRendezvousLosesAFrozenRankZero(t *testing.T) {
 		}
 	}
 }
+
+// TestRankZeroListensOnEveryInterface: rank 0 takes the rendezvous on every interface, so the
+// other ranks reach it whichever of its addresses MASTER_ADDR names (here 127.0.0.2 for rank
+// 0 itself, 127.0.0.1 for rank 1), before and whether or not its own name resolves to one.
+func TestRankZeroListensOnEveryInterface(t *testing.T) {
+	_, port, _ := net.SplitHostPort(testnet.FreeAddr(t))
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, host := range []string{"127.0.0.2", "127.0.0.1"} {
+		wg.Go(func() {
+			cfg := Config{Rank: r, World: 2, Master: net.JoinHostPort(host, port), Listen: ":0", Timeout: 10 * time.Second}
+			tr, err := Dial(context.Background(), cfg)
+			if err == nil {
+				err = tr.AllReduce([]float64{1})
+				_ = tr.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
