@@ -492,7 +492,9 @@ func TestOwnFaultsAndPeerStopsExitApart(t *testing.T) {
 // does) stops when the rendezvous times out: exit 75, and the termination log says why.
 func TestARendezvousShortOfRanksExits75(t *testing.T) {
 	port := testnet.FreePort(t)
-	for node, want := range []string{"rendezvous: 1 of 2 ranks joined", "rendezvous with rank 0: rank 1 reaching the master"} {
+	// Node 1 alone reaches no master; under a loaded test run the free port may meanwhile be
+	// another test's, which hangs up on it: either way the rendezvous with rank 0 failed.
+	for node, want := range []string{"rendezvous: 1 of 2 ranks joined", "rendezvous with rank 0: "} {
 		dir := t.TempDir()
 		env := map[string]string{
 			"NODE_RANK": strconv.Itoa(node), "NNODES": "2", "GPUS_PER_NODE": "1", "WORLD_SIZE": "2", "ZAYA_CONTEXT_PARALLEL": "1",

@@ -49,6 +49,7 @@ type Config struct {
 	Listen                                        string // where ring neighbours connect (":0")
 	RendezvousTimeout                             time.Duration
 	PeerTimeout                                   time.Duration // a peer silent this long is lost (0: the transport's default; negative: no bound)
+	CollectiveTimeout                             time.Duration // ZAYA_COLLECTIVE_TIMEOUT: a live peer's part waited for at most this long (0: no bound)
 	CheckpointDir                                 string
 	Attempt                                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
 	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
@@ -135,6 +136,16 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		}
 	}
 	cfg.HeartbeatFile = getenv(contract.EnvHeartbeatFile)
+	if v := getenv(contract.EnvCollectiveTimeout); v != "" {
+		// Seconds, as the operator sets it (network.collectiveTimeout), or a Go duration.
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+			cfg.CollectiveTimeout = time.Duration(n) * time.Second
+		} else if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			cfg.CollectiveTimeout = d
+		} else {
+			return cfg, &ConfigError{fmt.Sprintf("%s=%q must be a positive number of seconds or a duration", contract.EnvCollectiveTimeout, v)}
+		}
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -471,7 +482,7 @@ func (r *rankState) connect(ctx context.Context) error {
 	// job's rank or an older attempt's does not, and is dropped.
 	token := cfg.JobUID + "/" + strconv.Itoa(cfg.Attempt)
 	tcfg := transport.Config{Rank: r.rank, World: r.world, Master: cfg.Master, MasterListen: cfg.MasterListen, Listen: cfg.Listen, RingSize: cfg.ContextParallel,
-		Timeout: cfg.RendezvousTimeout, Token: token, PeerTimeout: cfg.PeerTimeout}
+		Timeout: cfg.RendezvousTimeout, Token: token, PeerTimeout: cfg.PeerTimeout, CollectiveTimeout: cfg.CollectiveTimeout}
 	var err error
 	if cfg.Transport == "rccl" {
 		r.tr, err = rocm.DialRCCL(ctx, tcfg, r.local, cfg.Libraries)

@@ -353,6 +353,7 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		{"cp does not divide", map[string]string{"ZAYA_CONTEXT_PARALLEL": "3"}, "", "must divide the world size"},
 		{"sequence not zigzag", nil, "-seq=6", "multiple of 2 x context parallel"},
 		{"bad interval", map[string]string{"ZAYA_CHECKPOINT_DIR": "/tmp/x", "ZAYA_CHECKPOINT_INTERVAL": "-5"}, "", "positive number of steps (500) or a duration"},
+		{"bad collective timeout", map[string]string{"ZAYA_COLLECTIVE_TIMEOUT": "soon"}, "", `ZAYA_COLLECTIVE_TIMEOUT="soon" must be a positive number of seconds or a duration`},
 		{"interval without dir", map[string]string{"ZAYA_CHECKPOINT_INTERVAL": "30m"}, "", "without ZAYA_CHECKPOINT_DIR"},
 		{"unknown transport", nil, "-transport=mpi", "-transport=\"mpi\" must be tcp or rccl"},
 		{"unknown backend", nil, "-backend=cuda", "-backend=\"cuda\" must be cpu or hip"},

@@ -46,6 +46,11 @@ const recheck = 20 * time.Millisecond
 // or its host or the network is gone, while its sockets stay open and TCP reports nothing.
 var ErrPeerSilent = errors.New("peer silent")
 
+// ErrCollectiveTimeout is in the PeerError of a peer that stayed alive (heartbeats) but sent
+// nothing a collective waited for within CollectiveTimeout: a rank stuck in its own code, or
+// one that took another path through the program.
+var ErrCollectiveTimeout = errors.New("collective timeout")
+
 // Config says who this rank is and where rendezvous happens.
 type Config struct {
 	Rank, World int
@@ -70,8 +75,12 @@ type Config struct {
 	// DefaultPeerTimeout; negative: no bound). Every connection carries heartbeats both ways,
 	// sent whatever the rank computes, so only a frozen process or a lost host or network
 	// falls silent; a collective with it then fails with a PeerError wrapping ErrPeerSilent
-	// instead of waiting forever. A peer that is alive but late to a collective is waited for.
+	// instead of waiting forever. A peer that is alive but late to a collective is waited
+	// for, up to CollectiveTimeout.
 	PeerTimeout time.Duration
+	// CollectiveTimeout bounds how long a collective waits for a live peer's part
+	// (ZAYA_COLLECTIVE_TIMEOUT); 0: no bound.
+	CollectiveTimeout time.Duration
 }
 
 // PeerError is a failure that another rank caused, not this one: a peer closed its connection
@@ -128,6 +137,7 @@ type conn struct {
 	r       *bufio.Reader
 	peer    int           // the rank at the other end, for errors
 	timeout time.Duration // the peer's silence allowed (start); <= 0: unbounded
+	wait    time.Duration // how long recv waits for a live peer's frame; <= 0: unbounded
 	bounded bool          // reads wait at most timeout (set by watch)
 	reading bool          // the reader goroutine owns r (set by watch)
 
@@ -285,8 +295,21 @@ func (c *conn) recv() ([]byte, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.frames) == 0 && c.rerr == nil {
+	late := false
+	if c.wait > 0 && len(c.frames) == 0 && c.rerr == nil {
+		timer := time.AfterFunc(c.wait, func() {
+			c.mu.Lock()
+			late = true
+			c.ready.Broadcast()
+			c.mu.Unlock()
+		})
+		defer timer.Stop()
+	}
+	for len(c.frames) == 0 && c.rerr == nil && !late {
 		c.ready.Wait()
+	}
+	if len(c.frames) == 0 && c.rerr == nil {
+		return nil, fmt.Errorf("%w: rank %d sent nothing for %v", ErrCollectiveTimeout, c.peer, c.wait)
 	}
 	if len(c.frames) == 0 {
 		return nil, c.rerr
@@ -468,6 +491,7 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	// here on a silent connection is a lost peer.
 	for _, c := range append([]*conn{t.master, t.next, t.prev}, t.members...) {
 		if c != nil {
+			c.wait = cfg.CollectiveTimeout
 			c.watch()
 		}
 	}

@@ -630,3 +630,30 @@ func TestRankZeroListensOnEveryInterface(t *testing.T) {
 		}
 	}
 }
+
+// TestALatePeerEndsACollectiveAfterTheCollectiveTimeout: rank 1 stays alive (its heartbeats
+// flow) but never joins the all-reduce; rank 0 gives up after CollectiveTimeout with a
+// PeerError naming it, instead of waiting forever.
+func TestALatePeerEndsACollectiveAfterTheCollectiveTimeout(t *testing.T) {
+	release := make(chan struct{})
+	var got error
+	var took time.Duration
+	groupWith(t, Config{World: 2, CollectiveTimeout: 300 * time.Millisecond}, func(tr *TCP) error {
+		if tr.Rank() == 1 {
+			<-release // alive, elsewhere in its program
+			return nil
+		}
+		began := time.Now()
+		got = tr.AllReduce([]float64{1})
+		took = time.Since(began)
+		close(release)
+		return nil
+	})
+	var pe *PeerError
+	if !errors.As(got, &pe) || pe.Rank != 1 || !errors.Is(got, ErrCollectiveTimeout) {
+		t.Fatalf("all-reduce with a late rank 1: %v, want a PeerError for rank 1 wrapping ErrCollectiveTimeout", got)
+	}
+	if took < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before the 300ms timeout", took)
+	}
+}
