@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -655,5 +657,49 @@ func TestALatePeerEndsACollectiveAfterTheCollectiveTimeout(t *testing.T) {
 	}
 	if took < 300*time.Millisecond {
 		t.Errorf("gave up after %v, before the 300ms timeout", took)
+	}
+}
+
+// TestRingAllReduceSumsBigVectorsAlike: vectors of 64 KiB and more go around the ring, on
+// worlds of 2, 3, 4 and 8 ranks, lengths that do not divide by the world included: exact sums
+// (whole numbers), and the same bits on every rank and on a second run (random values).
+func TestRingAllReduceSumsBigVectorsAlike(t *testing.T) {
+	for _, world := range []int{2, 3, 4, 8} {
+		for _, n := range []int{ringAllReduceMin / 8, ringAllReduceMin/8 + 5} {
+			var mu sync.Mutex
+			results := map[string][]float64{}
+			groupWith(t, Config{World: world}, func(tr *TCP) error {
+				for run := range 2 {
+					whole, random := make([]float64, n), make([]float64, n)
+					rng := rand.New(rand.NewPCG(uint64(tr.Rank()), 1))
+					for i := range n {
+						whole[i] = float64(tr.Rank()*n + i)
+						random[i] = rng.NormFloat64() * 1e3
+					}
+					if err := tr.AllReduce(whole); err != nil {
+						return err
+					}
+					if err := tr.AllReduce(random); err != nil {
+						return err
+					}
+					for i := range n {
+						// sum over r of (r*n + i) = n*world*(world-1)/2 + world*i
+						if want := float64(n*world*(world-1)/2 + world*i); whole[i] != want {
+							return fmt.Errorf("rank %d: element %d = %v, want %v", tr.Rank(), i, whole[i], want)
+						}
+					}
+					mu.Lock()
+					results[fmt.Sprintf("%d/%d", tr.Rank(), run)] = random
+					mu.Unlock()
+				}
+				return nil
+			})
+			want := results["0/0"]
+			for key, got := range results {
+				if !slices.Equal(got, want) {
+					t.Errorf("world %d, %d values: rank/run %s differs from rank 0's first run", world, n, key)
+				}
+			}
+		}
 	}
 }
