@@ -126,7 +126,16 @@ type TCP struct {
 	members            []*conn // rank 0: from every rank, by rank
 	next, prev         *conn
 	nextRank, prevRank int
-	closers            []io.Closer
+	// world is the ring of every rank, for the ring all-reduce, where this rank's ring is
+	// smaller (context parallelism); nil where it is the whole world.
+	world   *link
+	closers []io.Closer
+}
+
+// link is a rank's two neighbours on a ring.
+type link struct {
+	next, prev         *conn
+	nextRank, prevRank int
 }
 
 // conn is one connection to a peer: frames of a big-endian length and that many bytes, and
@@ -345,6 +354,8 @@ type hello struct {
 	Rank  int    `json:"rank"`
 	Addr  string `json:"addr,omitempty"`
 	Token string `json:"token"`
+	// World marks a connection of the ring of every rank, beside the rank's own ring.
+	World bool `json:"world,omitempty"`
 }
 
 // greeted is a connection that said who it is.
@@ -444,53 +455,90 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Connect the ring: dial the next rank while accepting the previous one.
+	// Connect the ring, and the world's where this ring is smaller: dial the next ranks while
+	// accepting the previous ones (only they may take these ends).
+	own := link{nextRank: next, prevRank: prevRank}
+	var world *link
+	if size < cfg.World {
+		world = &link{nextRank: (cfg.Rank + 1) % cfg.World, prevRank: (cfg.Rank + cfg.World - 1) % cfg.World}
+	}
 	type acceptResult struct {
-		g   greeted
-		err error
+		own, world *conn
+		err        error
 	}
 	accepted := make(chan acceptResult, 1)
 	ringCtx, stopRing := context.WithCancel(ctx)
 	defer stopRing()
 	greetings := acceptGreeted(ringCtx, ring, cfg.Token)
 	go func() {
-		// The previous rank, and only it, may take this end of the ring.
-		for {
+		var res acceptResult
+		for res.own == nil || (world != nil && res.world == nil) {
 			select {
 			case g := <-greetings:
-				if g.h.Rank == prevRank {
-					accepted <- acceptResult{g, nil}
-					return
+				switch {
+				case !g.h.World && g.h.Rank == prevRank && res.own == nil:
+					res.own = g.c // its reader may hold what followed the hello
+				case g.h.World && world != nil && g.h.Rank == world.prevRank && res.world == nil:
+					res.world = g.c
+				default:
+					_ = g.nc.Close()
 				}
-				_ = g.nc.Close()
 			case <-ringCtx.Done():
-				accepted <- acceptResult{greeted{}, ringCtx.Err()}
+				for _, c := range []*conn{res.own, res.world} {
+					if c != nil {
+						_ = c.Close()
+					}
+				}
+				accepted <- acceptResult{err: ringCtx.Err()}
 				return
 			}
 		}
+		accepted <- res
 	}()
 	var d net.Dialer
-	nc, err := dialRetry(ctx, &d, addrs[next])
-	if err != nil {
-		return nil, peer(next, fmt.Errorf("rank %d dialing rank %d: %w", cfg.Rank, next, err))
+	dialNext := func(to int, isWorld bool) (*conn, error) {
+		nc, err := dialRetry(ctx, &d, addrs[to])
+		if err != nil {
+			return nil, peer(to, fmt.Errorf("rank %d dialing rank %d: %w", cfg.Rank, to, err))
+		}
+		c := newConn(nc)
+		t.closers = append(t.closers, c)
+		b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token, World: isWorld})
+		if err := c.send(b); err != nil {
+			return nil, peer(to, fmt.Errorf("rank %d greeting rank %d: %w", cfg.Rank, to, err))
+		}
+		c.start(to, cfg.PeerTimeout)
+		return c, nil
 	}
-	t.next = newConn(nc)
-	t.closers = append(t.closers, t.next)
-	b, _ := json.Marshal(hello{Rank: cfg.Rank, Token: cfg.Token})
-	if err := t.next.send(b); err != nil {
-		return nil, peer(next, fmt.Errorf("rank %d greeting rank %d: %w", cfg.Rank, next, err))
+	if own.next, err = dialNext(next, false); err != nil {
+		return nil, err
 	}
-	t.next.start(next, cfg.PeerTimeout)
+	if world != nil {
+		if world.next, err = dialNext(world.nextRank, true); err != nil {
+			return nil, err
+		}
+	}
 	a := <-accepted
 	if a.err != nil {
 		return nil, peer(prevRank, fmt.Errorf("rank %d accepting rank %d: %w", cfg.Rank, prevRank, a.err))
 	}
-	t.prev = a.g.c // its reader may hold what followed the hello
-	t.closers = append(t.closers, t.prev)
-	t.prev.start(prevRank, cfg.PeerTimeout)
+	own.prev = a.own
+	t.closers = append(t.closers, own.prev)
+	own.prev.start(prevRank, cfg.PeerTimeout)
+	t.next, t.prev = own.next, own.prev
+	if world != nil {
+		world.prev = a.world
+		t.closers = append(t.closers, world.prev)
+		world.prev.start(world.prevRank, cfg.PeerTimeout)
+		t.world = world
+	}
 	// Each peer's heartbeats began once it had greeted, or had sent the address table: from
 	// here on a silent connection is a lost peer.
-	for _, c := range append([]*conn{t.master, t.next, t.prev}, t.members...) {
+	conns := append([]*conn{t.master, t.next, t.prev}, t.members...)
+	if t.world != nil {
+		conns = append(conns, t.world.next, t.world.prev)
+	}
+	for _, c := range conns {
 		if c != nil {
 			c.wait = cfg.CollectiveTimeout
 			c.watch()
@@ -633,24 +681,30 @@ func (t *TCP) World() int { return t.cfg.World }
 // Exchange sends b to the next rank and returns what the previous rank sent. Sending and
 // receiving run at once, so a full ring never deadlocks.
 func (t *TCP) Exchange(b []byte) ([]byte, error) {
+	return exchange(link{next: t.next, prev: t.prev, nextRank: t.nextRank, prevRank: t.prevRank}, "exchange", b)
+}
+
+// exchange sends b to l's next rank and returns what its previous rank sent; op names it in
+// a PeerError.
+func exchange(l link, op string, b []byte) ([]byte, error) {
 	sent := make(chan error, 1)
-	go func() { sent <- t.next.send(b) }()
-	got, rerr := t.prev.recv()
+	go func() { sent <- l.next.send(b) }()
+	got, rerr := l.prev.recv()
 	if err := <-sent; err != nil {
-		return nil, &PeerError{Rank: t.nextRank, Op: "exchange", Err: fmt.Errorf("sending: %w", err)}
+		return nil, &PeerError{Rank: l.nextRank, Op: op, Err: fmt.Errorf("sending: %w", err)}
 	}
 	if rerr != nil {
-		return nil, &PeerError{Rank: t.prevRank, Op: "exchange", Err: fmt.Errorf("receiving: %w", rerr)}
+		return nil, &PeerError{Rank: l.prevRank, Op: op, Err: fmt.Errorf("receiving: %w", rerr)}
 	}
 	return got, nil
 }
 
 // AllReduce sums v element-wise over all ranks, in place. Every rank gets the same bits,
-// the same on every run of the same shape: a vector of ringAllReduceMin bytes or more, when
-// the world is one ring, goes around it (ringAllReduce); a smaller one through rank 0, which
-// adds in rank order and sends the result back.
+// the same on every run of the same shape: a vector of ringAllReduceMin bytes or more goes
+// around the ring of every rank (ringAllReduce); a smaller one through rank 0, which adds in
+// rank order and sends the result back.
 func (t *TCP) AllReduce(v []float64) error {
-	if t.cfg.World > 1 && 8*len(v) >= ringAllReduceMin && t.worldRing() {
+	if t.cfg.World > 1 && 8*len(v) >= ringAllReduceMin {
 		return t.ringAllReduce(v)
 	}
 	return t.allReduce("all-reduce", v)
@@ -660,10 +714,13 @@ func (t *TCP) AllReduce(v []float64) error {
 // takes 2(P-1) steps of a P-th of the vector, the star 2 steps of all of it through rank 0.
 const ringAllReduceMin = 64 << 10
 
-// worldRing says whether this rank's ring is the whole world (RingSize 0 or World).
-func (t *TCP) worldRing() bool {
-	first, size := t.cfg.ring()
-	return first == 0 && size == t.cfg.World
+// worldLink is this rank's place on the ring of every rank: its own ring where that is the
+// whole world.
+func (t *TCP) worldLink() link {
+	if t.world != nil {
+		return *t.world
+	}
+	return link{next: t.next, prev: t.prev, nextRank: t.nextRank, prevRank: t.prevRank}
 }
 
 // ringAllReduce is the bandwidth-optimal all-reduce: a reduce-scatter (P-1 steps, each rank
@@ -673,19 +730,19 @@ func (t *TCP) worldRing() bool {
 // ring order from rank c+1, the same order on every run, and copied, so every rank has the
 // same bits.
 func (t *TCP) ringAllReduce(v []float64) error {
-	world, rank := t.cfg.World, t.cfg.Rank
+	world, rank, l := t.cfg.World, t.cfg.Rank, t.worldLink()
 	part := func(c int) []float64 {
 		c = ((c % world) + world) % world
 		return v[c*len(v)/world : (c+1)*len(v)/world]
 	}
 	for s := range world - 1 { // reduce-scatter
 		out, in := part(rank-s), part(rank-s-1)
-		b, err := t.Exchange(floatBytes(out))
+		b, err := exchange(l, "all-reduce", floatBytes(out))
 		if err != nil {
 			return err
 		}
 		if len(b) != 8*len(in) {
-			return &PeerError{Rank: t.prevRank, Op: "all-reduce", Err: fmt.Errorf("sent %d bytes for a part of %d values", len(b), len(in))}
+			return &PeerError{Rank: l.prevRank, Op: "all-reduce", Err: fmt.Errorf("sent %d bytes for a part of %d values", len(b), len(in))}
 		}
 		for i := range in {
 			in[i] += math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
@@ -693,12 +750,12 @@ func (t *TCP) ringAllReduce(v []float64) error {
 	}
 	for s := range world - 1 { // all-gather
 		out, in := part(rank+1-s), part(rank-s)
-		b, err := t.Exchange(floatBytes(out))
+		b, err := exchange(l, "all-reduce", floatBytes(out))
 		if err != nil {
 			return err
 		}
 		if len(b) != 8*len(in) {
-			return &PeerError{Rank: t.prevRank, Op: "all-reduce", Err: fmt.Errorf("sent %d bytes for a part of %d values", len(b), len(in))}
+			return &PeerError{Rank: l.prevRank, Op: "all-reduce", Err: fmt.Errorf("sent %d bytes for a part of %d values", len(b), len(in))}
 		}
 		setFloats(in, b)
 	}

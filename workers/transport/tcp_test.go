@@ -660,16 +660,22 @@ func TestALatePeerEndsACollectiveAfterTheCollectiveTimeout(t *testing.T) {
 	}
 }
 
-// TestRingAllReduceSumsBigVectorsAlike: vectors of 64 KiB and more go around the ring, on
-// worlds of 2, 3, 4 and 8 ranks, lengths that do not divide by the world included: exact sums
-// (whole numbers), and the same bits on every rank and on a second run (random values).
+// TestRingAllReduceSumsBigVectorsAlike: vectors of 64 KiB and more go around the ring of
+// every rank, on worlds of 2, 3, 4 and 8 ranks, split in rings of their own (context
+// parallel groups of 1 or 2, which then have a world ring besides) or not, lengths that do
+// not divide by the world included: exact sums (whole numbers), and the same bits on every
+// rank and on a second run (random values). Each rank's own ring still passes its exchanges.
 func TestRingAllReduceSumsBigVectorsAlike(t *testing.T) {
-	for _, world := range []int{2, 3, 4, 8} {
+	for _, shape := range [][2]int{{2, 0}, {3, 0}, {4, 0}, {8, 0}, {2, 1}, {4, 2}, {8, 2}} {
+		world, ringSize := shape[0], shape[1]
 		for _, n := range []int{ringAllReduceMin / 8, ringAllReduceMin/8 + 5} {
 			var mu sync.Mutex
 			results := map[string][]float64{}
-			groupWith(t, Config{World: world}, func(tr *TCP) error {
+			groupWith(t, Config{World: world, RingSize: ringSize}, func(tr *TCP) error {
 				for run := range 2 {
+					if _, err := tr.Exchange([]byte{byte(tr.Rank())}); err != nil {
+						return err
+					}
 					whole, random := make([]float64, n), make([]float64, n)
 					rng := rand.New(rand.NewPCG(uint64(tr.Rank()), 1))
 					for i := range n {
@@ -697,7 +703,7 @@ func TestRingAllReduceSumsBigVectorsAlike(t *testing.T) {
 			want := results["0/0"]
 			for key, got := range results {
 				if !slices.Equal(got, want) {
-					t.Errorf("world %d, %d values: rank/run %s differs from rank 0's first run", world, n, key)
+					t.Errorf("world %d, rings of %d, %d values: rank/run %s differs from rank 0's first run", world, ringSize, n, key)
 				}
 			}
 		}
