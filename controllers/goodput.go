@@ -102,24 +102,23 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 	}
 	at := readRuns(messages, p.trainingSince(), p.now, true)
 	since := clampTime(f.Time.Time, p.trainingSince(), p.now)
-	switch rep, ok := p.progressNow(ctx); {
-	case !at.lastStep.IsZero():
+	if !at.lastStep.IsZero() {
 		since = at.lastStep // the stopped ranks' own word
-	case ok && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()):
+	} else if rep, ok := p.progressNow(ctx); ok && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()) {
 		at.reached, at.committed, at.pace = max(at.reached, rep.Step), max(at.committed, rep.CheckpointStep), rep.StepSeconds
 		if fresh(rep, p.now) {
 			since = clampTime(rep.LastStepAt, p.trainingSince(), p.now) // read just now: its last step is the gang's
-			break
-		}
-		// Up to a poll old: training went on at its pace until the failure (whose time the
-		// kubelet keeps to the second).
-		since = clampTime(rep.LastStepAt, since, p.now)
-		if at.pace > 0 {
-			at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
+		} else {
+			// Up to a poll old: training went on at its pace until the failure (whose time
+			// the kubelet keeps to the second).
+			since = clampTime(rep.LastStepAt, since, p.now)
+			if at.pace > 0 {
+				at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
+			}
 		}
 	}
 	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", since, "failure", f.Time.Time,
-		"fromMessages", !readRuns(messages, p.trainingSince(), p.now, true).lastStep.IsZero(), "messages", len(messages), "reached", at.reached)
+		"fromMessages", !at.lastStep.IsZero(), "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
 	p.refreshGoodput()
