@@ -232,7 +232,7 @@ type runID struct {
 // hung worker.
 func TestTrainingJobSurvivesChaos(t *testing.T) {
 	nFaults, seed := chaosSettings()
-	steps := 1500 + 120*nFaults // about a minute of training besides the faults: goodput over a run, not over its faults alone
+	steps := 300 + 120*nFaults
 	// Each mode may lose a node and quarantine another per five faults.
 	a := processCluster(t, trainNodes+2+2*nFaults)
 	ns := newNamespace(t)
