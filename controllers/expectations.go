@@ -81,6 +81,14 @@ func (c *creations) created(job *trainingv1alpha1.ZayaTrainingJob, name string, 
 	c.of(job).names[name] = at
 }
 
+// deleting drops the expectation of a pod being deleted: the cache showed it, though perhaps
+// never to a pass that creates (a rank first seen failed), and its rank's next pod is new.
+func (c *creations) deleting(job *trainingv1alpha1.ZayaTrainingJob, name string) {
+	c.mu.Lock()
+	delete(c.of(job).names, name)
+	c.mu.Unlock()
+}
+
 // forget drops a deleted job's expectations.
 func (c *creations) forget(key types.NamespacedName) {
 	c.mu.Lock()

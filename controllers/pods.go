@@ -101,6 +101,7 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(p.r.createParallelism())
 	for _, pod := range pods {
+		p.r.creations.deleting(p.job, pod.Name)
 		eg.Go(func() error {
 			opts := []client.DeleteOption{client.Preconditions{UID: &pod.UID}}
 			if maxGrace != nil {

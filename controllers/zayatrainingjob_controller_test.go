@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -301,6 +303,35 @@ func TestPodsTheCacheHasNotShownYetAreNotCreatedTwice(t *testing.T) {
 	h.mustReconcile(t, job)
 	if n := creates.Load(); n != 8 {
 		t.Errorf("after the TTL %d creates, want 8 (4 retried)", n)
+	}
+}
+
+// TestARankReplacedBeforeThePodsWereSeenIsCreatedAtOnce: the cache shows a rank's pod for the
+// first time already failed, so no pass saw it run; its replacement must not wait out the
+// expectation of the first creation (30 s of a gang held at the rendezvous).
+func TestARankReplacedBeforeThePodsWereSeenIsCreatedAtOnce(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).RestartMode(trainingv1alpha1.RestartModeInPlace).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.r.Clock = clockAt(now)
+	h.mustReconcile(t, job)
+	first := h.pods(t)
+	if len(first) != 2 {
+		t.Fatalf("first pass created %d pods, want 2", len(first))
+	}
+	h.setPod(t, "llm-0-0", running("node-a"))
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-b"
+		p.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfamd.com/gpu", Message: "Pod was rejected"}
+	})
+	for range 4 { // the failure, the deletion, the creation
+		h.mustReconcile(t, job)
+	}
+	got := h.pods(t)
+	if p := got["llm-0-1"]; p == nil || p.UID == first["llm-0-1"].UID {
+		t.Fatalf("the rejected rank has no new pod after 4 passes (pods %v)", slices.Collect(maps.Keys(got)))
+	}
+	if p := got["llm-0-0"]; p == nil || p.UID != first["llm-0-0"].UID {
+		t.Errorf("the healthy rank lost its pod")
 	}
 }
 
