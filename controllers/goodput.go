@@ -97,14 +97,17 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 		// A failure before the last loss was seen to end: the run between may have said when
 		// it trained; else the loss runs until now.
 		if p.settleGoodput(messages); g.Open != nil {
-			p.closeLoss(g, p.now, -1, messages)
+			p.closeLoss(g, p.now, -1, messages, "another failure")
 		}
 	}
 	at := readRuns(messages, p.trainingSince(), p.now, true)
-	since := clampTime(f.Time.Time, p.trainingSince(), p.now)
+	since, from := clampTime(f.Time.Time, p.trainingSince(), p.now), "failure"
 	if !at.lastStep.IsZero() {
-		since = at.lastStep // the stopped ranks' own word
-	} else if rep, ok := p.progressNow(ctx); ok && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()) {
+		since, from = at.lastStep, "exits" // the stopped ranks' own word
+	} else if rep, ok := p.progressNow(ctx); !ok || rep.LastStepAt.IsZero() || rep.TrainingSince.Before(p.trainingSince()) {
+		from = fmt.Sprintf("failure (progress %v: run since %s, training since %s)", ok, stamp(rep.TrainingSince), stamp(p.trainingSince()))
+	} else {
+		from = "progress"
 		at.reached, at.committed, at.pace = max(at.reached, rep.Step), max(at.committed, rep.CheckpointStep), rep.StepSeconds
 		if fresh(rep, p.now) {
 			since = clampTime(rep.LastStepAt, p.trainingSince(), p.now) // read just now: its last step is the gang's
@@ -117,8 +120,8 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 			}
 		}
 	}
-	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", since, "failure", f.Time.Time,
-		"fromMessages", !at.lastStep.IsZero(), "messages", len(messages), "reached", at.reached)
+	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", stamp(since), "failure", f.Time.Time,
+		"from", from, "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
 	p.refreshGoodput()
@@ -157,8 +160,15 @@ func (p *pass) progressNow(ctx context.Context) (liveprogress.Report, bool) {
 	return liveprogress.Report{}, false
 }
 
-// fresh says whether rep was read within the last second.
-func fresh(rep liveprogress.Report, now time.Time) bool { return rep.At.After(now.Add(-time.Second)) }
+// stamp is t for the log, to the microsecond.
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
+
+// freshReport is how old a report may be and still tell the gang's last step: a few of a
+// fast run's steps (a report a poll old is read again).
+const freshReport = 100 * time.Millisecond
+
+// fresh says whether rep was read within freshReport.
+func fresh(rep liveprogress.Report, now time.Time) bool { return rep.At.After(now.Add(-freshReport)) }
 
 // micro is t as status keeps it: to the microsecond, so that a time set again compares equal.
 func micro(t time.Time) metav1.MicroTime { return metav1.NewMicroTime(t.Truncate(time.Microsecond)) }
@@ -183,16 +193,32 @@ func (p *pass) refineLoss() {
 		return
 	}
 	o := g.Open
-	run := readRuns(p.stopped(), p.trainingSince(), p.now, false)
+	run := readRunsBegun(p.stopped(), p.trainingSince(), p.now, false, p.failedRunBegun(o))
 	if since := micro(run.lastStep); run.lastStep.IsZero() || since.Equal(&o.Since) {
 		return
 	}
-	goodputLog.V(1).Info("loss refined", "job", p.job.Namespace+"/"+p.job.Name, "from", o.Since.Time, "to", run.lastStep)
+	goodputLog.V(1).Info("loss refined", "job", p.job.Namespace+"/"+p.job.Name, "from", stamp(o.Since.Time), "to", stamp(run.lastStep), "reached", run.reached)
 	o.Since = micro(run.lastStep)
 	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
 	if o.StepMicroseconds == 0 {
 		o.StepMicroseconds = int64(min(run.pace, 86400) * 1e6)
 	}
+}
+
+// failedRunBegun bounds when the run that failed into the open loss began training: by the
+// loss's start, or within a second of the run status knew (its ranks' first steps end a few
+// milliseconds apart; the loss may start at the failure's second, before them). A run that
+// began later trained after the failure: it ends the loss, it is not where it stopped.
+func (p *pass) failedRunBegun(o *trainingv1alpha1.GoodputOpen) time.Time {
+	return maxTime(o.Since.Time, p.trainingSince().Add(time.Second))
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // settleGoodput ends the open loss once the job trains again: as of when rank 0 says its run
@@ -205,11 +231,11 @@ func (p *pass) settleGoodput(messages []string) time.Duration {
 	}
 	o := g.Open
 	if rep := p.report; rep != nil && rep.TrainingSince.After(o.Since.Time) {
-		p.closeLoss(g, rep.TrainingSince, rep.ResumedFrom, messages)
+		p.closeLoss(g, rep.TrainingSince, rep.ResumedFrom, messages, "progress")
 		return 0
 	}
 	if run := readRuns(messages, o.Since.Time, p.now, false); !run.since.IsZero() {
-		p.closeLoss(g, run.since, run.resumed, messages)
+		p.closeLoss(g, run.since, run.resumed, messages, "exits")
 		return 0
 	}
 	if o.RanAt == nil {
@@ -218,7 +244,7 @@ func (p *pass) settleGoodput(messages []string) time.Duration {
 	if wait := o.RanAt.Add(p.r.progressGrace()).Sub(p.now); wait > 0 && p.progressWatched() {
 		return wait
 	}
-	p.closeLoss(g, o.RanAt.Time, -1, messages)
+	p.closeLoss(g, o.RanAt.Time, -1, messages, "ranks running")
 	return 0
 }
 
@@ -239,7 +265,7 @@ func (p *pass) finalGoodput(messages []string) {
 			if g.Open.RanAt != nil && meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) {
 				end = g.Open.RanAt.Time
 			}
-			p.closeLoss(g, end, -1, messages)
+			p.closeLoss(g, end, -1, messages, "completion")
 		}
 	}
 	p.refreshGoodput()
@@ -256,18 +282,18 @@ func (p *pass) goodputRan() {
 // closeLoss ends the open loss at end: its down time, and the steps the new run (resumed at
 // step resumed; -1: unknown, the checkpoint committed before the failure) trains again.
 // messages are the stopped ranks' exits: they may say where the failed run stood more
-// exactly than the failure's pass knew.
-func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resumed int64, messages []string) {
+// exactly than the failure's pass knew. by says what ended it (for the log).
+func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resumed int64, messages []string, by string) {
 	o := g.Open
 	g.Open = nil
 	since := o.Since.Time
-	stopped := readRuns(messages, p.trainingSince(), end, false)
+	stopped := readRunsBegun(messages, p.trainingSince(), end, false, p.failedRunBegun(o))
 	if o.Category != "" && !stopped.lastStep.IsZero() && stopped.lastStep.Before(end) {
 		since = stopped.lastStep // the ranks' own word, over the pass's guess
 	}
 	end = clampTime(end, since, p.now)
 	down := end.Sub(since)
-	goodputLog.V(1).Info("loss closed", "job", p.job.Namespace+"/"+p.job.Name, "category", o.Category, "opened", o.Since.Time, "since", since, "end", end,
+	goodputLog.V(1).Info("loss closed", "job", p.job.Namespace+"/"+p.job.Name, "category", o.Category, "by", by, "opened", stamp(o.Since.Time), "since", stamp(since), "end", stamp(end),
 		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at
@@ -391,9 +417,18 @@ type runsReport struct {
 // (after, before] (older runs are no news, newer ones another run's); with untimed, also of
 // messages that say nothing of times (a worker older than those lines).
 func readRuns(messages []string, after, before time.Time, untimed bool) runsReport {
+	return readRunsBegun(messages, after, before, untimed, time.Time{})
+}
+
+// readRunsBegun is readRuns of the runs that began training by begun (zero: any): where a
+// failed run stopped, never a run that trained after it.
+func readRunsBegun(messages []string, after, before time.Time, untimed bool, begun time.Time) runsReport {
 	r := runsReport{resumed: -1}
 	for _, msg := range messages {
 		m := readProgress(msg)
+		if !begun.IsZero() && m.since.After(begun) {
+			continue
+		}
 		if m.lastStep.IsZero() {
 			if untimed {
 				r.committed = max(r.committed, m.checkpoint)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -266,5 +267,62 @@ func TestALossStartsWhereTheStoppedRanksSayTheyStopped(t *testing.T) {
 	o := h.get(t, job).Status.Goodput.Open
 	if o == nil || !o.Since.Time.Equal(stopped) || o.ReachedStep != 57 || o.CheckpointStep != 40 {
 		t.Fatalf("open %+v, want since %v (rank 0's last step), reached 57, checkpoint 40", o, stopped)
+	}
+}
+
+// A new run trains for a moment before rank 0's progress shows it, and a fault stops it: the
+// first loss ends as that run began training (its ranks' exits say when), not where it
+// stopped; the second loss starts where it stopped.
+func TestARunThatTrainedBeforeItWasPolledEndsTheLoss(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	withWorkers(h, &fakeWorkers{}) // polled, never answering: the exits say it all
+	at := func(ms int) time.Time {
+		t := now.Add(time.Duration(ms) * time.Millisecond)
+		h.r.Clock = clockAt(t)
+		return t
+	}
+	exits := func(since, last time.Time, step int) string {
+		return fmt.Sprintf("zaya: stopped: lost a peer during the all-reduce at step %d: EOF\ncheckpoint-step=40\ntraining-step=%d\nstep-seconds=0.5000\n"+
+			"training-since=%s\nlast-step-at=%s\n", step, step, since.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
+	}
+	at(0)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+
+	at(100000)
+	stopped := now.Add(99400 * time.Millisecond)
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 134, now.Add(100*time.Second), "", gpuFaultLine))
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 75, now.Add(100*time.Second), "", exits(now.Add(20*time.Second), stopped, 57)))
+	h.mustReconcile(t, job)
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	at(110000)
+	for r := range 3 {
+		h.setPod(t, fmt.Sprintf("llm-1-%d", r), runningAt(fmt.Sprintf("m%d", r), fmt.Sprintf("10.0.1.%d", r)))
+	}
+	h.mustReconcile(t, job)
+	if o := h.get(t, job).Status.Goodput.Open; o == nil || !o.Since.Time.Equal(stopped) {
+		t.Fatalf("open %+v: want the GPU fault's loss since %v, still open (rank 0 never reported)", o, stopped)
+	}
+
+	// Attempt 1 trains from 112 s; at 113.5 s rank 2 is killed, rank 0 stops over it.
+	trained, last := now.Add(112*time.Second), now.Add(113400*time.Millisecond)
+	at(113500)
+	h.setPod(t, "llm-1-0", exitedSaying("n0", 75, now.Add(113*time.Second), "", exits(trained, last, 45)))
+	h.mustReconcile(t, job) // the stop over a peer alone waits for its cause
+	h.setPod(t, "llm-1-2", exited("n2", 137, now.Add(113*time.Second)))
+	for range 2 {
+		h.mustReconcile(t, job)
+	}
+	g := h.get(t, job).Status.Goodput
+	gpu := slices.IndexFunc(g.Lost, func(l trainingv1alpha1.GoodputLoss) bool { return l.Category == "GPUHardware" })
+	if gpu < 0 || g.Lost[gpu].DownMilliseconds != 12600 || g.Lost[gpu].RecomputeMilliseconds != 8500 {
+		t.Errorf("GPU fault's loss %+v: want 12.6 s down (99.4 s to 112 s) and 8.5 s trained again (57 to 40 at 0.5 s)", g.Lost)
+	}
+	if o := g.Open; o == nil || !o.Since.Time.Equal(last) || o.ReachedStep != 45 || g.TrainingSince == nil || !g.TrainingSince.Time.Equal(trained) {
+		t.Errorf("open %+v, training since %v: want the kill's loss since %v at step 45, attempt 1 training since %v", o, g.TrainingSince, last, trained)
 	}
 }

@@ -15,7 +15,7 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
 	p.r.forgetProgress(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	if g := p.goodput(); g != nil && g.Open != nil {
-		p.closeLoss(g, p.now, -1, nil) // lost until now: the suspension is no wall time
+		p.closeLoss(g, p.now, -1, nil, "suspension") // lost until now: the suspension is no wall time
 	}
 	p.refreshGoodput()
 	active := activePods(pods)

@@ -187,8 +187,12 @@ func startOperator(extra ...string) (*operatorProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	level := "info"
+	if l := os.Getenv("ZAYA_E2E_LOG_LEVEL"); l != "" {
+		level = l // debug shows the goodput accounting (the "goodput" logger's V(1))
+	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
-		"--health-probe-bind-address=" + probe, "--zap-log-level=info",
+		"--health-probe-bind-address=" + probe, "--zap-log-level=" + level,
 		"--worker-proxy=" + workerProxy, "--progress-poll-interval=" + progressPollInterval.String()}, extra...)
 	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
