@@ -385,7 +385,7 @@ func TestChartRendersEachValueSet(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := mustRender(t, tc.args...)
 			for _, o := range objs {
-				if o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetNamespace() != "zaya-system" &&
+				if o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "StorageClass" && o.GetNamespace() != "zaya-system" &&
 					o.GetKind() != "Role" && o.GetKind() != "RoleBinding" {
 					t.Errorf("%s %s is not in the release namespace", o.GetKind(), o.GetName())
 				}
@@ -439,6 +439,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "concurrency=0"}, "/concurrency"},
 		{[]string{"--set", "probes.port=70000"}, "/probes/port"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{[]string{"--set", "checkpointStorageClass.create=true", "--set", "checkpointStorageClass.provisioner=vpc.file.csi.ibm.io"}, "/checkpointStorageClass/name"},
+		{[]string{"--set", "checkpointStorageClass.reclaimPolicy=Recycle"}, "/checkpointStorageClass/reclaimPolicy"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := render(t, tc.args...)

@@ -99,8 +99,10 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 	out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-k", filepath.Join(root, "config", "samples"))
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(strings.Count(out, "zayatrainingjob.training.zaya.dev/")).To(Equal(4), out)
-	out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-f", filepath.Join(root, "examples", "ibm-cloud", "zaya1.yaml"))
-	g.Expect(err).NotTo(HaveOccurred(), out)
+	for _, f := range []string{"zaya1.yaml", "zaya1-pollara.yaml"} {
+		out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-f", filepath.Join(root, "examples", "ibm-cloud", f))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
 
 	smokeRuns := func(ns string) {
 		t.Helper()

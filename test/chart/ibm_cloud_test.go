@@ -1,0 +1,149 @@
+package chart
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"sigs.k8s.io/yaml"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// The IBM Cloud preset (examples/ibm-cloud) checked against what IBM documents for IKS VPC
+// clusters (docs/ibm-cloud.md cites each fact).
+var (
+	ibmDir    = filepath.Join(root, "examples", "ibm-cloud")
+	ibmValues = filepath.Join(ibmDir, "values.yaml")
+	// IKS flavors and the node.kubernetes.io/instance-type label are dotted
+	// (gx3d.208x1792.8mi300x); the VPC profile name is dashed (gx3d-208x1792x8mi300x).
+	iksFlavor  = regexp.MustCompile(`^[a-z0-9]+\.[0-9]+x[0-9]+(\.[a-z0-9]+)*$`)
+	icrImage   = regexp.MustCompile(`^([a-z-]+\.)?icr\.io/`)
+	workerUser = regexp.MustCompile(`(?m)^USER (\d+):(\d+)$`)
+)
+
+func TestIBMCloudPresetInstallsWhatIKSRuns(t *testing.T) {
+	objs := mustRender(t, "-f", ibmValues)
+
+	// Checkpoint shares owned by the workers' uid/gid (IBM's classes make them root's).
+	df, err := os.ReadFile(filepath.Join(root, "workers", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := workerUser.FindAllStringSubmatch(string(df), -1)
+	if len(users) == 0 {
+		t.Fatal("workers/Dockerfile sets no USER uid:gid")
+	}
+	sc := typed[storagev1.StorageClass](t, find(objs, "StorageClass", "", ""))
+	for _, u := range users {
+		if sc.Parameters["uid"] != u[1] || sc.Parameters["gid"] != u[2] {
+			t.Errorf("StorageClass %s parameters %v: want uid %s and gid %s, the worker image's user", sc.Name, sc.Parameters, u[1], u[2])
+		}
+	}
+	if sc.Provisioner != "vpc.file.csi.ibm.io" || sc.Parameters["profile"] != "dp2" {
+		t.Errorf("StorageClass %s: provisioner %q profile %q, want IBM's VPC file driver with dp2", sc.Name, sc.Provisioner, sc.Parameters["profile"])
+	}
+	if sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		t.Errorf("StorageClass binding %v: the share must be made in the zone of the ranks", sc.VolumeBindingMode)
+	}
+	if sc.ReclaimPolicy == nil || *sc.ReclaimPolicy != corev1.PersistentVolumeReclaimRetain || sc.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("StorageClass %s: reclaim %v, annotations %v: checkpoints and the class outlive claims and releases", sc.Name, sc.ReclaimPolicy, sc.Annotations)
+	}
+
+	// Secure by Default VPC clusters reach no public registry: every image is ICR's.
+	dep := typed[appsv1.Deployment](t, find(objs, "Deployment", "zaya-system", ""))
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if !icrImage.MatchString(c.Image) {
+			t.Errorf("container %s image %q: not from IBM Cloud Container Registry", c.Name, c.Image)
+		}
+		for _, a := range c.Args {
+			if img, ok := strings.CutPrefix(a, "--spare-image="); ok && !icrImage.MatchString(img) {
+				t.Errorf("spare image %q: not from IBM Cloud Container Registry", img)
+			}
+		}
+	}
+	if !slices.ContainsFunc(dep.Spec.Template.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == "all-icr-io" }) {
+		t.Errorf("pull secrets %v: want all-icr-io", dep.Spec.Template.Spec.ImagePullSecrets)
+	}
+
+	// The monitoring agent scrapes from the host network: a namespace selector admits nothing.
+	np := typed[networkingv1.NetworkPolicy](t, find(objs, "NetworkPolicy", "zaya-system", ""))
+	for _, rule := range np.Spec.Ingress {
+		for _, from := range rule.From {
+			if from.IPBlock == nil {
+				t.Errorf("NetworkPolicy admits %+v: IBM Cloud Monitoring's agent runs on the host network, only an ipBlock matches it", from)
+			}
+		}
+	}
+	if len(np.Spec.Ingress) == 0 {
+		t.Error("NetworkPolicy admits no scrapes at all")
+	}
+}
+
+func TestIBMCloudJobsFitTheNodesIKSGives(t *testing.T) {
+	objs := mustRender(t, "-f", ibmValues)
+	sc := typed[storagev1.StorageClass](t, find(objs, "StorageClass", "", ""))
+	files, _ := filepath.Glob(filepath.Join(ibmDir, "*.yaml"))
+	var jobs int
+	for _, f := range files {
+		if filepath.Base(f) == "values.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := &trainingv1alpha1.ZayaTrainingJob{}
+		if err := yaml.UnmarshalStrict(b, job); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		jobs++
+		job.Default()
+		name := filepath.Base(f)
+		ps := job.Spec.Template.Spec
+		labels := map[string]string{}
+		for k, v := range ps.NodeSelector {
+			labels[k] = v
+		}
+		if a := ps.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				for _, e := range term.MatchExpressions {
+					for _, v := range e.Values {
+						labels[e.Key] = v
+					}
+				}
+			}
+		}
+		if v, ok := labels[corev1.LabelInstanceTypeStable]; ok && !iksFlavor.MatchString(v) {
+			t.Errorf("%s selects %s=%s: IKS labels nodes with the dotted flavor name, no node has that value", name, corev1.LabelInstanceTypeStable, v)
+		}
+		if labels["ibm-cloud.kubernetes.io/worker-pool-name"] == "" {
+			t.Errorf("%s: no worker pool selected", name)
+		}
+		if job.Spec.Checkpoint.Volume.StorageClassName == nil || *job.Spec.Checkpoint.Volume.StorageClassName != sc.Name {
+			t.Errorf("%s: checkpoint class %v, want %s (the workers' uid/gid; IBM's own classes make root's shares)", name, job.Spec.Checkpoint.Volume, sc.Name)
+		}
+		for _, c := range ps.Containers {
+			if !icrImage.MatchString(c.Image) {
+				t.Errorf("%s: image %q not from IBM Cloud Container Registry", name, c.Image)
+			}
+		}
+		nics := job.Spec.NICsPerNode()
+		// The public gx3d MI300X profile is not cluster-network capable: no amd.com/nic. Only
+		// the job that says it needs Pollara NICs may request them.
+		if needsNICs := strings.Contains(name, "pollara"); (nics > 0) != needsNICs {
+			t.Errorf("%s: profile %s requests %d amd.com/nic per node; the public profile has none, a Pollara build has one per GPU",
+				name, job.Spec.Network.Profile, nics)
+		}
+	}
+	if jobs < 2 {
+		t.Errorf("%d example jobs in %s, want the public-profile one and the Pollara one", jobs, ibmDir)
+	}
+}
