@@ -32,7 +32,7 @@ tools-ci: ## Build the tools make test uses.
 	hack/tools.sh controller-gen golangci-lint helm cluster
 
 .PHONY: manifests
-manifests: ## Generate the CRD and RBAC (config/, the chart) and docs/api-reference.md from the markers.
+manifests: ## Generate the CRD and RBAC (config/, the chart), docs/api-reference.md and the chart's README.
 	hack/tools.sh controller-gen
 	$(BIN)/controller-gen rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
@@ -42,6 +42,8 @@ manifests: ## Generate the CRD and RBAC (config/, the chart) and docs/api-refere
 	cp config/crd/bases/*.yaml charts/zaya-operator/crds/
 	cp config/rbac/role.yaml charts/zaya-operator/files/manager-role.yaml
 	go run ./hack/apidocs -crd config/crd/bases/training.zaya.dev_zayatrainingjobs.yaml -out docs/api-reference.md
+	@# The chart's README (helm show readme) from its values and their comments.
+	go run ./hack/chartdocs -chart charts/zaya-operator
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods.

@@ -299,6 +299,14 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if dep.Spec.Template.Spec.Affinity == nil || dep.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
 				t.Error("affinity from values was dropped")
 			}
+			// Replicas spread over nodes by default, selecting this release's pods only.
+			tsc := dep.Spec.Template.Spec.TopologySpreadConstraints
+			if len(tsc) != 1 || tsc[0].TopologyKey != "kubernetes.io/hostname" || !cmp.Equal(tsc[0].LabelSelector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+				t.Errorf("spread %+v: want the release's replicas spread over nodes", tsc)
+			}
+			if dep.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] != "zaya-operator" {
+				t.Errorf("selector %v: another release's pods would match", dep.Spec.Selector.MatchLabels)
+			}
 		},
 	}, {
 		name: "monitoring",
@@ -547,5 +555,47 @@ func TestFailurePatternsValuesBecomeATableTheOperatorReads(t *testing.T) {
 	}
 	if _, err := render(t, "--set-json", `failurePatterns=[{"name":"x","category":"Cosmic","regexp":"y"}]`); err == nil {
 		t.Error("a pattern of an unknown category was installed")
+	}
+}
+
+// TestChartReadmeListsEveryValue: `helm show readme` prints the README generated from
+// values.yaml (make manifests keeps it in sync), and it names every value.
+func TestChartReadmeListsEveryValue(t *testing.T) {
+	out, err := run(t, tool(t, "helm"), "show", "readme", chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	var leaves func(prefix string, m map[string]any)
+	leaves = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				leaves(prefix+k+".", sub)
+				continue
+			}
+			if !strings.Contains(out, "| `"+prefix+k+"` |") {
+				missing = append(missing, prefix+k)
+			}
+		}
+	}
+	leaves("", values)
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		t.Errorf("helm show readme lacks %v: run make manifests", missing)
+	}
+	notes, err := os.ReadFile(filepath.Join(chartDir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(notes), "/main/") {
+		t.Error("NOTES.txt points at main: a release's notes must point at its own version")
 	}
 }
