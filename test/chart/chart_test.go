@@ -6,6 +6,8 @@ package chart
 
 import (
 	"bytes"
+	"compress/gzip"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -597,5 +599,45 @@ func TestChartReadmeListsEveryValue(t *testing.T) {
 	}
 	if strings.Contains(string(notes), "/main/") {
 		t.Error("NOTES.txt points at main: a release's notes must point at its own version")
+	}
+}
+
+// TestChartCanManageTheCRD: with crds.manage the release carries the generated CRD (so helm
+// upgrade upgrades it), kept on uninstall, and the release stays far under the 1 MiB a
+// Secret may hold (Helm stores it gzipped, base64 twice).
+func TestChartCanManageTheCRD(t *testing.T) {
+	out, err := run(t, tool(t, "helm"), "template", "zaya-operator", chartDir, "-n", "zaya-system", "--set", "crds.manage=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	u := find(objs, "CustomResourceDefinition", "", "zayatrainingjobs.training.zaya.dev")
+	if u == nil {
+		t.Fatalf("crds.manage=true rendered %v: no CRD", kinds(objs))
+	}
+	got := typed[apiextensionsv1.CustomResourceDefinition](t, u)
+	b, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "training.zaya.dev_zayatrainingjobs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+		t.Errorf("the templated CRD differs from the generated one (-want +got):\n%s", diff)
+	}
+	if got.Annotations["helm.sh/resource-policy"] != "keep" || got.Labels["app.kubernetes.io/managed-by"] != "Helm" {
+		t.Errorf("CRD metadata %+v: want helm.sh/resource-policy keep (uninstall must not delete every job)", got.ObjectMeta)
+	}
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write([]byte(out))
+	_ = w.Close()
+	if secret := base64.StdEncoding.EncodedLen(base64.StdEncoding.EncodedLen(gz.Len())); secret > 1<<20/2 {
+		t.Errorf("the release would take %d bytes of its Secret's 1 MiB: too close", secret)
+	}
+	if objs := mustRender(t); find(objs, "CustomResourceDefinition", "", "") != nil {
+		t.Error("the CRD is a release object by default: helm uninstall would own it")
 	}
 }

@@ -3,23 +3,78 @@
 package chart
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/zaya-operator/zaya-operator/test/nodeagent"
 )
 
-const processNode = "zaya.dev/process-node"
+const (
+	processNode = "zaya.dev/process-node"
+	crdName     = "zayatrainingjobs.training.zaya.dev"
+	// previousRelease is the commit of the last release, whose chart (previousChartVersion)
+	// the upgrade test installs first; move both on at each release.
+	previousRelease      = "f0b00d621852d04f8ecfbdce85470967a1462adf"
+	previousChartVersion = "0.1.0"
+)
+
+// previousChart extracts the previous release's chart from git into a temporary folder.
+func previousChart(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("git", "-C", root, "archive", "--format=tar", previousRelease, "charts/zaya-operator")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git archive %s (the previous release; a clone with history is needed): %v", previousRelease, err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chart := filepath.Join(dir, "charts", "zaya-operator")
+	if b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml")); err != nil || !strings.Contains(string(b), "\nversion: "+previousChartVersion+"\n") {
+		t.Fatalf("the chart at %s is not version %s: %v", previousRelease, previousChartVersion, err)
+	}
+	return chart
+}
 
 // TestHelmInstallRunsSampleJobs installs the chart as a platform team would (helm install
 // --wait into a namespace that enforces Pod Security "restricted") on a cluster whose job
@@ -86,24 +141,6 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 	}
 	values := filepath.Join("testdata", "local.yaml")
 
-	// Cluster-scoped install; --wait returns once the pod passed its readiness probe.
-	start := time.Now()
-	out, err := helmRun("install", "zaya-operator", chartDir, "-n", "zaya-system", "-f", values, "--wait", "--timeout", "3m")
-	g.Expect(err).NotTo(HaveOccurred(), "%s\n%s", out, operatorLog())
-	t.Logf("helm install --wait: %v", time.Since(start).Round(time.Millisecond))
-	out, err = kubectl("get", "crd", "zayatrainingjobs.training.zaya.dev", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
-	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(out).To(Equal("True"))
-
-	// Every sample and the IBM Cloud example pass the API server's validation.
-	out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-k", filepath.Join(root, "config", "samples"))
-	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(strings.Count(out, "zayatrainingjob.training.zaya.dev/")).To(Equal(4), out)
-	for _, f := range []string{"zaya1.yaml", "zaya1-pollara.yaml"} {
-		out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-f", filepath.Join(root, "examples", "ibm-cloud", f))
-		g.Expect(err).NotTo(HaveOccurred(), out)
-	}
-
 	smokeRuns := func(ns string) {
 		t.Helper()
 		out, err := kubectl("apply", "--server-side", "-n", ns, "-f", filepath.Join(root, "config", "samples", "smoke.yaml"))
@@ -116,10 +153,86 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 			return out
 		}, 30, 0.5).ShouldNot(BeEmpty())
 	}
-	smokeRuns("team-a")
+	podUIDs := func(ns string) map[string]string {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		out := map[string]string{}
+		for _, p := range pods.Items {
+			out[p.Name] = string(p.UID)
+		}
+		return out
+	}
 
-	// Uninstalling the operator keeps the CRD, the job and its pods.
+	// The previous release (chart 0.1.0), cluster-scoped, as a platform team installed it:
+	// crds/ makes the CRD. --wait returns once the pod passed its readiness probe.
+	start := time.Now()
+	out, err := helmRun("install", "zaya-operator", previousChart(t), "-n", "zaya-system", "-f", values, "--wait", "--timeout", "3m")
+	g.Expect(err).NotTo(HaveOccurred(), "%s\n%s", out, operatorLog())
+	t.Logf("helm install --wait (chart %s): %v", previousChartVersion, time.Since(start).Round(time.Millisecond))
+	smokeRuns("team-a")
+	before := podUIDs("team-a")
+
+	// helm upgrade to this chart, the CRD with it (docs/upgrade.md: adopt, then crds.manage).
+	for _, args := range [][]string{
+		{"label", "crd", crdName, "app.kubernetes.io/managed-by=Helm", "--overwrite"},
+		{"annotate", "crd", crdName, "meta.helm.sh/release-name=zaya-operator", "meta.helm.sh/release-namespace=zaya-system", "--overwrite"},
+	} {
+		out, err := kubectl(args...)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
+	start = time.Now()
+	// The process-backed node shares one host network, and the rolling update runs the new
+	// pod beside the old one: it gets ports of its own.
+	out, err = helmRun("upgrade", "zaya-operator", chartDir, "-n", "zaya-system", "-f", values, "--set", "crds.manage=true",
+		"--set", "probes.port=18081", "--set", "metrics.port=18080", "--wait", "--timeout", "3m")
+	g.Expect(err).NotTo(HaveOccurred(), "%s\n%s", out, operatorLog())
+	t.Logf("helm upgrade --wait (CRD included): %v", time.Since(start).Round(time.Millisecond))
+	out, err = kubectl("get", "crd", crdName, "-o", "json")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	stored := &apiextensionsv1.CustomResourceDefinition{}
+	g.Expect(json.Unmarshal([]byte(out), stored)).To(Succeed())
+	g.Expect(stored.Status.Conditions).To(ContainElement(And(HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
+	want := &apiextensionsv1.CustomResourceDefinition{}
+	b, err := os.ReadFile(filepath.Join(chartDir, "crds", "training.zaya.dev_zayatrainingjobs.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(yaml.Unmarshal(b, want)).To(Succeed())
+	g.Expect(stored.Spec.Versions).To(HaveLen(len(want.Spec.Versions)))
+	plain := func(v any) any { // JSON values (defaults) compared as values, not as text
+		b, err := json.Marshal(v)
+		g.Expect(err).NotTo(HaveOccurred())
+		var out any
+		g.Expect(json.Unmarshal(b, &out)).To(Succeed())
+		return out
+	}
+	for i := range want.Spec.Versions {
+		g.Expect(cmp.Diff(plain(want.Spec.Versions[i].Schema), plain(stored.Spec.Versions[i].Schema))).To(BeEmpty(), "helm upgrade left the previous CRD's schema")
+	}
+	// The running job was left alone: still running, on the same pods.
+	out, err = kubectl("wait", "-n", "team-a", "--for=condition=Running", "--timeout=30s", "ztj/smoke")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Consistently(func() map[string]string { return podUIDs("team-a") }, 5, 0.5).Should(Equal(before), "the upgrade replaced a running job's pods")
+	// The release, CRD included, is stored far from a Secret's 1 MiB.
+	secrets, err := cs.CoreV1().Secrets("zaya-system").List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=zaya-operator"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(secrets.Items).To(HaveLen(2))
+	for _, s := range secrets.Items {
+		t.Logf("release Secret %s: %d bytes", s.Name, len(s.Data["release"]))
+		g.Expect(len(s.Data["release"])).To(BeNumerically("<", 512<<10), s.Name)
+	}
+
+	// Every sample and the IBM Cloud examples pass the new CRD's validation.
+	out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-k", filepath.Join(root, "config", "samples"))
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(strings.Count(out, "zayatrainingjob.training.zaya.dev/")).To(Equal(4), out)
+	for _, f := range []string{"zaya1.yaml", "zaya1-pollara.yaml"} {
+		out, err = kubectl("apply", "--server-side", "--dry-run=server", "-n", "team-a", "-f", filepath.Join(root, "examples", "ibm-cloud", f))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
+
+	// Uninstalling the operator keeps the CRD (the release owns it now), the job and its pods.
 	out, err = helmRun("uninstall", "zaya-operator", "-n", "zaya-system", "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	out, err = kubectl("get", "crd", crdName, "-o", "name")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	out, err = kubectl("get", "-n", "team-a", "ztj/smoke", "-o", "name")
 	g.Expect(err).NotTo(HaveOccurred(), out)
