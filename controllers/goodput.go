@@ -101,7 +101,8 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 		}
 	}
 	at := readRuns(messages, p.trainingSince(), p.now, true)
-	since, from := clampTime(f.Time.Time, p.trainingSince(), p.now), "failure"
+	since := clampTime(f.Time.Time, p.trainingSince(), p.now)
+	var from string // for the log
 	if !at.lastStep.IsZero() {
 		since, from = at.lastStep, "exits" // the stopped ranks' own word
 	} else if rep, ok := p.progressNow(ctx); !ok || rep.LastStepAt.IsZero() || rep.TrainingSince.Before(p.trainingSince()) {

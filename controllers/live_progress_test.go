@@ -277,11 +277,7 @@ func TestARunThatTrainedBeforeItWasPolledEndsTheLoss(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	withWorkers(h, &fakeWorkers{}) // polled, never answering: the exits say it all
-	at := func(ms int) time.Time {
-		t := now.Add(time.Duration(ms) * time.Millisecond)
-		h.r.Clock = clockAt(t)
-		return t
-	}
+	at := func(ms int) { h.r.Clock = clockAt(now.Add(time.Duration(ms) * time.Millisecond)) }
 	exits := func(since, last time.Time, step int) string {
 		return fmt.Sprintf("zaya: stopped: lost a peer during the all-reduce at step %d: EOF\ncheckpoint-step=40\ntraining-step=%d\nstep-seconds=0.5000\n"+
 			"training-since=%s\nlast-step-at=%s\n", step, step, since.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
