@@ -2,6 +2,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -27,14 +29,17 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, failurePatterns string
-		leaderElect                                                                                                                          bool
+		leaderElect, metricsSecure                                                                                                           bool
+		metricsCertDir                                                                                                                       string
 		concurrency, burst                                                                                                                   int
 		qps                                                                                                                                  float64
 		progressInterval                                                                                                                     time.Duration
 		workerProxy                                                                                                                          string
 		hardwareTaint                                                                                                                        controllers.HardwareTaintPolicy
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, only to callers the API server authenticates (a bearer token) and authorizes (get on the /metrics non-resource URL); false: plain HTTP to anyone who reaches the port")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics endpoint (a cert-manager Secret, say); empty: a self-signed certificate made at start")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "address net/http/pprof binds to, for profiling; 0 disables it (the default: never expose it beyond the pod)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
@@ -79,7 +84,7 @@ func main() {
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
 		Client:                  controllers.ClientOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
@@ -144,4 +149,17 @@ func main() {
 		setupLog.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// metricsOptions serves metrics over HTTPS behind the API server's authentication and
+// authorization when secure (HTTP/1.1 only: HTTP/2's stream resets are a known way to exhaust
+// a server), else over plain HTTP.
+func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: addr}
+	if secure {
+		opts.SecureServing, opts.CertDir = true, certDir
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	return opts
 }

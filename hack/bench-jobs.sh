@@ -37,7 +37,7 @@ for operator in $operators; do
 		for n in $jobs_list; do
 			port=$((20000 + RANDOM % 20000))
 			# shellcheck disable=SC2086 # flags are words
-			"$operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" \
+			"$operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" --metrics-secure=false \
 				--health-probe-bind-address=0 $flags >"$bin/bench-jobs-operator.log" 2>&1 &
 			operator_pid=$!
 			for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$port/metrics" >/dev/null 2>&1 && break; sleep 0.1; done

@@ -23,7 +23,7 @@ for n in $nodes_list; do
 	export KUBECONFIG
 	install_crd
 	port=$((20000 + RANDOM % 20000))
-	"$bin/zaya-operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" \
+	"$bin/zaya-operator" --kubeconfig "$KUBECONFIG" --metrics-bind-address="127.0.0.1:$port" --metrics-secure=false \
 		--health-probe-bind-address=0 >"$bin/bench-restart-operator-$n.log" 2>&1 &
 	operator_pid=$!
 	sleep 2 # the metrics endpoint comes up with the manager

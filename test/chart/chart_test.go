@@ -259,8 +259,9 @@ func TestChartRendersEachValueSet(t *testing.T) {
 		name: "defaults",
 		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
 			// Three Roles: leader election, the pod-mark key and the failure patterns (with their
-			// ConfigMap).
-			want := []string{"ClusterRole/", "ClusterRoleBinding/", "ConfigMap/zaya-system", "Deployment/zaya-system", "Role/zaya-system", "Role/zaya-system",
+			// ConfigMap); ClusterRoles for the operator, the metrics endpoint's reviews and its
+			// readers.
+			want := []string{"ClusterRole/", "ClusterRole/", "ClusterRole/", "ClusterRoleBinding/", "ClusterRoleBinding/", "ConfigMap/zaya-system", "Deployment/zaya-system", "Role/zaya-system", "Role/zaya-system",
 				"Role/zaya-system", "RoleBinding/zaya-system", "RoleBinding/zaya-system", "RoleBinding/zaya-system", "Service/zaya-system", "ServiceAccount/zaya-system"}
 			if diff := cmp.Diff(want, kinds(objs)); diff != "" {
 				t.Errorf("objects (-want +got):\n%s", diff)
@@ -269,7 +270,7 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if c.Image != "ghcr.io/zaya-operator/zaya-operator:0.1.0" {
 				t.Errorf("image %q, want the chart's appVersion", c.Image)
 			}
-			for _, a := range []string{"--leader-elect=true", "--leader-election-namespace=$(POD_NAMESPACE)", "--metrics-bind-address=:8080"} {
+			for _, a := range []string{"--leader-elect=true", "--leader-election-namespace=$(POD_NAMESPACE)", "--metrics-bind-address=:8443", "--metrics-secure=true"} {
 				if !slices.Contains(c.Args, a) {
 					t.Errorf("args %v lack %s", c.Args, a)
 				}
@@ -325,6 +326,14 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if len(ep) != 1 || ep[0].(map[string]any)["port"] != "metrics" {
 				t.Errorf("ServiceMonitor endpoints %v", ep)
 			}
+			// Secure metrics: Prometheus scrapes over HTTPS with its token, and may.
+			if e := ep[0].(map[string]any); e["scheme"] != "https" || e["bearerTokenFile"] == nil {
+				t.Errorf("ServiceMonitor endpoint %v: want https with Prometheus's token", e)
+			}
+			crb := typed[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding", "", "zaya-operator-metrics-reader"))
+			if crb.RoleRef.Name != "zaya-operator-metrics-reader" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "prometheus-k8s" || crb.Subjects[0].Namespace != "monitoring" {
+				t.Errorf("metrics readers binding %+v", crb)
+			}
 			np := typed[networkingv1.NetworkPolicy](t, find(objs, "NetworkPolicy", "zaya-system", "zaya-operator"))
 			if len(np.Spec.Ingress) != 1 || np.Spec.Ingress[0].Ports[0].Port.StrVal != "metrics" ||
 				np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" {
@@ -359,6 +368,28 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			}
 			if find(objs, "PodDisruptionBudget", "zaya-system", "") == nil || find(objs, "NetworkPolicy", "zaya-system", "") == nil {
 				t.Errorf("objects %v: want a PodDisruptionBudget and a NetworkPolicy", kinds(objs))
+			}
+			restricted(t, dep)
+		},
+	}, {
+		name: "plain metrics",
+		args: []string{"--set", "metrics.secure=false", "--set", "metrics.port=8080"},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
+			if c := dep.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, "--metrics-secure=false") || !slices.Contains(c.Args, "--metrics-bind-address=:8080") {
+				t.Errorf("args %v", c.Args)
+			}
+			if find(objs, "ClusterRole", "", "zaya-operator-metrics-auth") != nil {
+				t.Error("token reviews granted for plain metrics")
+			}
+		},
+	}, {
+		name: "metrics certificate",
+		args: []string{"--set", "metrics.certSecret=zaya-metrics-tls"},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
+			ps := dep.Spec.Template.Spec
+			if !slices.Contains(ps.Containers[0].Args, "--metrics-cert-dir=/metrics-certs") || len(ps.Volumes) != 1 || ps.Volumes[0].Secret.SecretName != "zaya-metrics-tls" ||
+				len(ps.Containers[0].VolumeMounts) != 1 || !ps.Containers[0].VolumeMounts[0].ReadOnly {
+				t.Errorf("args %v, volumes %+v, mounts %+v: want the Secret mounted read-only as the cert dir", ps.Containers[0].Args, ps.Volumes, ps.Containers[0].VolumeMounts)
 			}
 			restricted(t, dep)
 		},
@@ -511,7 +542,7 @@ func TestKustomizeInstallsTheSameOperator(t *testing.T) {
 	}
 	restricted(t, kdep)
 
-	kcr := typed[rbacv1.ClusterRole](t, find(kust, "ClusterRole", "", ""))
+	kcr := typed[rbacv1.ClusterRole](t, find(kust, "ClusterRole", "", "zaya-operator-manager-role"))
 	if diff := cmp.Diff(grants(generatedRules(t)), grants(kcr.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("kustomize ClusterRole differs from the generated rules:\n%s", diff)
 	}
@@ -520,6 +551,14 @@ func TestKustomizeInstallsTheSameOperator(t *testing.T) {
 		crole := typed[rbacv1.Role](t, findRole(chart, role.chart))
 		if diff := cmp.Diff(grants(krole.Rules), grants(crole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
 			t.Errorf("%s Role: kustomize (-) and chart (+) differ:\n%s", role.kust, diff)
+		}
+	}
+	// The metrics endpoint's own grants, the same both ways.
+	for _, role := range []struct{ kust, chart string }{{"zaya-operator-metrics-auth-role", "zaya-operator-metrics-auth"}, {"zaya-operator-metrics-reader", "zaya-operator-metrics-reader"}} {
+		krole := typed[rbacv1.ClusterRole](t, find(kust, "ClusterRole", "", role.kust))
+		crole := typed[rbacv1.ClusterRole](t, find(chart, "ClusterRole", "", role.chart))
+		if diff := cmp.Diff(krole.Rules, crole.Rules); diff != "" {
+			t.Errorf("%s: kustomize (-) and chart (+) differ:\n%s", role.kust, diff)
 		}
 	}
 	for _, kind := range []string{"ServiceAccount", "ClusterRoleBinding", "RoleBinding", "Service"} {

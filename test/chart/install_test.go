@@ -6,9 +6,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,8 +185,10 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 	start = time.Now()
 	// The process-backed node shares one host network, and the rolling update runs the new
 	// pod beside the old one: it gets ports of its own.
+	// metrics.readers binds the scraper's account to read the (secure, by default) metrics.
 	out, err = helmRun("upgrade", "zaya-operator", chartDir, "-n", "zaya-system", "-f", values, "--set", "crds.manage=true",
-		"--set", "probes.port=18081", "--set", "metrics.port=18080", "--wait", "--timeout", "3m")
+		"--set", "probes.port=18081", "--set", "metrics.port=18080",
+		"--set", "metrics.readers[0].namespace=zaya-system", "--set", "metrics.readers[0].name=scraper", "--wait", "--timeout", "3m")
 	g.Expect(err).NotTo(HaveOccurred(), "%s\n%s", out, operatorLog())
 	t.Logf("helm upgrade --wait (CRD included): %v", time.Since(start).Round(time.Millisecond))
 	out, err = kubectl("get", "crd", crdName, "-o", "json")
@@ -218,6 +222,43 @@ func TestHelmInstallRunsSampleJobs(t *testing.T) {
 	for _, s := range secrets.Items {
 		t.Logf("release Secret %s: %d bytes", s.Name, len(s.Data["release"]))
 		g.Expect(len(s.Data["release"])).To(BeNumerically("<", 512<<10), s.Name)
+	}
+
+	// Metrics over HTTPS: a token allowed to get /metrics reads them; no token, or one of an
+	// account without the grant, is refused.
+	for _, sa := range []string{"scraper", "nobody"} {
+		out, err := kubectl("create", "serviceaccount", sa, "-n", "zaya-system")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
+	scrape := func(account string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "https://127.0.0.1:18080/metrics", nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		if account != "" {
+			token, err := kubectl("create", "token", account, "-n", "zaya-system")
+			g.Expect(err).NotTo(HaveOccurred(), token)
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(token))
+		}
+		// The certificate is the operator's own, self-signed: the check here is who may read.
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed by design
+		resp, err := c.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	g.Eventually(func(g Gomega) {
+		code, body := scrape("scraper")
+		g.Expect(code).To(Equal(http.StatusOK), body)
+		g.Expect(body).To(ContainSubstring("zaya_"))
+	}, 30, 1).Should(Succeed())
+	code, body := scrape("")
+	g.Expect(code).To(Equal(http.StatusUnauthorized), body)
+	code, body = scrape("nobody")
+	g.Expect(code).To(Equal(http.StatusForbidden), body)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://127.0.0.1:18080/metrics")
+	if err == nil {
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest), "plain HTTP must not be served")
 	}
 
 	// Every sample and the IBM Cloud examples pass the new CRD's validation.
