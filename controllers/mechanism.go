@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +59,7 @@ func (p *pass) decideMechanism(ctx context.Context) {
 		m = trainingv1alpha1.RestartMechanismRecreate
 		if st.RestartMechanism != m {
 			p.warning(trainingv1alpha1.ReasonInPlaceUnsupported, "Create",
-				"the API server drops container restart rules (Kubernetes before 1.35, or the ContainerRestartRules feature gate is off): "+
+				"the API server drops or refuses container restart rules (Kubernetes before 1.35, or the ContainerRestartRules feature gate is off): "+
 					"this job restarts by recreating its pods; faultTolerance.inPlaceMechanism: Supervisor restarts in place on any version")
 		}
 	}
@@ -206,7 +208,12 @@ func (s *rulesSupport) kept(ctx context.Context, r *ZayaTrainingJobReconciler, n
 	}
 	s.asked = now
 	probe := rulesProbe(namespace)
-	if err := r.Create(ctx, probe, client.DryRunAll); err != nil {
+	if err := r.Create(ctx, probe, client.DryRunAll); refusesRestartRules(err) {
+		// Before 1.34 the API server knows restartPolicy on init containers (sidecars) only,
+		// and refuses it on others: an answer, not an error.
+		s.known, s.checked, s.isKept = true, now, false
+		return false
+	} else if err != nil {
 		log.FromContext(ctx).Info("could not ask the API server whether it keeps container restart rules; assuming it does", "error", err.Error())
 		s.known = false
 		return true
@@ -214,6 +221,21 @@ func (s *rulesSupport) kept(ctx context.Context, r *ZayaTrainingJobReconciler, n
 	s.known, s.checked = true, now
 	s.isKept = len(probe.Spec.Containers[0].RestartPolicyRules) > 0
 	return s.isKept
+}
+
+// refusesRestartRules says whether err is the API server refusing a container's restart
+// policy or rules as fields it does not allow.
+func refusesRestartRules(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if strings.HasPrefix(c.Field, "spec.containers[0].restartPolicy") {
+			return true
+		}
+	}
+	return false
 }
 
 // rulesProbe is the dry-run pod that asks: never stored, never scheduled. It passes the

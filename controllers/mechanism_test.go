@@ -8,7 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -146,5 +148,32 @@ func TestRulesTheAPIServerDropsAreFoundBeforeThePodsAreMade(t *testing.T) {
 		if len(podRestartRules(pod)) > 0 {
 			t.Errorf("%s restarts in place", name)
 		}
+	}
+}
+
+// An API server before 1.34 refuses restartPolicy on a regular container (it knows it for
+// sidecars only): that refusal is its answer, and the gang is set up to be recreated, not
+// failed on its first pod.
+func TestRulesTheAPIServerRefusesAreAnAnswer(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	inner := h.r.Client
+	h.r.Client = interceptor.NewClient(inner.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.Containers[0].RestartPolicy != nil {
+				return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), pod.Name, field.ErrorList{
+					field.Forbidden(field.NewPath("spec", "containers").Index(0).Child("restartPolicy"), "may not be set for non-init containers")})
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if got.Status.RestartMechanism != trainingv1alpha1.RestartMechanismRecreate || finished(got) {
+		t.Errorf("status %+v: want the Recreate mechanism and a running job", got.Status)
+	}
+	if pods := h.pods(t); len(pods) != 2 {
+		t.Errorf("%d pods, want the gang of 2 made without restart rules", len(pods))
 	}
 }
