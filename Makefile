@@ -61,7 +61,7 @@ docker-build: ## Build the operator image (needs a Docker engine).
 ##@ Test
 
 .PHONY: test
-test: verify lint test-unit test-integration test-e2e test-helm ## Run everything CI runs.
+test: verify lint test-unit test-integration test-min-kube test-e2e test-helm ## Run everything CI runs.
 
 .PHONY: verify
 verify: manifests generate ## Fail on stale generated files, formatting or README's make help, and on tracked files that are binary or over 1 MiB without a reason.
@@ -107,6 +107,15 @@ chaos: ## Long randomized chaos soak of a real training job (CHAOS_FAULTS=12, CH
 test-integration: ## Integration tests on a real kube-apiserver and etcd (envtest).
 	hack/tools.sh envtest
 	KUBEBUILDER_ASSETS=$(BIN)/envtest go test $(GO_TEST_FLAGS) ./test/integration/...
+
+# What needs a Kubernetes newer than the oldest supported: container restart rules (1.34+) for
+# in-place restarts, and the feature gates that switch them off.
+NEEDS_NEWER_KUBE = TestInPlaceRestartSurvivesAnOperatorRestart|TestStalledInPlaceRestartIsEscalated|TestANodeReplacementSurvivesAnOperatorRestartAndAProcessFault|TestAnAPIServerThatDropsRestartRulesIsFoundBeforeThePodsAreMade|TestOperatorNeedsExactlyTheGeneratedRBAC
+
+.PHONY: test-min-kube
+test-min-kube: ## The integration suite on the oldest supported Kubernetes (the chart's kubeVersion), less what needs a newer one.
+	hack/tools.sh envtest-min
+	KUBEBUILDER_ASSETS=$(BIN)/envtest-min ZAYA_KUBE_MIN=$(KUBE_MIN_VERSION) go test $(GO_TEST_FLAGS) ./test/integration/... -skip '$(NEEDS_NEWER_KUBE)'
 
 .PHONY: test-e2e
 test-e2e: build ## End-to-end tests on a local cluster of fake MI300X nodes (kwok).

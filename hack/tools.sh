@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned test and cluster binaries from the Go module proxy into bin/.
 # Each group is rebuilt only when its stamp (Go version + pins + wrapper go.sum) changes.
-#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint]...
+#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint|envtest|envtest-min]...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/tools/versions.env
@@ -33,6 +33,20 @@ build_k8s() {
 		go build -trimpath -ldflags "$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
 	done)
 	stamp k8s "$key"
+}
+
+# The API server of the oldest supported Kubernetes (hack/tools/k8s-min), for envtest-min.
+build_k8s_min() {
+	local key; key="$gov $KUBE_MIN_VERSION $(hash_of "$root/hack/tools/k8s-min/go.mod" "$root/hack/tools/k8s-min/go.sum")"
+	fresh k8s-min "$key" kube-apiserver-min && return
+	log "building the kubernetes $KUBE_MIN_VERSION API server (the oldest supported)"
+	local minor=${KUBE_MIN_VERSION#v1.}; minor=${minor%%.*}
+	local ld="-s -w" p
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld+=" -X $p.gitVersion=$KUBE_MIN_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+	done
+	(cd "$root/hack/tools/k8s-min" && go build -trimpath -ldflags "$ld" -o "$bin/kube-apiserver-min" k8s.io/kubernetes/cmd/kube-apiserver)
+	stamp k8s-min "$key"
 }
 
 build_etcd() {
@@ -76,13 +90,19 @@ envtest_assets() {
 	ln -sf ../kube-apiserver "$bin/envtest/kube-apiserver"
 	ln -sf ../kubectl "$bin/envtest/kubectl"
 }
+envtest_min_assets() {
+	mkdir -p "$bin/envtest-min"
+	ln -sf ../etcd "$bin/envtest-min/etcd"
+	ln -sf ../kube-apiserver-min "$bin/envtest-min/kube-apiserver"
+}
 
 [ $# -gt 0 ] || set -- all
 for t in "$@"; do
 	case $t in
-	all) build_controller_gen; build_etcd; build_k8s; build_kwok; build_helm; build_golangci_lint; envtest_assets ;;
+	all) build_controller_gen; build_etcd; build_k8s; build_k8s_min; build_kwok; build_helm; build_golangci_lint; envtest_assets; envtest_min_assets ;;
 	cluster) build_etcd; build_k8s; build_kwok; envtest_assets ;;
 	envtest) build_etcd; build_k8s; envtest_assets ;;
+	envtest-min) build_etcd; build_k8s_min; envtest_min_assets ;;
 	k8s) build_k8s ;;
 	etcd) build_etcd ;;
 	kwok) build_kwok ;;

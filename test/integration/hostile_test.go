@@ -253,7 +253,9 @@ func TestHostileInputs(t *testing.T) {
 	}
 	g.Expect(now).To(Equal(uids), "the running job's pods changed")
 
-	if !t.Failed() {
+	// The doc records the pinned API server's words; an older one (make test-min-kube) words
+	// some refusals differently, and must refuse the same inputs (the checks above).
+	if !t.Failed() && os.Getenv("ZAYA_KUBE_MIN") == "" {
 		checkHostileDoc(t, outcomes)
 	}
 }
