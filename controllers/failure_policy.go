@@ -22,6 +22,10 @@ type verdict struct {
 	pod     *corev1.Pod
 }
 
+// kueueTerminationTarget is the condition Kueue's pod integration sets on the pods of a
+// workload it stops, before deleting them.
+const kueueTerminationTarget corev1.PodConditionType = "TerminationTarget"
+
 // disruptionReasons are pod failures caused by the cluster rather than the worker.
 var disruptionReasons = map[string]string{
 	"Evicted":                trainingv1alpha1.FailureReasonEvicted,
@@ -45,6 +49,11 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 	disruption := func(reason string) verdict {
 		f.Reason = reason
 		return verdict{failure: f, counted: ft.DisruptionRestarts == trainingv1alpha1.DisruptionRestartsCounted}
+	}
+	if c := podCondition(pod, kueueTerminationTarget); c != nil && c.Status == corev1.ConditionTrue {
+		// Kueue stopped its workload (evicted, preempted, deactivated): the cluster's doing.
+		f.Message = truncate(fmt.Sprintf("Kueue stopped rank %d (pod %s): %s: %s", *f.Rank, pod.Name, c.Reason, c.Message))
+		return disruption(trainingv1alpha1.FailureReasonPreempted)
 	}
 	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
 		if r, ok := disruptionReasons[c.Reason]; ok {

@@ -218,6 +218,30 @@ func TestDisruptionsAreFreeUnlessCounted(t *testing.T) {
 	}
 }
 
+// Kueue stops the pods of a workload it evicts (preemption, among others) by marking them
+// with a TerminationTarget condition and deleting them: a preemption, not a pod deleted.
+func TestAPodKueueStoppedIsPreempted(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	ctx := context.Background()
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+		p.Finalizers = []string{"kueue.x-k8s.io/managed"}
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: "TerminationTarget", Status: corev1.ConditionTrue, Reason: "WorkloadEvicted", Message: "Preempted to accommodate a workload (UID: 1234)",
+		})
+	})
+	if err := h.r.Delete(ctx, h.pods(t)["llm-0-1"]); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if f := got.Status.LastFailure; f == nil || f.Reason != trainingv1alpha1.FailureReasonPreempted || !strings.Contains(f.Message, "Kueue") || len(got.Status.RestartTimes) != 0 {
+		t.Errorf("lastFailure %+v, counted %d: want a free restart for Preempted, saying Kueue stopped it", f, len(got.Status.RestartTimes))
+	}
+}
+
 func TestAPodDeletedUnderTheGangRestartsIt(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
