@@ -20,6 +20,7 @@ func (p *pass) complete() {
 	p.job.Status.ReadyNodes = 0
 	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonFinished, "the job finished")
 	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonFinished, "the job finished")
+	p.clearCondition(trainingv1alpha1.ConditionQueued, trainingv1alpha1.ReasonFinished, "the job finished")
 	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonFinished, "the job finished")
 	p.clearCondition(trainingv1alpha1.ConditionStraggling, trainingv1alpha1.ReasonFinished, "the job finished")
 	var stopped []string

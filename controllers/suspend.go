@@ -37,6 +37,7 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	p.clearCondition(trainingv1alpha1.ConditionQueued, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	job.Status.ReadyNodes = 0
 	job.Status.StartTime = nil
 	return nil

@@ -180,7 +180,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if job.Status.StartTime == nil {
 		job.Status.StartTime = &metav1.Time{Time: p.now}
 	}
-	if p.deadlineExceeded() {
+	if queued := p.noteQueue(pods); !queued && p.deadlineExceeded() {
 		return p.finish(ctx, pods)
 	}
 

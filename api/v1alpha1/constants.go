@@ -42,6 +42,9 @@ const (
 	ConditionStraggling = "Straggling"
 	// ConditionWaitingForCapacity is True while the gang cannot be fully placed.
 	ConditionWaitingForCapacity = "WaitingForCapacity"
+	// ConditionQueued is True while Kueue's admission gate holds ranks of the current attempt
+	// (Kueue's pod integration): the gang waits for quota, not for nodes.
+	ConditionQueued = "Queued"
 	// ConditionSuspended is True while spec.suspend is true and no pods run.
 	ConditionSuspended = "Suspended"
 	// ConditionSucceeded is True when the job finished successfully. Terminal.
@@ -90,6 +93,10 @@ const (
 	ReasonPlaced = "Placed"
 	// ReasonSuspended: spec.suspend is true.
 	ReasonSuspended = "Suspended"
+	// ReasonWaitingForKueue: ranks carry Kueue's admission scheduling gate (Queued=True).
+	ReasonWaitingForKueue = "WaitingForKueue"
+	// ReasonAdmitted: Kueue lifted its admission gate from every rank (Queued=False).
+	ReasonAdmitted = "Admitted"
 	// ReasonResumed: spec.suspend went back to false.
 	ReasonResumed = "Resumed"
 	// ReasonCompleted: the success policy was met.
