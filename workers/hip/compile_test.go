@@ -7,14 +7,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 // kernels are the entry points each file must define.
 var kernels = map[string][]string{
-	"attention_fwd.hip": {"zaya_attn_fwd", "zaya_attn_merge"},
-	"attention_bwd.hip": {"zaya_attn_bwd"},
+	"attention_fwd.hip":      {"zaya_attn_fwd", "zaya_attn_merge"},
+	"attention_bwd.hip":      {"zaya_attn_bwd"},
+	"attention_fwd_mfma.hip": {"zaya_attn_fwd_mfma"},
 }
 
 // kernelMeta is what the assembler metadata says about one kernel.
@@ -181,4 +183,69 @@ func readFlags(t *testing.T, path string) uint32 {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return uint32(b[48]) | uint32(b[49])<<8 | uint32(b[50])<<16 | uint32(b[51])<<24
+}
+
+// asmStat is the value of a "; Name: value" line of the compiler's kernel summary.
+func asmStat(t *testing.T, asm, name string) int {
+	t.Helper()
+	for line := range strings.Lines(asm) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "; "+name+": "); ok {
+			f := strings.Fields(v)
+			n, err := strconv.Atoi(f[0])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %q in the assembly", name)
+	return 0
+}
+
+// TestMFMAKernelRunsOnTheMatrixCores reads the gfx942 code of the MFMA flash-attention
+// forward: its products are bf16 matrix instructions, its tiles go through LDS, and it fits
+// the occupancy it targets (2 waves per SIMD: at most 256 of the 512 unified VGPRs/AGPRs a
+// lane has, no scratch; LDS at most 16 KiB, so 4 work-groups per CU).
+func TestMFMAKernelRunsOnTheMatrixCores(t *testing.T) {
+	asm := compile(t, hipClang(t), "attention_fwd_mfma.hip")
+	counts := map[string]int{}
+	for line := range strings.Lines(asm) {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], ";") || strings.HasPrefix(f[0], ".") {
+			continue
+		}
+		switch op := f[0]; {
+		case strings.HasPrefix(op, "v_mfma"):
+			counts["mfma"]++
+			counts[op]++
+		case strings.HasPrefix(op, "ds_"):
+			counts["lds"]++
+		case strings.HasPrefix(op, "global_load"):
+			counts["global_load"]++
+		case strings.HasPrefix(op, "v_"):
+			counts["valu"]++
+		case strings.HasPrefix(op, "s_"):
+			counts["salu"]++
+		}
+	}
+	t.Logf("static instructions: %v", counts)
+	// One in the Q K^T loop, one per 16 output columns of P V (unrolled for d up to 128).
+	if n := counts["v_mfma_f32_16x16x16_bf16"]; n < 1+128/16 {
+		t.Errorf("%d v_mfma_f32_16x16x16_bf16, want at least %d: the products are not on the matrix cores", n, 1+128/16)
+	}
+	if counts["lds"] == 0 {
+		t.Error("no LDS instruction: the tiles are not staged in LDS")
+	}
+	if n := asmStat(t, asm, "ScratchSize"); n != 0 {
+		t.Errorf("%d bytes of scratch", n)
+	}
+	if n := asmStat(t, asm, "TotalNumVgprs"); n > 256 {
+		t.Errorf("%d VGPRs+AGPRs: more than the 256 that keep 2 waves per SIMD", n)
+	}
+	if n := asmStat(t, asm, "Occupancy"); n < 2 {
+		t.Errorf("occupancy %d waves per SIMD, want at least 2", n)
+	}
+	if n := asmStat(t, asm, "LDSByteSize"); n > 16<<10 {
+		t.Errorf("%d bytes of LDS per work-group: over 16 KiB", n)
+	}
 }
