@@ -12,4 +12,5 @@ go build -o "$bin/zaya-supervisor" "$root/workers/cmd/zaya-supervisor"
 trap '"$root/hack/cluster.sh" down' EXIT
 KUBECONFIG=$("$root/hack/cluster.sh" up 18)
 export KUBECONFIG ZAYA_E2E_KUBECTL="$bin/kubectl" ZAYA_E2E_OPERATOR="$bin/zaya-operator" ZAYA_E2E_WORKER="$bin/zaya-worker" ZAYA_E2E_SUPERVISOR="$bin/zaya-supervisor"
-go test -tags e2e -count=1 "$@" ./test/e2e/...
+# The suite runs about 10 minutes on 2 cores: more than go test's default timeout allows.
+go test -tags e2e -count=1 -timeout 25m "$@" ./test/e2e/...
