@@ -134,6 +134,34 @@ func TestUnplaceableGangReportsCapacity(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// TestAStopWriteMaySuspendAndRestoreTheTemplateAtOnce: Kueue stops a job it evicts with one
+// write that suspends it and restores the pod template it changed at admission (node
+// selectors, tolerations); that write is accepted, while a template edit that leaves the job
+// running is not.
+func TestAStopWriteMaySuspendAndRestoreTheTemplateAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startManager(t)
+	ctx := context.Background()
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	job.Spec.Template.Spec.NodeSelector = map[string]string{"kueue-flavor": "mi300x-a"}
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2)) }, timeout, interval).Should(Succeed())
+
+	err := k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"template":{"spec":{"nodeSelector":null}}}}`)))
+	g.Expect(err).To(HaveOccurred(), "a running job's template changed")
+	g.Expect(err.Error()).To(ContainSubstring("template can change only while the job is suspended"))
+
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true,"template":{"spec":{"nodeSelector":null}}}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := getJob(g, job)
+		g.Expect(got.Spec.Template.Spec.NodeSelector).To(BeEmpty())
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionSuspended)).To(BeTrue())
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+}
+
 func TestSuspendDeletesPodsAndResumeRecreatesThem(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
