@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
@@ -125,6 +126,34 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 		"from", from, "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
+	p.refreshGoodput()
+}
+
+// goodputBroken opens a loss, counting no failure, when the operator breaks a gang that
+// trained again within the restart under way (an escalation to a recreate, a laggard or a
+// lost rank replaced): the gang trained until now, at the pace rank 0 last reported;
+// refineLoss moves the start to the stopped ranks' last step once their exits show. No-op
+// while a loss is open (the usual case: the gang had not trained again).
+func (p *pass) goodputBroken() {
+	g := p.goodput()
+	if g == nil || g.Open != nil {
+		return
+	}
+	category := string(attribution.Unknown)
+	if f := p.job.Status.LastFailure; f != nil && f.Category != "" {
+		category = f.Category
+	}
+	o := &trainingv1alpha1.GoodputOpen{Category: category, Since: micro(p.now)}
+	if rep := p.report; rep != nil && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()) {
+		o.ReachedStep, o.CheckpointStep = rep.Step, rep.CheckpointStep
+		o.StepMicroseconds = int64(min(rep.StepSeconds, 86400) * 1e6)
+		if rep.StepSeconds > 0 && p.now.After(rep.LastStepAt) {
+			o.ReachedStep += int64(p.now.Sub(rep.LastStepAt).Seconds() / rep.StepSeconds)
+		}
+	}
+	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", category, "since", stamp(p.now),
+		"from", "the operator broke the gang again", "reached", o.ReachedStep)
+	g.Open = o
 	p.refreshGoodput()
 }
 

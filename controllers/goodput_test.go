@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -110,5 +112,34 @@ func TestTheGaugeCarriesARunningJobsGoodputToTheScrape(t *testing.T) {
 	}
 	if _, ok := goodputRatio(map[string]any{}, true, now); ok {
 		t.Error("a job without goodput has a ratio")
+	}
+}
+
+// A gang that trained again before the restart under way was done, and that the operator then
+// breaks (a laggard replaced, an escalation), loses time from now, at the pace rank 0 last
+// reported, in the restart's category, without a failure counted; an open loss stays as it is.
+func TestAGangBrokenAgainAfterItTrainedOpensALoss(t *testing.T) {
+	trained := now.Add(100 * time.Second)
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
+	job.Status.StartTime = &metav1.Time{Time: now}
+	job.Status.LastFailure = &trainingv1alpha1.JobFailure{Category: "NodeLost"}
+	at := micro(trained)
+	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: micro(trained), TrainingSince: &at,
+		Lost: []trainingv1alpha1.GoodputLoss{{Category: "NodeLost", Failures: 1, DownMilliseconds: 5000}}}
+	p := &pass{job: job, now: trained.Add(3 * time.Second), report: &liveprogress.Report{Progress: contract.Progress{
+		Step: 50, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: trained, LastStepAt: trained.Add(2 * time.Second)}}}
+	p.goodputBroken()
+	g := job.Status.Goodput
+	want := &trainingv1alpha1.GoodputOpen{Category: "NodeLost", Since: micro(p.now), ReachedStep: 52, CheckpointStep: 40, StepMicroseconds: 500000}
+	if diff := cmp.Diff(want, g.Open); diff != "" {
+		t.Errorf("the loss opened (-want +got):\n%s", diff)
+	}
+	if g.Lost[0].Failures != 1 {
+		t.Errorf("failures %d: breaking the gang again is no new failure", g.Lost[0].Failures)
+	}
+	p.now = p.now.Add(time.Second)
+	p.goodputBroken()
+	if !g.Open.Since.Time.Equal(want.Since.Time) {
+		t.Errorf("an open loss moved to %v", g.Open.Since)
 	}
 }

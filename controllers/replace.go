@@ -108,6 +108,7 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 	if len(names) == 0 {
 		return
 	}
+	p.goodputBroken()
 	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
 	st.PodsReplaced = min(st.PodsReplaced+int32(len(names)), 1<<30)
 	p.warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
