@@ -106,7 +106,7 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 	var from string // for the log
 	if !at.lastStep.IsZero() {
 		since, from = at.lastStep, "exits" // the stopped ranks' own word
-	} else if rep, ok := p.progressNow(ctx); !ok || rep.LastStepAt.IsZero() || rep.TrainingSince.Before(p.trainingSince()) {
+	} else if rep, ok := p.progressNow(ctx); !ok || !p.ofCurrentRun(rep) {
 		from = fmt.Sprintf("failure (progress %v: run since %s, training since %s)", ok, stamp(rep.TrainingSince), stamp(p.trainingSince()))
 	} else {
 		from = "progress"
@@ -117,15 +117,13 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 			// Up to a poll old: training went on at its pace until the failure (whose time
 			// the kubelet keeps to the second).
 			since = clampTime(rep.LastStepAt, since, p.now)
-			if at.pace > 0 {
-				at.reached += int64(since.Sub(rep.LastStepAt).Seconds() / at.pace)
-			}
+			at.reached += stepsAfter(rep, since)
 		}
 	}
 	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", f.Category, "since", stamp(since), "failure", f.Time.Time,
 		"from", from, "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
-		CheckpointStep: at.committed, StepMicroseconds: int64(min(at.pace, 86400) * 1e6)}
+		CheckpointStep: at.committed, StepMicroseconds: micros(at.pace)}
 	p.refreshGoodput()
 }
 
@@ -144,18 +142,31 @@ func (p *pass) goodputBroken() {
 		category = f.Category
 	}
 	o := &trainingv1alpha1.GoodputOpen{Category: category, Since: micro(p.now)}
-	if rep := p.report; rep != nil && !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince()) {
-		o.ReachedStep, o.CheckpointStep = rep.Step, rep.CheckpointStep
-		o.StepMicroseconds = int64(min(rep.StepSeconds, 86400) * 1e6)
-		if rep.StepSeconds > 0 && p.now.After(rep.LastStepAt) {
-			o.ReachedStep += int64(p.now.Sub(rep.LastStepAt).Seconds() / rep.StepSeconds)
-		}
+	if rep := p.report; rep != nil && p.ofCurrentRun(*rep) {
+		o.ReachedStep, o.CheckpointStep, o.StepMicroseconds = rep.Step+stepsAfter(*rep, p.now), rep.CheckpointStep, micros(rep.StepSeconds)
 	}
 	goodputLog.V(1).Info("loss opened", "job", p.job.Namespace+"/"+p.job.Name, "category", category, "since", stamp(p.now),
 		"from", "the operator broke the gang again", "reached", o.ReachedStep)
 	g.Open = o
 	p.refreshGoodput()
 }
+
+// ofCurrentRun says whether rep tells of a step of the run that trains now (or last did).
+func (p *pass) ofCurrentRun(rep liveprogress.Report) bool {
+	return !rep.LastStepAt.IsZero() && !rep.TrainingSince.Before(p.trainingSince())
+}
+
+// stepsAfter is how many steps rep's run took after its last report until t, going on at
+// its pace.
+func stepsAfter(rep liveprogress.Report, t time.Time) int64 {
+	if rep.StepSeconds <= 0 || !t.After(rep.LastStepAt) {
+		return 0
+	}
+	return int64(t.Sub(rep.LastStepAt).Seconds() / rep.StepSeconds)
+}
+
+// micros is a step time in seconds as status keeps it (at most a day).
+func micros(seconds float64) int64 { return int64(min(seconds, 86400) * 1e6) }
 
 // trainingSince is when the run that trains now (or last did) began: what workers report of
 // older runs is no news.
@@ -231,7 +242,7 @@ func (p *pass) refineLoss() {
 	o.Since = micro(run.lastStep)
 	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
 	if o.StepMicroseconds == 0 {
-		o.StepMicroseconds = int64(min(run.pace, 86400) * 1e6)
+		o.StepMicroseconds = micros(run.pace)
 	}
 }
 
