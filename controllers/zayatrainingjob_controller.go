@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -329,6 +330,20 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 	return &verdict{failure: *f, counted: true}, 0, nil
 }
 
+// maxRetryBackoff caps the wait before a job whose passes keep failing (API errors) is tried
+// again: client-go's default grows to 1,000 s, so a flaky API server could hold a broken
+// gang's restart for a quarter of an hour after it healed.
+const maxRetryBackoff = 10 * time.Second
+
+// retryRateLimiter is controller-runtime's default rate limiter (per job: 5 ms doubling on
+// each failure; overall: 10 per second, bursts of 100) with the per-job wait capped.
+func retryRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 // soonest is the result that requeues first (results that do not requeue lose).
 func soonest(results ...ctrl.Result) ctrl.Result {
 	var out ctrl.Result
@@ -353,7 +368,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		Watches(&corev1.Pod{}, podEvents{}).
 		Owns(&corev1.Service{}, builder.OnlyMetadata).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency, RateLimiter: retryRateLimiter()}).
 		Named("zayatrainingjob")
 	if r.Progress != nil {
 		// The poller wakes a job when its progress says something the job acts on.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -402,5 +403,26 @@ func TestPodProgressIsBatchedAndFailuresAreNot(t *testing.T) {
 	podEvents{}.Delete(context.Background(), event.DeleteEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: "ns"}}}, q)
 	if q.Len() != 0 {
 		t.Error("a pod no job owns enqueued something")
+	}
+}
+
+// A job whose passes keep failing is tried again within maxRetryBackoff, not after the
+// 1,000 s client-go's default limiter grows to; its first retries stay as quick.
+func TestAFailingJobIsRetriedWithinTheCap(t *testing.T) {
+	rl := retryRateLimiter()
+	job := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "llm"}}
+	if d := rl.When(job); d > 10*time.Millisecond {
+		t.Errorf("first retry after %v, want milliseconds", d)
+	}
+	var last time.Duration
+	for range 40 {
+		last = rl.When(job)
+	}
+	if last != maxRetryBackoff {
+		t.Errorf("after 40 failures the wait is %v, want the cap %v", last, maxRetryBackoff)
+	}
+	rl.Forget(job)
+	if d := rl.When(job); d > 10*time.Millisecond {
+		t.Errorf("after a success the first retry waits %v", d)
 	}
 }
