@@ -34,7 +34,7 @@ type Faults struct {
 	LostResponse float64       // writes only: forwarded, then answered with 504 Timeout
 	Gone         float64       // watches only: 410 Expired, the client must relist
 	Latency      time.Duration // up to this much delay before forwarding
-	WatchCut     time.Duration // every watch stream ends after up to this long (0: never)
+	WatchCut     time.Duration // every watch stream ends after between half this and this long (0: never)
 }
 
 // Kind names a fault, for Counts.
@@ -171,8 +171,12 @@ func (p *Proxy) decide(r *http.Request) decision {
 		if x < f.Gone {
 			d.kind = GoneWatches
 		} else if f.WatchCut > 0 {
+			// Never under half of WatchCut: client-go takes a watch that ends within a second
+			// with no events for a broken server and backs off up to a minute, growing while it
+			// keeps happening. Real servers end watches after minutes; cuts that short would
+			// test client-go's backoff, not the operator.
 			d.kind = CutWatches
-			d.cut = time.Duration(p.rnd.Int64N(int64(f.WatchCut))) + time.Millisecond
+			d.cut = f.WatchCut/2 + time.Duration(p.rnd.Int64N(int64(f.WatchCut/2)+1))
 		}
 	case x < f.Throttle:
 		d.kind = Throttled

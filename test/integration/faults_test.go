@@ -65,7 +65,7 @@ func TestJobSurvivesAFaultyAPIServer(t *testing.T) {
 	})
 	proxy.SetFaults(flakyapi.Faults{
 		Throttle: 0.05, ServerError: 0.1, LostResponse: 0.1, Gone: 0.1,
-		Latency: 20 * time.Millisecond, WatchCut: 3 * time.Second,
+		Latency: 20 * time.Millisecond, WatchCut: 4 * time.Second,
 	})
 	writes.SetFaults(flakyapi.ClientFaults{Conflict: 0.15, AfterCommit: 0.15})
 
