@@ -124,7 +124,7 @@ func run(worker, workdir string) error {
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
 	w := &ps.Containers[0]
 	w.Command = []string{"zaya-worker"}
-	w.Args = []string{fmt.Sprintf("-steps=%d", steps), "-seq=16", "-dim=6", "-lr=0.3", "-pace=40ms", "-log-every=10", "-metrics-addr=$(POD_IP):9400", "-master-listen=$(POD_IP):29500"}
+	w.Args = []string{fmt.Sprintf("-steps=%d", steps), "-seq=16", "-dim=6", "-pace=40ms", "-log-every=10", "-metrics-addr=$(POD_IP):9400", "-master-listen=$(POD_IP):29500"}
 	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	if err := c.Create(ctx, job); err != nil {
 		return err

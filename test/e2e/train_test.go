@@ -52,7 +52,7 @@ const (
 	agentLabel  = "zaya.dev/process-node"
 	ckptEvery   = 20
 	trainNodes  = 8
-	workerSteps = "-seq=16 -dim=6 -lr=0.3 -pace=25ms -log-every=1"
+	workerSteps = "-seq=16 -dim=6 -pace=25ms -log-every=1"
 )
 
 // processCluster starts a node agent with n process-backed MI300X nodes for this test.

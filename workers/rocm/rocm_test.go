@@ -20,6 +20,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/hip"
+	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
 	"github.com/zaya-operator/zaya-operator/workers/train"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
@@ -286,7 +287,7 @@ func trainOnce(t *testing.T, transportName, backend string, libs rocm.Libraries,
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "params")
 	cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 4, ContextParallel: 2, Master: "127.0.0.1:" + testnet.FreePort(t),
-		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: 30, Seq: 8, Dim: 4, LR: 0.5, Seed: 7,
+		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: 30, Seq: 8, Model: model.Shape{Vocab: 16, Dim: 4, Layers: 1, Heads: 2, FFN: 8}, LR: 0.01, Seed: 7,
 		ParamsOut: out, Transport: transportName, Backend: backend, KernelDir: kdir, Libraries: libs}
 	res, err := train.Run(context.Background(), cfg)
 	if err != nil {

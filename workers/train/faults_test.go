@@ -22,7 +22,9 @@ import (
 )
 
 // faultArgs is the run of the fault tests; a first gang runs only its first 12 steps.
-const faultArgs = "-steps=60 -seq=16 -dim=6 -log-every=1"
+// The model is tiny (46 parameters) so that a shard and a rank's shard list fit under the
+// full-disk test's limit and the manifest does not.
+const faultArgs = "-steps=60 -seq=16 -vocab=8 -dim=2 -heads=1 -layers=1 -ffn=2 -log-every=1"
 
 // firstGang runs j's first 12 steps to the end (checkpoints every 4 steps, keeping 2) and
 // returns the newest and the previous committed checkpoint steps: 12 and 8. Both are steps
@@ -203,11 +205,11 @@ func TestFullDiskMidSave(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		node  int
-		limit int // bytes: a shard is 108, a rank's shard list about 160, the manifest about 900
+		limit int // bytes: a shard is 132-144, a rank's shard list about 470, the manifest about 2,200
 		wants string
 	}{
 		{"writing a shard", 1, 64, fmt.Sprintf(".a%d.bin: file too large", 1<<contract.InPlaceAttemptBits)}, // generation 1's first start
-		{"writing the manifest", 0, 400, ".tmp: file too large"},
+		{"writing the manifest", 0, 1000, ".tmp: file too large"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			j := job{nodes: 2, gpus: 2, cp: 2, args: faultArgs, dir: t.TempDir()}
@@ -534,7 +536,7 @@ func TestAnInPlaceRestartFencesThePreviousRun(t *testing.T) {
 	const generation = 5
 	cfg := Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
 		Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, CheckpointEvery: 4, Keep: 2,
-		Steps: 24, Seq: 8, Dim: 4, LR: 0.3, Seed: 3, Attempt: generation, JobUID: "job-a"}
+		Steps: 24, Seq: 8, Model: testShape(4), LR: 0.01, Seed: 3, Attempt: generation, JobUID: "job-a"}
 	ref := cfg
 	ref.CheckpointDir, ref.ParamsOut = t.TempDir(), filepath.Join(t.TempDir(), "params")
 	if _, err := Run(context.Background(), ref); err != nil {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/checkpoint"
+	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/ring"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
@@ -59,19 +59,20 @@ type Config struct {
 	// FaultFile, when set, is polled every step: a fault named in it ("gpu", "nic",
 	// "usercode") is played as the real one would end the process (docs/worker-contract.md,
 	// "Fault injection"). For chaos tests; never set on a real job.
-	FaultFile       string
-	slow            *atomic.Bool // a "slow" fault was played: every local rank drags its steps
-	board           *board       // rank 0's live progress, served with the metrics (nil: none)
-	restored        int64        // the step resume restored: retention keeps it until a newer one is kept
-	report          *lineBuffer  // termination-log lines held until the process exits
-	Steps, Seq, Dim int
-	LR              float64
-	Seed            uint64
-	ParamsOut       string        // rank 0 writes the final parameters here
-	Pace            time.Duration // each step takes at least this long (demos, chaos tests)
-	LogEvery        int           // progress line every N steps (default 10)
-	Log             io.Writer
-	Metrics         *Metrics // nil: none
+	FaultFile  string
+	slow       *atomic.Bool // a "slow" fault was played: every local rank drags its steps
+	board      *board       // rank 0's live progress, served with the metrics (nil: none)
+	restored   int64        // the step resume restored: retention keeps it until a newer one is kept
+	report     *lineBuffer  // termination-log lines held until the process exits
+	Steps, Seq int
+	Model      model.Shape // Model.Dim is -dim; FFN 0 is 4 x Dim
+	LR         float64     // AdamW's learning rate
+	Seed       uint64
+	ParamsOut  string        // rank 0 writes the final parameters here
+	Pace       time.Duration // each step takes at least this long (demos, chaos tests)
+	LogEvery   int           // progress line every N steps (default 10)
+	Log        io.Writer
+	Metrics    *Metrics // nil: none
 	// Transport is "tcp" (default) or "rccl"; Backend is "cpu" (default) or "hip". RCCL and
 	// HIP need a worker built with the rocm tag; each local rank drives device = local rank.
 	Transport, Backend string
@@ -159,8 +160,10 @@ func (c Config) Validate() error {
 		return &ConfigError{fmt.Sprintf("%s=%d must divide the world size %d", contract.EnvContextParallel, c.ContextParallel, world)}
 	case c.Seq < 2*c.ContextParallel || c.Seq%(2*c.ContextParallel) != 0:
 		return &ConfigError{fmt.Sprintf("sequence length %d must be a multiple of 2 x context parallel %d", c.Seq, c.ContextParallel)}
-	case c.Dim < 1 || c.Steps < 0 || c.LR <= 0:
-		return &ConfigError{fmt.Sprintf("dim %d, steps %d, lr %v: want dim >= 1, steps >= 0, lr > 0", c.Dim, c.Steps, c.LR)}
+	case c.Steps < 0 || !(c.LR > 0 && c.LR < 1):
+		return &ConfigError{fmt.Sprintf("steps %d, lr %v: want steps >= 0, 0 < lr < 1", c.Steps, c.LR)}
+	case c.shape().Validate() != nil:
+		return &ConfigError{fmt.Sprintf("model (-vocab, -dim, -layers, -heads, -ffn): %v", c.shape().Validate())}
 	case c.Transport != "" && c.Transport != "tcp" && c.Transport != "rccl":
 		return &ConfigError{fmt.Sprintf("-transport=%q must be tcp or rccl", c.Transport)}
 	case c.Backend != "" && c.Backend != "cpu" && c.Backend != "hip":
@@ -348,43 +351,19 @@ func appendLine(path, line string) {
 	_ = f.Close()
 }
 
-// model is the student: Wq, Wk, Wv, each dim×dim, flattened.
-type model struct {
-	dim    int
-	params []float32
-}
-
-func (m model) w(i int) attention.Matrix {
-	n := m.dim * m.dim
-	return attention.Matrix{Rows: m.dim, Cols: m.dim, Data: m.params[i*n : (i+1)*n]}
-}
-
-func randomParams(seed uint64, stream uint64, n int, scale float32) []float32 {
-	r := rand.New(rand.NewPCG(seed, stream))
-	p := make([]float32, n)
-	for i := range p {
-		p[i] = (r.Float32()*2 - 1) * scale
+// shape is the model's size with the defaults filled in.
+func (c Config) shape() model.Shape {
+	s := c.Model
+	if s.FFN == 0 {
+		s.FFN = 4 * s.Dim
 	}
-	return p
+	return s
 }
 
-// batch is the sequence data-parallel index dp trains on at step: it depends on nothing else,
-// so a resumed run sees exactly the data the uninterrupted one did.
-func batch(seed uint64, step int64, dp, seq, dim int) attention.Matrix {
-	return attention.Matrix{Rows: seq, Cols: dim, Data: randomParams(seed^0x5eed, uint64(step)<<20|uint64(dp), seq*dim, 1)}
-}
-
-func matmul(a, b attention.Matrix) attention.Matrix {
-	out := attention.NewMatrix(a.Rows, b.Cols)
-	for i := range a.Rows {
-		for k := range a.Cols {
-			x := float64(a.Data[i*a.Cols+k])
-			for j := range b.Cols {
-				out.Data[i*b.Cols+j] += float32(x * float64(b.Data[k*b.Cols+j]))
-			}
-		}
-	}
-	return out
+// tensor is one named vector of the training state that checkpoints hold.
+type tensor struct {
+	name string
+	data []float32
 }
 
 // runRank is one rank's training loop.
@@ -434,11 +413,13 @@ type rankState struct {
 	cpRank, dp, dpGroups int
 	be                   attention.Backend
 	tr                   transport.Transport
-	n                    int // parameters: Wq, Wk, Wv
-	m, teacher           model
+	n                    int // parameters
+	shape                model.Shape
+	opt                  model.AdamW
+	params, adamM, adamV []float32 // fp32 master weights and AdamW's moments
 	layout               ring.Layout
 	pos                  []int // sequence positions of this rank's context-parallel slice
-	scale, norm          float64
+	norm                 float64
 	res                  Result
 	resumed              int64 // the step training (re)started from
 	start, lastSave      time.Time
@@ -465,13 +446,13 @@ func setupRank(cfg Config, rank int) (*rankState, error) {
 		}
 		r.be = be
 	}
-	r.n = 3 * cfg.Dim * cfg.Dim
-	r.m = model{dim: cfg.Dim, params: randomParams(cfg.Seed, 1, r.n, 0.5)}
-	r.teacher = model{dim: cfg.Dim, params: randomParams(cfg.Seed, 2, r.n, 1)}
+	r.shape, r.opt = cfg.shape(), model.DefaultAdamW(cfg.LR)
+	r.n = r.shape.NumParams()
+	r.params = r.shape.Init(cfg.Seed)
+	r.adamM, r.adamV = make([]float32, r.n), make([]float32, r.n)
 	r.layout = ring.Layout{Seq: cfg.Seq, Ranks: cp}
 	r.pos = r.layout.Positions(r.cpRank)
-	r.scale = 1 / math.Sqrt(float64(cfg.Dim))
-	r.norm = float64(cfg.Seq * cfg.Dim * r.dpGroups)
+	r.norm = float64(cfg.Seq * r.dpGroups) // the loss is the mean over every token of the step
 	return r, nil
 }
 
@@ -559,7 +540,7 @@ func (r *rankState) resume() error {
 			r.restored(0)
 			return nil
 		}
-		lo, part, outcome, err := r.verifyPart(step)
+		lo, parts, outcome, err := r.verifyPart(step)
 		vote := make([]float64, partOK) // ranks that found it corrupt, not committed, not fitting, unreadable
 		if outcome != partOK {
 			vote[outcome] = 1
@@ -588,11 +569,13 @@ func (r *rankState) resume() error {
 			}
 			continue
 		}
-		params, err := r.gather(lo, part)
-		if err != nil {
-			return err
+		for i, t := range r.state() {
+			whole, err := r.gather(lo, parts[i])
+			if err != nil {
+				return err
+			}
+			copy(t.data, whole)
 		}
-		r.m.params = params
 		r.res.Step, r.res.CheckpointStep, r.cfg.restored = step, step, step
 		if r.rank == 0 {
 			_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", step)
@@ -611,8 +594,9 @@ const (
 	partOK
 )
 
-// verifyPart opens step's manifest and reads and verifies this rank's slice of the parameters.
-func (r *rankState) verifyPart(step int64) (lo int64, part []float32, outcome int, err error) {
+// verifyPart opens step's manifest and reads and verifies this rank's slice of every tensor
+// of the state (parts in state() order).
+func (r *rankState) verifyPart(step int64) (lo int64, parts [][]float32, outcome int, err error) {
 	n := int64(r.n)
 	lo, hi := n*int64(r.rank)/int64(r.world), n*int64(r.rank+1)/int64(r.world)
 	ck, err := checkpoint.Open(r.cfg.CheckpointDir, step)
@@ -623,17 +607,33 @@ func (r *rankState) verifyPart(step int64) (lo int64, part []float32, outcome in
 		return lo, nil, partCorrupt, err
 	case err != nil:
 		return lo, nil, partUnreadable, err
-	case ck.Elements("params") != n:
-		return lo, nil, partMisfit, fmt.Errorf("it holds %d parameters, the model has %d", ck.Elements("params"), n)
 	}
-	part, err = ck.Read("params", lo, hi-lo)
-	if errors.Is(err, checkpoint.ErrCorrupt) {
-		return lo, nil, partCorrupt, err
+	for _, t := range r.state() {
+		if got := ck.Elements(t.name); got != n {
+			return lo, nil, partMisfit, fmt.Errorf("its %q holds %d values, this model (%s) has %d parameters", t.name, got, describe(r.shape), n)
+		}
 	}
-	if err != nil {
-		return lo, nil, partUnreadable, err
+	for _, t := range r.state() {
+		part, err := ck.Read(t.name, lo, hi-lo)
+		if errors.Is(err, checkpoint.ErrCorrupt) {
+			return lo, nil, partCorrupt, err
+		}
+		if err != nil {
+			return lo, nil, partUnreadable, err
+		}
+		parts = append(parts, part)
 	}
-	return lo, part, partOK, nil
+	return lo, parts, partOK, nil
+}
+
+// state is what a checkpoint holds besides the step: the master weights and AdamW's moments
+// (the step count is the checkpoint's step), so a resumed run goes on bit for bit.
+func (r *rankState) state() []tensor {
+	return []tensor{{"params", r.params}, {"adam.m", r.adamM}, {"adam.v", r.adamV}}
+}
+
+func describe(s model.Shape) string {
+	return fmt.Sprintf("vocab %d, dim %d, layers %d, heads %d, ffn %d", s.Vocab, s.Dim, s.Layers, s.Heads, s.FFN)
 }
 
 // dropCorrupt is the ranks' common decision on a step some rank found corrupt: rank 0
@@ -781,45 +781,23 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 
 // gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
 func (r *rankState) gradients() ([]float64, error) {
-	cfg, m, teacher, n := &r.cfg, r.m, r.teacher, r.n
-	x := batch(cfg.Seed, r.res.Step, r.dp, cfg.Seq, cfg.Dim)
-	xl := x.SelectRows(r.pos)
-	want, _ := attention.Reference(matmul(x, teacher.w(0)), matmul(x, teacher.w(1)), matmul(x, teacher.w(2)), true, r.scale)
-
-	q, k, v := matmul(xl, m.w(0)), matmul(xl, m.w(1)), matmul(xl, m.w(2))
-	fwd, err := ring.Forward(r.be, r.layout, r.cpRank, q, k, v, true, r.scale, ring.Over(r.tr))
-	if err != nil {
-		return nil, err
+	cfg, n := &r.cfg, r.n
+	tokens := model.Tokens(cfg.Seed, r.res.Step, r.dp, cfg.Seq, r.shape.Vocab)
+	b := model.Batch{Norm: r.norm}
+	for _, p := range r.pos {
+		b.Inputs, b.Targets = append(b.Inputs, tokens[p]), append(b.Targets, tokens[p+1])
 	}
-	var loss float64
-	dout := attention.NewMatrix(fwd.Out.Rows, cfg.Dim)
-	for i, p := range r.pos {
-		for c := range cfg.Dim {
-			diff := float64(fwd.Out.Row(i)[c]) - want[p][c]
-			loss += diff * diff
-			dout.Row(i)[c] = float32(2 * diff / r.norm)
-		}
-	}
-	dq, dk, dv, err := ring.Backward(r.be, r.layout, r.cpRank, q, k, v, fwd.Out, dout, fwd.LSE, true, r.scale, ring.OverBlocks(r.tr))
-	if err != nil {
-		return nil, err
-	}
-	// One all-reduce carries the loss, the three weight gradients, the stop vote, whether
-	// this rank's background save is written, the last step rank 0 committed, and rank 0's
-	// call (by its clock) that a time-based checkpoint is due after this step, and the sum of
-	// the signalled ranks (see vote); then each node's busy seconds (see step).
+	// One all-reduce carries the loss, the weight gradients, the stop vote, whether this
+	// rank's background save is written, the last step rank 0 committed, and rank 0's call
+	// (by its clock) that a time-based checkpoint is due after this step, and the sum of the
+	// signalled ranks (see vote); then each node's busy seconds (see step).
 	vec := make([]float64, 6+n+cfg.Nodes)
-	vec[0] = loss / r.norm
-	for wi, g := range []attention.Grad{dq, dk, dv} {
-		for i := range xl.Rows {
-			for a := range cfg.Dim {
-				xa := float64(xl.Row(i)[a])
-				for b := range cfg.Dim {
-					vec[1+wi*cfg.Dim*cfg.Dim+a*cfg.Dim+b] += xa * g.Row(i)[b]
-				}
-			}
-		}
+	att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
+	loss, err := r.shape.Grad(r.params, b, att, model.BF16, vec[1:1+n])
+	if err != nil {
+		return nil, fmt.Errorf("rank %d step %d: %w", r.rank, r.res.Step, err)
 	}
+	vec[0] = loss / r.norm
 	return vec, nil
 }
 
@@ -859,8 +837,8 @@ func (r *rankState) apply(vec []float64) error {
 		}
 		r.pending = nil
 	}
-	for i := range r.m.params {
-		r.m.params[i] = float32(float64(r.m.params[i]) - r.cfg.LR*vec[1+i])
+	if err := r.opt.Update(r.shape, r.params, r.adamM, r.adamV, vec[1:1+n], r.res.Step+1); err != nil {
+		return err
 	}
 	r.res.Step++
 	r.res.Loss = vec[0]
@@ -904,7 +882,7 @@ func (r *rankState) saveAndStop(ctx context.Context, vote stopVote) error {
 		return err
 	}
 	if r.cfg.CheckpointDir != "" {
-		if err := save(r.cfg, r.tr, r.rank, r.world, r.res.Step, r.m.params); err != nil {
+		if err := save(r.cfg, r.tr, r.rank, r.world, r.res.Step, r.state()); err != nil {
 			return err
 		}
 		r.res.CheckpointStep = r.res.Step
@@ -933,7 +911,7 @@ func (r *rankState) checkpointIfDue(periodDue bool) error {
 	if err := finishSave(cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
 		return err
 	}
-	r.pending = startSave(cfg, r.rank, r.world, r.res.Step, r.m.params)
+	r.pending = startSave(cfg, r.rank, r.world, r.res.Step, r.state())
 	if r.local == 0 && cfg.Metrics != nil {
 		cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
 	}
@@ -948,7 +926,7 @@ func (r *rankState) finish() error {
 	}
 	if cfg.CheckpointDir != "" && r.res.CheckpointStep < r.res.Step && r.res.Step > r.resumed {
 		// The job is done: its final state is worth a checkpoint too.
-		if err := save(cfg, r.tr, r.rank, r.world, r.res.Step, r.m.params); err != nil {
+		if err := save(cfg, r.tr, r.rank, r.world, r.res.Step, r.state()); err != nil {
 			return err
 		}
 		r.res.CheckpointStep = r.res.Step
@@ -957,7 +935,7 @@ func (r *rankState) finish() error {
 		cfg.Metrics.CheckpointStep.Set(float64(r.res.CheckpointStep))
 	}
 	if r.rank == 0 && cfg.ParamsOut != "" {
-		if err := os.WriteFile(cfg.ParamsOut, paramBytes(r.m.params), 0o644); err != nil {
+		if err := os.WriteFile(cfg.ParamsOut, paramBytes(r.params), 0o644); err != nil {
 			return err
 		}
 	}
@@ -987,18 +965,29 @@ func (f *inflight) written() (bool, error) {
 	return f.ok, nil
 }
 
-// startSave snapshots this rank's slice of the parameters and writes it in the background,
-// so training does not wait on storage; the commit follows once every rank reports its shard.
-func startSave(cfg Config, rank, world int, step int64, params []float32) *inflight {
-	n := int64(len(params))
-	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
-	snapshot := slices.Clone(params[lo:hi])
+// startSave snapshots this rank's slice of the state and writes it in the background, so
+// training does not wait on storage; the commit follows once every rank reports its shard.
+func startSave(cfg Config, rank, world int, step int64, state []tensor) *inflight {
+	shard := shardOf(rank, world, state)
+	for i := range shard {
+		shard[i].Data = slices.Clone(shard[i].Data)
+	}
 	f := &inflight{step: step, done: make(chan error, 1)}
 	go func() {
-		t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: snapshot}
-		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t})
+		f.done <- checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, shard)
 	}()
 	return f
+}
+
+// shardOf is rank's slice of every tensor of the state, sharing its storage.
+func shardOf(rank, world int, state []tensor) []checkpoint.Tensor {
+	var out []checkpoint.Tensor
+	for _, t := range state {
+		n := int64(len(t.data))
+		lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
+		out = append(out, checkpoint.Tensor{Name: t.name, Shape: []int64{n}, Start: lo, Data: t.data[lo:hi]})
+	}
+	return out
 }
 
 // finishSave completes a background save in step with the other ranks (every rank has the
@@ -1038,12 +1027,9 @@ func commit(cfg Config, world int, step int64) error {
 	return nil
 }
 
-// save writes this rank's slice of the parameters; rank 0 commits once every rank has.
-func save(cfg Config, tr transport.Transport, rank, world int, step int64, params []float32) error {
-	n := int64(len(params))
-	lo, hi := n*int64(rank)/int64(world), n*int64(rank+1)/int64(world)
-	t := checkpoint.Tensor{Name: "params", Shape: []int64{n}, Start: lo, Data: params[lo:hi]}
-	if err := checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, []checkpoint.Tensor{t}); err != nil {
+// save writes this rank's slice of the state; rank 0 commits once every rank has.
+func save(cfg Config, tr transport.Transport, rank, world int, step int64, state []tensor) error {
+	if err := checkpoint.WriteShard(cfg.CheckpointDir, cfg.Attempt, step, rank, shardOf(rank, world, state)); err != nil {
 		return fmt.Errorf("rank %d writing its shard of step %d: %w", rank, step, err)
 	}
 	if err := tr.Barrier(); err != nil {
