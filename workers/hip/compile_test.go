@@ -17,6 +17,7 @@ var kernels = map[string][]string{
 	"attention_fwd.hip":      {"zaya_attn_fwd", "zaya_attn_merge"},
 	"attention_bwd.hip":      {"zaya_attn_bwd"},
 	"attention_fwd_mfma.hip": {"zaya_attn_fwd_mfma"},
+	"attention_bwd_mfma.hip": {"zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"},
 }
 
 // kernelMeta is what the assembler metadata says about one kernel.
@@ -202,50 +203,84 @@ func asmStat(t *testing.T, asm, name string) int {
 	return 0
 }
 
+// kernelSection is one kernel's code and the compiler's summary of it: from its "Begin
+// function" line to the next kernel's.
+func kernelSection(t *testing.T, asm, name string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(asm, "; -- Begin function "+name+"\n")
+	if !ok {
+		t.Fatalf("no kernel %s in the assembly", name)
+	}
+	if i := strings.Index(rest, "; -- Begin function "); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
 // TestMFMAKernelRunsOnTheMatrixCores reads the gfx942 code of the MFMA flash-attention
-// forward: its products are bf16 matrix instructions, its tiles go through LDS, and it fits
-// the occupancy it targets (2 waves per SIMD: at most 256 of the 512 unified VGPRs/AGPRs a
-// lane has, no scratch; LDS at most 16 KiB, so 4 work-groups per CU).
+// kernels: their products are bf16 matrix instructions, their tiles go through LDS, the
+// backward's sums use no atomics (deterministic), and each fits the occupancy it targets
+// (2 waves per SIMD: at most 256 of the 512 unified VGPRs/AGPRs a lane has, no scratch; LDS
+// at most 16 KiB per one-wave work-group).
 func TestMFMAKernelRunsOnTheMatrixCores(t *testing.T) {
-	asm := compile(t, hipClang(t), "attention_fwd_mfma.hip")
-	counts := map[string]int{}
-	for line := range strings.Lines(asm) {
-		f := strings.Fields(line)
-		if len(f) == 0 || strings.HasPrefix(f[0], ";") || strings.HasPrefix(f[0], ".") {
-			continue
-		}
-		switch op := f[0]; {
-		case strings.HasPrefix(op, "v_mfma"):
-			counts["mfma"]++
-			counts[op]++
-		case strings.HasPrefix(op, "ds_"):
-			counts["lds"]++
-		case strings.HasPrefix(op, "global_load"):
-			counts["global_load"]++
-		case strings.HasPrefix(op, "v_"):
-			counts["valu"]++
-		case strings.HasPrefix(op, "s_"):
-			counts["salu"]++
-		}
-	}
-	t.Logf("static instructions: %v", counts)
-	// One in the Q K^T loop, one per 16 output columns of P V (unrolled for d up to 128).
-	if n := counts["v_mfma_f32_16x16x16_bf16"]; n < 1+128/16 {
-		t.Errorf("%d v_mfma_f32_16x16x16_bf16, want at least %d: the products are not on the matrix cores", n, 1+128/16)
-	}
-	if counts["lds"] == 0 {
-		t.Error("no LDS instruction: the tiles are not staged in LDS")
-	}
-	if n := asmStat(t, asm, "ScratchSize"); n != 0 {
-		t.Errorf("%d bytes of scratch", n)
-	}
-	if n := asmStat(t, asm, "TotalNumVgprs"); n > 256 {
-		t.Errorf("%d VGPRs+AGPRs: more than the 256 that keep 2 waves per SIMD", n)
-	}
-	if n := asmStat(t, asm, "Occupancy"); n < 2 {
-		t.Errorf("occupancy %d waves per SIMD, want at least 2", n)
-	}
-	if n := asmStat(t, asm, "LDSByteSize"); n > 16<<10 {
-		t.Errorf("%d bytes of LDS per work-group: over 16 KiB", n)
+	clang := hipClang(t)
+	for _, c := range []struct {
+		file, kernel string
+		mfma         int // at least, for d up to 128 unrolled
+	}{
+		{"attention_fwd_mfma.hip", "zaya_attn_fwd_mfma", 1 + 128/16},        // S = Q K^T: 1 in a loop; P V: one per 16 columns
+		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", 4 * 128 / 16}, // S^T, dP^T, dV, dK: one per 16 columns each
+		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", 3 * 128 / 16},   // S, dP, dQ
+	} {
+		t.Run(c.kernel, func(t *testing.T) {
+			asm := kernelSection(t, compile(t, clang, c.file), c.kernel)
+			counts := map[string]int{}
+			for line := range strings.Lines(asm) {
+				f := strings.Fields(line)
+				if len(f) == 0 || strings.HasPrefix(f[0], ";") || strings.HasPrefix(f[0], ".") {
+					continue
+				}
+				switch op := f[0]; {
+				case strings.Contains(op, "atomic"):
+					counts["atomic"]++
+				case strings.HasPrefix(op, "v_mfma"):
+					counts["mfma"]++
+					counts[op]++
+				case strings.HasPrefix(op, "ds_"):
+					counts["lds"]++
+				case strings.HasPrefix(op, "global_load"):
+					counts["global_load"]++
+				case strings.HasPrefix(op, "v_"):
+					counts["valu"]++
+				case strings.HasPrefix(op, "s_"):
+					counts["salu"]++
+				}
+			}
+			t.Logf("static instructions: %v", counts)
+			if n := counts["v_mfma_f32_16x16x16_bf16"]; n < c.mfma {
+				t.Errorf("%d v_mfma_f32_16x16x16_bf16, want at least %d: the products are not on the matrix cores", n, c.mfma)
+			}
+			if n := counts["atomic"]; n > 0 {
+				t.Errorf("%d atomic instructions: sums in an order the hardware picks", n)
+			}
+			if counts["lds"] == 0 {
+				t.Error("no LDS instruction: the tiles are not staged in LDS")
+			}
+			if n := asmStat(t, asm, "ScratchSize"); n != 0 {
+				t.Errorf("%d bytes of scratch", n)
+			}
+			n := asmStat(t, asm, "TotalNumVgprs")
+			if n > 256 {
+				t.Errorf("%d VGPRs+AGPRs: more than the 256 that keep 2 waves per SIMD", n)
+			}
+			if n := asmStat(t, asm, "Occupancy"); n < 2 {
+				t.Errorf("occupancy %d waves per SIMD, want at least 2", n)
+			}
+			lds := asmStat(t, asm, "LDSByteSize")
+			if lds > 16<<10 {
+				t.Errorf("%d bytes of LDS per work-group: over 16 KiB", lds)
+			}
+			t.Logf("%d VGPRs+AGPRs, %d bytes of LDS", n, lds)
+		})
 	}
 }

@@ -1,8 +1,6 @@
 package model
 
 import (
-	"math"
-
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 )
 
@@ -10,26 +8,13 @@ import (
 // take them, sums in fp32 in a fixed order.
 type mul struct{ prec Precision }
 
-// RoundBF16 rounds x to the nearest bfloat16 (ties to even), kept in a float32.
-func RoundBF16(x float32) float32 {
-	b := math.Float32bits(x)
-	if b&0x7f800000 == 0x7f800000 { // Inf and NaN keep their class (NaN stays quiet)
-		if b&0x007fffff != 0 {
-			b |= 0x00400000
-		}
-		return math.Float32frombits(b & 0xffff0000)
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b & 0xffff0000)
-}
-
 func (m mul) in(x attention.Matrix) []float32 {
 	if m.prec == FP32 {
 		return x.Data
 	}
 	out := make([]float32, len(x.Data))
 	for i, v := range x.Data {
-		out[i] = RoundBF16(v)
+		out[i] = attention.FromBF16(attention.BF16(v)) // as the kernels round
 	}
 	return out
 }

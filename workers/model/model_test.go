@@ -169,23 +169,6 @@ func TestTrainingLearnsTheChainDeterministically(t *testing.T) {
 	}
 }
 
-func TestRoundBF16(t *testing.T) {
-	for _, c := range []struct{ in, want float32 }{
-		{1, 1}, {-2.5, -2.5}, {0, 0},
-		{1 + 1.0/256, 1},           // a tie: to even
-		{1 + 3.0/256, 1 + 4.0/256}, // a tie: to even, up
-		{1 + 1.0/128 + 1e-6, 1 + 1.0/128},
-		{float32(math.Inf(1)), float32(math.Inf(1))},
-	} {
-		if got := RoundBF16(c.in); got != c.want {
-			t.Errorf("RoundBF16(%v) = %v, want %v", c.in, got, c.want)
-		}
-	}
-	if nan := RoundBF16(float32(math.NaN())); nan == nan {
-		t.Error("NaN rounded to a number")
-	}
-}
-
 func TestShape(t *testing.T) {
 	s := Shape{Vocab: 10, Dim: 6, Layers: 3, Heads: 3, FFN: 8}
 	decayed := 0
