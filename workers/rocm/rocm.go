@@ -94,10 +94,13 @@ func device(dev int) error {
 	return nil
 }
 
-// Backend runs the attention kernels on one GPU.
+// Backend runs the attention kernels on one GPU: the MFMA kernels (bf16 in, fp32 out, on the
+// matrix cores) for head dimensions they hold (multiples of 16 up to 128), the scalar fp32
+// kernels for the others.
 type Backend struct {
-	dev                 int
-	fwd, merge, bwdFunc unsafe.Pointer
+	dev                           int
+	fwd, merge, bwdFunc           unsafe.Pointer
+	fwdMFMA, bwdPrep, bwdKV, bwdQ unsafe.Pointer
 }
 
 // OpenBackend loads the HIP runtime and the kernels' code objects from dir (built by
@@ -113,7 +116,9 @@ func OpenBackend(l Libraries, dir string, dev int) (attention.Backend, error) {
 	for _, k := range []struct {
 		file, name string
 		into       *unsafe.Pointer
-	}{{hip.Files[0], "zaya_attn_fwd", &b.fwd}, {hip.Files[0], "zaya_attn_merge", &b.merge}, {hip.Files[1], "zaya_attn_bwd", &b.bwdFunc}} {
+	}{{hip.Files[0], "zaya_attn_fwd", &b.fwd}, {hip.Files[0], "zaya_attn_merge", &b.merge}, {hip.Files[1], "zaya_attn_bwd", &b.bwdFunc},
+		{hip.Files[2], "zaya_attn_fwd_mfma", &b.fwdMFMA}, {hip.Files[3], "zaya_attn_bwd_mfma_prep", &b.bwdPrep},
+		{hip.Files[3], "zaya_attn_bwd_mfma_dkdv", &b.bwdKV}, {hip.Files[3], "zaya_attn_bwd_mfma_dq", &b.bwdQ}} {
 		path := C.CString(filepath.Join(dir, hip.CodeObject(k.file)))
 		name := C.CString(k.name)
 		rc := C.zr_module_function(C.int(dev), path, name, k.into)
@@ -169,6 +174,25 @@ func checkDim(d int) error {
 
 const maxHeadDim = 256 // ZAYA_MAX_HEAD_DIM
 
+// MFMA says whether the matrix-core kernels take head dimension d.
+func MFMA(d int) bool { return d > 0 && d%16 == 0 && d <= attention.MFMAMaxD }
+
+// bf16 is m's elements rounded to bfloat16 as the kernels take them (bit patterns).
+func bf16(m attention.Matrix) []C.ushort {
+	out := make([]C.ushort, len(m.Data))
+	for i, x := range m.Data {
+		out[i] = C.ushort(attention.BF16(x))
+	}
+	return out
+}
+
+func hp(xs []C.ushort) *C.ushort {
+	if len(xs) == 0 {
+		return nil
+	}
+	return &xs[0]
+}
+
 func b2i(b bool) C.int {
 	if b {
 		return 1
@@ -187,9 +211,18 @@ func (b *Backend) Forward(q, k, v attention.Matrix, qPos, kPos []int, causal boo
 	p := attention.EmptyPartial(q.Rows, v.Cols)
 	lse := make([]float32, q.Rows)
 	qp, kp := i32(qPos), i32(kPos)
-	rc := C.zr_attn_fwd(b.fwd, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
-		C.int(q.Cols), b2i(causal), C.float(scale), fp(p.Out.Data), fp(lse))
-	if err := hipErr("zaya_attn_fwd", rc); err != nil {
+	var rc C.int
+	name := "zaya_attn_fwd"
+	if MFMA(q.Cols) {
+		name = "zaya_attn_fwd_mfma"
+		qh, kh, vh := bf16(q), bf16(k), bf16(v)
+		rc = C.zr_attn_fwd_mfma(b.fwdMFMA, C.int(b.dev), hp(qh), hp(kh), hp(vh), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
+			C.int(q.Cols), b2i(causal), C.float(scale), fp(p.Out.Data), fp(lse))
+	} else {
+		rc = C.zr_attn_fwd(b.fwd, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
+			C.int(q.Cols), b2i(causal), C.float(scale), fp(p.Out.Data), fp(lse))
+	}
+	if err := hipErr(name, rc); err != nil {
 		return attention.Partial{}, err
 	}
 	for i, x := range lse {
@@ -229,9 +262,18 @@ func (b *Backend) Backward(q, k, v, out, dout attention.Matrix, lse []float64, q
 	d := q.Cols
 	gq, gk, gv := make([]float32, q.Rows*d), make([]float32, k.Rows*d), make([]float32, k.Rows*d)
 	l, qp, kp := f32(lse), i32(qPos), i32(kPos)
-	rc := C.zr_attn_bwd(b.bwdFunc, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), fp(out.Data), fp(dout.Data), fp(l), ip(qp), ip(kp),
-		C.int(q.Rows), C.int(k.Rows), C.int(d), b2i(causal), C.float(scale), fp(gq), fp(gk), fp(gv))
-	if err := hipErr("zaya_attn_bwd", rc); err != nil {
+	var rc C.int
+	name := "zaya_attn_bwd"
+	if MFMA(d) {
+		name = "zaya_attn_bwd_mfma"
+		qh, kh, vh, doh := bf16(q), bf16(k), bf16(v), bf16(dout)
+		rc = C.zr_attn_bwd_mfma(b.bwdPrep, b.bwdKV, b.bwdQ, C.int(b.dev), hp(qh), hp(kh), hp(vh), fp(out.Data), hp(doh), fp(l), ip(qp), ip(kp),
+			C.int(q.Rows), C.int(k.Rows), C.int(d), b2i(causal), C.float(scale), fp(gq), fp(gk), fp(gv))
+	} else {
+		rc = C.zr_attn_bwd(b.bwdFunc, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), fp(out.Data), fp(dout.Data), fp(l), ip(qp), ip(kp),
+			C.int(q.Rows), C.int(k.Rows), C.int(d), b2i(causal), C.float(scale), fp(gq), fp(gk), fp(gv))
+	}
+	if err := hipErr(name, rc); err != nil {
 		return err
 	}
 	for i, r := range qRows {

@@ -118,7 +118,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		nq, nk, d int
 		causal    bool
-	}{{1, 1, 1, false}, {5, 7, 3, true}, {8, 8, 70, true}, {3, 9, 16, false}} {
+	}{{1, 1, 1, false}, {5, 7, 3, true}, {8, 8, 70, true}, {3, 9, 12, false}} { // none a multiple of 16: the fp32 kernels
 		t.Run(fmt.Sprintf("%dx%dx%d causal=%v", c.nq, c.nk, c.d, c.causal), func(t *testing.T) {
 			q, k, v := random(r, c.nq, c.d), random(r, c.nk, c.d), random(r, c.nk, c.d)
 			qPos, kPos := make([]int, c.nq), make([]int, c.nk)
@@ -193,6 +193,83 @@ func TestBackendMatchesCPU(t *testing.T) {
 	if _, err := be.Forward(attention.NewMatrix(1, 300), attention.NewMatrix(1, 300), attention.NewMatrix(1, 300), []int{0}, []int{0}, false, 1); err == nil ||
 		!strings.Contains(err.Error(), "head dimension 300 exceeds") {
 		t.Errorf("head dimension 300: %v", err)
+	}
+}
+
+// TestBackendRunsTheMFMAKernelsForTheirHeadDims: for head dimensions that are multiples of 16
+// up to 128 the backend runs the MFMA kernels (forward, and the three backward kernels): it
+// hands them bf16 inputs (the fake's fp32 rendition then matches the CPU backend on rounded
+// inputs to fp32 precision and misses it on the unrounded ones) and gets every gradient back,
+// partial tiles and rows with no visible key included.
+func TestBackendRunsTheMFMAKernelsForTheirHeadDims(t *testing.T) {
+	libs, kdir := setup(t)
+	be, err := rocm.OpenBackend(libs, kdir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []struct {
+		nq, nk, d int
+		causal    bool
+	}{{3, 9, 16, false}, {17, 33, 32, true}, {40, 24, 64, true}, {5, 7, 128, false}} {
+		t.Run(fmt.Sprintf("%dx%dx%d causal=%v", c.nq, c.nk, c.d, c.causal), func(t *testing.T) {
+			if !rocm.MFMA(c.d) {
+				t.Fatalf("head dimension %d does not take the MFMA kernels", c.d)
+			}
+			q, k, v, dout := random(r, c.nq, c.d), random(r, c.nk, c.d), random(r, c.nk, c.d), random(r, c.nq, c.d)
+			qr, kr, vr, dor := attention.RoundBF16(q), attention.RoundBF16(k), attention.RoundBF16(v), attention.RoundBF16(dout)
+			qPos, kPos := make([]int, c.nq), make([]int, c.nk)
+			for i := range qPos {
+				qPos[i] = i
+			}
+			for j := range kPos {
+				kPos[j] = j + 2 // with causal, queries 0 and 1 see no key
+			}
+			scale := 1 / math.Sqrt(float64(c.d))
+			got, err := be.Forward(q, k, v, qPos, kPos, c.causal, scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := attention.CPU.Forward(qr, kr, vr, qPos, kPos, c.causal, scale)
+			unrounded, _ := attention.CPU.Forward(q, k, v, qPos, kPos, c.causal, scale)
+			var off float64
+			for i := range want.Out.Data {
+				if !near(float64(got.Out.Data[i]), float64(want.Out.Data[i]), 1e-4) {
+					t.Fatalf("out[%d] = %v, want %v (CPU on bf16 inputs)", i, got.Out.Data[i], want.Out.Data[i])
+				}
+				off = math.Max(off, math.Abs(float64(got.Out.Data[i]-unrounded.Out.Data[i])))
+			}
+			if off < 1e-4 {
+				t.Errorf("outputs within %.2g of fp32 attention on unrounded inputs: the inputs did not reach the kernel as bf16", off)
+			}
+			for i := range want.LSE {
+				if !near(got.LSE[i], want.LSE[i], 1e-4) {
+					t.Errorf("lse[%d] = %v, want %v", i, got.LSE[i], want.LSE[i])
+				}
+			}
+			rows, kRows := make([]int, c.nq), make([]int, c.nk)
+			for i := range rows {
+				rows[i] = i
+			}
+			for j := range kRows {
+				kRows[j] = j
+			}
+			grads := func(b attention.Backend, q, k, v, dout attention.Matrix) []attention.Grad {
+				dq, dk, dv := attention.NewGrad(c.nq, c.d), attention.NewGrad(c.nk, c.d), attention.NewGrad(c.nk, c.d)
+				if err := b.Backward(q, k, v, want.Out, dout, want.LSE, qPos, kPos, c.causal, scale, dq, rows, dk, dv, kRows); err != nil {
+					t.Fatal(err)
+				}
+				return []attention.Grad{dq, dk, dv}
+			}
+			w, g := grads(attention.CPU, qr, kr, vr, dor), grads(be, q, k, v, dout)
+			for n, name := range []string{"dq", "dk", "dv"} {
+				for i := range w[n].Data {
+					if math.Abs(g[n].Data[i]-w[n].Data[i]) > 1e-4*(1+math.Abs(w[n].Data[i])) {
+						t.Fatalf("%s[%d] = %v, want %v", name, i, g[n].Data[i], w[n].Data[i])
+					}
+				}
+			}
+		})
 	}
 }
 

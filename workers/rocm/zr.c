@@ -156,8 +156,8 @@ static int upload(bufs* b, void** dst, const void* src, size_t size) {
     if ((rc = (x))) goto out; \
   } while (0)
 
-static int launch(void* fn, int rows, void** args) {
-  int rc = hip.ModuleLaunchKernel(fn, rows, 1, 1, 64, 1, 1, 0, NULL, args, NULL);
+static int launch(void* fn, int groups, void** args) {
+  int rc = hip.ModuleLaunchKernel(fn, groups, 1, 1, 64, 1, 1, 0, NULL, args, NULL);
   return rc ? rc : hip.DeviceSynchronize();
 }
 
@@ -225,6 +225,70 @@ int zr_attn_bwd(void* fn, int dev, const float* q, const float* k, const float* 
   TRY(upload(&b, &gdv, NULL, fk));
   void* args[] = {&gq, &gk, &gv, &go, &gdo, &gl, &gqp, &gkp, &nk, &d, &causal, &scale, &gdq, &gdk, &gdv};
   TRY(launch(fn, nq, args));
+  TRY(hip.Memcpy(dq, gdq, fq, D2H));
+  TRY(hip.Memcpy(dk, gdk, fk, D2H));
+  TRY(hip.Memcpy(dv, gdv, fk, D2H));
+out:
+  release(&b);
+  return rc;
+}
+
+static int tiles(int rows, int per) { return (rows + per - 1) / per; }
+
+int zr_attn_fwd_mfma(void* fn, int dev, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+                     const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* out,
+                     float* lse) {
+  bufs b = {.n = 0};
+  void *gq, *gk, *gv, *gqp, *gkp, *gout, *glse;
+  size_t hq = sizeof(unsigned short) * nq * d, hk = sizeof(unsigned short) * nk * d;
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  TRY(upload(&b, &gq, q, hq));
+  TRY(upload(&b, &gk, k, hk));
+  TRY(upload(&b, &gv, v, hk));
+  TRY(upload(&b, &gqp, qpos, sizeof(int) * nq));
+  TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
+  TRY(upload(&b, &gout, NULL, sizeof(float) * nq * d));
+  TRY(upload(&b, &glse, NULL, sizeof(float) * nq));
+  void* args[] = {&gq, &gk, &gv, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gout, &glse};
+  TRY(launch(fn, tiles(nq, 16), args));
+  TRY(hip.Memcpy(out, gout, sizeof(float) * nq * d, D2H));
+  TRY(hip.Memcpy(lse, glse, sizeof(float) * nq, D2H));
+out:
+  release(&b);
+  return rc;
+}
+
+int zr_attn_bwd_mfma(void* prep, void* dkdv, void* dqfn, int dev, const unsigned short* q, const unsigned short* k,
+                     const unsigned short* v, const float* out, const unsigned short* dout, const float* lse,
+                     const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq,
+                     float* dk, float* dv) {
+  bufs b = {.n = 0};
+  void *gq, *gk, *gv, *go, *gdo, *gl, *gdelta, *gqp, *gkp, *gdq, *gdk, *gdv;
+  size_t hq = sizeof(unsigned short) * nq * d, hk = sizeof(unsigned short) * nk * d;
+  size_t fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  TRY(upload(&b, &gq, q, hq));
+  TRY(upload(&b, &gk, k, hk));
+  TRY(upload(&b, &gv, v, hk));
+  TRY(upload(&b, &go, out, fq));
+  TRY(upload(&b, &gdo, dout, hq));
+  TRY(upload(&b, &gl, lse, sizeof(float) * nq));
+  TRY(upload(&b, &gdelta, NULL, sizeof(float) * nq));
+  TRY(upload(&b, &gqp, qpos, sizeof(int) * nq));
+  TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
+  TRY(upload(&b, &gdq, NULL, fq));  // zeroed: the kernels add into them
+  TRY(upload(&b, &gdk, NULL, fk));
+  TRY(upload(&b, &gdv, NULL, fk));
+  void* pargs[] = {&gdo, &go, &nq, &d, &gdelta};
+  TRY(launch(prep, tiles(nq, 64), pargs));
+  if (nk > 0) {
+    void* kargs[] = {&gq, &gk, &gv, &gdo, &gl, &gdelta, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gdk, &gdv};
+    TRY(launch(dkdv, tiles(nk, 16), kargs));
+  }
+  void* qargs[] = {&gq, &gk, &gv, &gdo, &gl, &gdelta, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gdq};
+  TRY(launch(dqfn, tiles(nq, 16), qargs));
   TRY(hip.Memcpy(dq, gdq, fq, D2H));
   TRY(hip.Memcpy(dk, gdk, fk, D2H));
   TRY(hip.Memcpy(dv, gdv, fk, D2H));

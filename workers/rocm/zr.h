@@ -27,6 +27,17 @@ int zr_attn_bwd(void* fn, int dev, const float* q, const float* k, const float* 
                 const float* dout, const float* lse, const int* qpos, const int* kpos, int nq, int nk,
                 int d, int causal, float scale, float* dq, float* dk, float* dv);
 
+// The MFMA kernels (attention_fwd_mfma.hip, attention_bwd_mfma.hip): bf16 inputs (uint16 bit
+// patterns), one wavefront per 16 rows; d a multiple of 16 up to 128. zr_attn_bwd_mfma runs
+// the three backward kernels (prep, dkdv, dq) and returns the block's gradients.
+int zr_attn_fwd_mfma(void* fn, int dev, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+                     const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* out,
+                     float* lse);
+int zr_attn_bwd_mfma(void* prep, void* dkdv, void* dqfn, int dev, const unsigned short* q, const unsigned short* k,
+                     const unsigned short* v, const float* out, const unsigned short* dout, const float* lse,
+                     const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq,
+                     float* dk, float* dv);
+
 // RCCL: status codes are ncclResult_t (negative: a HIP error); zr_rccl_error names one.
 typedef struct { char internal[128]; } zr_uid;
 typedef struct zr_comm zr_comm;

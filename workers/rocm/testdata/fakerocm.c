@@ -74,14 +74,17 @@ int hipModuleLoad(void** mod, const char* path) {
   return OK;
 }
 
-enum { K_FWD = 1, K_MERGE, K_BWD };
+enum { K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ };
 int hipModuleGetFunction(void** fn, void* mod, const char* name) {
-  static int ids[] = {K_FWD, K_MERGE, K_BWD};
-  if (!strcmp(name, "zaya_attn_fwd")) *fn = &ids[0];
-  else if (!strcmp(name, "zaya_attn_merge")) *fn = &ids[1];
-  else if (!strcmp(name, "zaya_attn_bwd")) *fn = &ids[2];
-  else return E_NOT_FOUND;
-  return OK;
+  static int ids[] = {K_FWD, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ};
+  static const char* names[] = {"zaya_attn_fwd", "zaya_attn_merge", "zaya_attn_bwd", "zaya_attn_fwd_mfma",
+                                "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"};
+  for (int i = 0; i < (int)(sizeof ids / sizeof ids[0]); ++i)
+    if (!strcmp(name, names[i])) {
+      *fn = &ids[i];
+      return OK;
+    }
+  return E_NOT_FOUND;
 }
 
 #define ARG(T, i) (*(T*)args[i])
@@ -156,6 +159,103 @@ static void bwd(unsigned rows, void** args) {
   }
 }
 
+// The MFMA kernels' host renditions: bf16 inputs widened to fp32, the same formulas in fp32
+// (no matrix-core rounding of P and dS), over the tiles of the grid.
+static float wide(unsigned short h) {
+  unsigned u = (unsigned)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static void fwd_mfma(unsigned groups, void** args) {
+  const unsigned short *q = ARG(unsigned short*, 0), *k = ARG(unsigned short*, 1), *v = ARG(unsigned short*, 2);
+  const int *qpos = ARG(int*, 3), *kpos = ARG(int*, 4);
+  int nq = ARG(int, 5), nk = ARG(int, 6), d = ARG(int, 7), causal = ARG(int, 8);
+  float scale = ARG(float, 9);
+  float *out = ARG(float*, 10), *lse = ARG(float*, 11);
+  for (int r = 0; r < nq && r < (int)groups * 16; ++r) {
+    float mx = ZAYA_NEG_INF, sum = 0;
+    for (int j = 0; j < nk; ++j) {
+      if (!zaya_visible(causal, qpos[r], kpos[j])) continue;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += wide(q[r * d + c]) * wide(k[j * d + c]);
+      if (s * scale > mx) mx = s * scale;
+    }
+    for (int c = 0; c < d; ++c) out[r * d + c] = 0;
+    for (int j = 0; j < nk && mx != ZAYA_NEG_INF; ++j) {
+      if (!zaya_visible(causal, qpos[r], kpos[j])) continue;
+      float s = 0;
+      for (int c = 0; c < d; ++c) s += wide(q[r * d + c]) * wide(k[j * d + c]);
+      float p = expf(s * scale - mx);
+      sum += p;
+      for (int c = 0; c < d; ++c) out[r * d + c] += p * wide(v[j * d + c]);
+    }
+    for (int c = 0; c < d && sum > 0; ++c) out[r * d + c] /= sum;
+    lse[r] = sum > 0 ? mx + logf(sum) : ZAYA_NEG_INF;
+  }
+}
+
+static void bwd_prep(unsigned groups, void** args) {
+  const unsigned short* dout = ARG(unsigned short*, 0);
+  const float* o = ARG(float*, 1);
+  int n = ARG(int, 2), d = ARG(int, 3);
+  float* delta = ARG(float*, 4);
+  for (int r = 0; r < n && r < (int)groups * ZAYA_WAVE; ++r) {
+    float s = 0;
+    for (int c = 0; c < d; ++c) s += wide(dout[r * d + c]) * o[r * d + c];
+    delta[r] = s;
+  }
+}
+
+// bwd_pair is query r against key j: P and dS, 0 where the mask hides the key.
+static void bwd_pair(void** args, int r, int j, float* p, float* ds) {
+  const unsigned short *q = ARG(unsigned short*, 0), *k = ARG(unsigned short*, 1), *v = ARG(unsigned short*, 2),
+                       *dout = ARG(unsigned short*, 3);
+  const float *lse = ARG(float*, 4), *delta = ARG(float*, 5);
+  const int *qpos = ARG(int*, 6), *kpos = ARG(int*, 7);
+  int d = ARG(int, 10), causal = ARG(int, 11);
+  float scale = ARG(float, 12);
+  *p = *ds = 0;
+  if (lse[r] == ZAYA_NEG_INF || !zaya_visible(causal, qpos[r], kpos[j])) return;
+  float s = 0, dp = 0;
+  for (int c = 0; c < d; ++c) {
+    s += wide(q[r * d + c]) * wide(k[j * d + c]);
+    dp += wide(dout[r * d + c]) * wide(v[j * d + c]);
+  }
+  *p = expf(s * scale - lse[r]);
+  *ds = *p * (dp - delta[r]);
+}
+
+static void bwd_dkdv(unsigned groups, void** args) {
+  const unsigned short *q = ARG(unsigned short*, 0), *dout = ARG(unsigned short*, 3);
+  int nq = ARG(int, 8), nk = ARG(int, 9), d = ARG(int, 10);
+  float scale = ARG(float, 12);
+  float *dk = ARG(float*, 13), *dv = ARG(float*, 14);
+  for (int j = 0; j < nk && j < (int)groups * 16; ++j)
+    for (int r = 0; r < nq; ++r) {
+      float p, ds;
+      bwd_pair(args, r, j, &p, &ds);
+      for (int c = 0; c < d; ++c) {
+        dv[j * d + c] += p * wide(dout[r * d + c]);
+        dk[j * d + c] += scale * ds * wide(q[r * d + c]);
+      }
+    }
+}
+
+static void bwd_dq(unsigned groups, void** args) {
+  const unsigned short* k = ARG(unsigned short*, 1);
+  int nq = ARG(int, 8), nk = ARG(int, 9), d = ARG(int, 10);
+  float scale = ARG(float, 12);
+  float* dq = ARG(float*, 13);
+  for (int r = 0; r < nq && r < (int)groups * 16; ++r)
+    for (int j = 0; j < nk; ++j) {
+      float p, ds;
+      bwd_pair(args, r, j, &p, &ds);
+      for (int c = 0; c < d; ++c) dq[r * d + c] += scale * ds * wide(k[j * d + c]);
+    }
+}
+
 int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, void* stream, void** args, void** extra) {
   if (gy != 1 || gz != 1 || bx != ZAYA_WAVE || by != 1 || bz != 1 || extra) return E_INVALID_VALUE;
@@ -163,6 +263,10 @@ int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
     case K_FWD: fwd(gx, args); break;
     case K_MERGE: merge(gx, args); break;
     case K_BWD: bwd(gx, args); break;
+    case K_FWD_MFMA: fwd_mfma(gx, args); break;
+    case K_BWD_PREP: bwd_prep(gx, args); break;
+    case K_BWD_DKDV: bwd_dkdv(gx, args); break;
+    case K_BWD_DQ: bwd_dq(gx, args); break;
     default: return E_INVALID_VALUE;
   }
   return OK;
