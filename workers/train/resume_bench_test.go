@@ -88,7 +88,9 @@ func resumeAll(b testing.TB, ranks []*rankState, resume func(*rankState) error) 
 		if r.res.Step != 100 {
 			b.Fatalf("rank %d resumed at step %d, want 100", r.rank, r.res.Step)
 		}
-		r.res = Result{}
+		// As the next start of the same generation: resume numbered this one's attempt
+		// generation<<20 + k, which is not a generation to fence with again.
+		r.res, r.cfg.Attempt = Result{}, 0
 	}
 }
 
