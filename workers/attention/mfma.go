@@ -3,6 +3,8 @@ package attention
 import (
 	"fmt"
 	"math"
+
+	"github.com/zaya-operator/zaya-operator/workers/mfma"
 )
 
 // The MFMA flash-attention forward (workers/hip/attention_fwd_mfma.hip) run on the CPU: the
@@ -17,59 +19,25 @@ const (
 	mfmaN    = 16
 	mfmaK    = 16
 	MFMAMaxD = 128
-	wave     = 64
+	wave     = mfma.Wave
 )
-
-// BF16 rounds f to bfloat16 (nearest even), as the kernel's f32_to_bf16.
-func BF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7f800000 == 0x7f800000 {
-		return uint16(u >> 16)
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
-
-// FromBF16 widens a bfloat16 to float32.
-func FromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // RoundBF16 is m with every element rounded to bfloat16 (the kernel's inputs).
 func RoundBF16(m Matrix) Matrix {
 	out := NewMatrix(m.Rows, m.Cols)
 	for i, x := range m.Data {
-		out.Data[i] = FromBF16(BF16(x))
+		out.Data[i] = mfma.FromBF16(mfma.BF16(x))
 	}
 	return out
 }
 
+// The instruction and its operands, as package mfma emulates them.
 type (
-	bf16x4 [4]uint16
-	f32x4  [4]float32
+	bf16x4 = mfma.BF16x4
+	f32x4  = mfma.F32x4
 )
 
-// mfma16x16x16bf16 is v_mfma_f32_16x16x16_bf16 over a wavefront: lane l holds A[l%16][4(l/16)+j],
-// B[4(l/16)+j][l%16] and C, D[4(l/16)+i][l%16]; D = C + A B, accumulated in float32.
-func mfma16x16x16bf16(a, b *[wave]bf16x4, c *[wave]f32x4) [wave]f32x4 {
-	var am, bm [mfmaM][mfmaK]float32
-	for l := range wave {
-		for j := range 4 {
-			am[l%16][4*(l/16)+j] = FromBF16(a[l][j])
-			bm[4*(l/16)+j][l%16] = FromBF16(b[l][j])
-		}
-	}
-	var d [wave]f32x4
-	for l := range wave {
-		for i := range 4 {
-			m, n := 4*(l/16)+i, l%16
-			acc := c[l][i]
-			for k := range mfmaK {
-				acc += am[m][k] * bm[k][n]
-			}
-			d[l][i] = acc
-		}
-	}
-	return d
-}
+var mfma16x16x16bf16 = mfma.Mul
 
 // groupReduce is the kernel's xor-shuffle reduction over the 16 lanes of each row group.
 func groupReduce(x *[wave]float32, op func(a, b float32) float32) {
@@ -103,7 +71,7 @@ func ForwardMFMA(q, k, v Matrix, qPos, kPos []int, causal bool, scale float64) (
 		for e := range mfmaM * d {
 			r, c := e/d, e%d
 			if row0+r < nq {
-				qs[r*d+c] = BF16(q.Data[(row0+r)*d+c])
+				qs[r*d+c] = mfma.BF16(q.Data[(row0+r)*d+c])
 			}
 		}
 		var qp [wave][4]int
@@ -127,7 +95,7 @@ func ForwardMFMA(q, k, v Matrix, qPos, kPos []int, causal bool, scale float64) (
 				r, c := e/d, e%d
 				ks[r*d+c], vs[r*d+c] = 0, 0
 				if base+r < nk {
-					ks[r*d+c], vs[r*d+c] = BF16(k.Data[(base+r)*d+c]), BF16(v.Data[(base+r)*d+c])
+					ks[r*d+c], vs[r*d+c] = mfma.BF16(k.Data[(base+r)*d+c]), mfma.BF16(v.Data[(base+r)*d+c])
 				}
 			}
 			for j := range mfmaN {
@@ -182,7 +150,7 @@ func ForwardMFMA(q, k, v Matrix, qPos, kPos []int, causal bool, scale float64) (
 				for l := range wave {
 					runSum[l][i] = runSum[l][i]*corr[l][i] + sum[l]
 					runMax[l][i] = newMax[l]
-					ps[(4*(l/16)+i)*mfmaN+l%16] = BF16(p[l])
+					ps[(4*(l/16)+i)*mfmaN+l%16] = mfma.BF16(p[l])
 				}
 			}
 			// O = O corr + P V.

@@ -3,6 +3,8 @@ package attention
 import (
 	"fmt"
 	"math"
+
+	"github.com/zaya-operator/zaya-operator/workers/mfma"
 )
 
 // BackwardMFMA is Backward as the MFMA backward kernels (workers/hip/attention_bwd_mfma.hip)
@@ -28,7 +30,7 @@ func BackwardMFMA(q, k, v, out, dout Matrix, lse []float64, qPos, kPos []int, ca
 		b.lse[r] = float32(lse[r])
 		var s float32 // zaya_attn_bwd_mfma_prep
 		for c := range d {
-			s += FromBF16(b.do[r*d+c]) * out.Data[r*d+c]
+			s += mfma.FromBF16(b.do[r*d+c]) * out.Data[r*d+c]
 		}
 		b.delta[r] = s
 	}
@@ -53,7 +55,7 @@ type bwdInputs struct {
 func toBF16(m Matrix) []uint16 {
 	out := make([]uint16, len(m.Data))
 	for i, x := range m.Data {
-		out[i] = BF16(x)
+		out[i] = mfma.BF16(x)
 	}
 	return out
 }
@@ -137,8 +139,8 @@ func (b *bwdInputs) dkdv(key0 int, dk, dv Grad, kRows []int) {
 				if qr < b.nq {
 					dl = b.delta[qr]
 				}
-				pts[(4*grp+i)*mfmaN+col] = BF16(p)
-				dsts[(4*grp+i)*mfmaN+col] = BF16(p * (dpt[l][i] - dl))
+				pts[(4*grp+i)*mfmaN+col] = mfma.BF16(p)
+				dsts[(4*grp+i)*mfmaN+col] = mfma.BF16(p * (dpt[l][i] - dl))
 			}
 		}
 		pa, dsa := transposeA(&pts), transposeA(&dsts)
@@ -191,7 +193,7 @@ func (b *bwdInputs) dq(q0 int, dq Grad, qRows []int) {
 						p = float32(math.Exp(float64(s[l][i]*b.scale - b.lse[qr])))
 					}
 				}
-				dss[(4*grp+i)*mfmaN+col] = BF16(p * (dp[l][i] - dl))
+				dss[(4*grp+i)*mfmaN+col] = mfma.BF16(p * (dp[l][i] - dl))
 			}
 		}
 		dsa := transposeA(&dss)

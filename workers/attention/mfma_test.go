@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/zaya-operator/zaya-operator/workers/mfma"
 )
 
 // The MFMA kernel's steps, run on the CPU, give attention within bfloat16's precision: the
@@ -102,7 +104,7 @@ func TestBF16Rounding(t *testing.T) {
 		{1 + 1.0/128 + 1e-6, 1 + 1.0/128},
 		{float32(math.Inf(-1)), float32(math.Inf(-1))},
 	} {
-		if got := FromBF16(BF16(c.in)); got != c.want {
+		if got := mfma.FromBF16(mfma.BF16(c.in)); got != c.want {
 			t.Errorf("bf16(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}

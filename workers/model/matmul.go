@@ -2,6 +2,7 @@ package model
 
 import (
 	"github.com/zaya-operator/zaya-operator/workers/attention"
+	"github.com/zaya-operator/zaya-operator/workers/mfma"
 )
 
 // mul does the model's matrix products at its precision: inputs rounded as the matrix cores
@@ -14,7 +15,7 @@ func (m mul) in(x attention.Matrix) []float32 {
 	}
 	out := make([]float32, len(x.Data))
 	for i, v := range x.Data {
-		out[i] = attention.FromBF16(attention.BF16(v)) // as the kernels round
+		out[i] = mfma.FromBF16(mfma.BF16(v)) // as the kernels round
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 	"github.com/zaya-operator/zaya-operator/workers/hip"
+	"github.com/zaya-operator/zaya-operator/workers/mfma"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
 
@@ -181,7 +182,7 @@ func MFMA(d int) bool { return d > 0 && d%16 == 0 && d <= attention.MFMAMaxD }
 func bf16(m attention.Matrix) []C.ushort {
 	out := make([]C.ushort, len(m.Data))
 	for i, x := range m.Data {
-		out[i] = C.ushort(attention.BF16(x))
+		out[i] = C.ushort(mfma.BF16(x))
 	}
 	return out
 }

@@ -1,9 +1,9 @@
-// Package train is the reference training job of the worker: a small attention model on
-// seeded synthetic data, trained data parallel × context parallel (ring attention) over the
-// ranks of the worker contract, with distributed checkpoints and resume. Every rank sees the
-// same all-reduced gradients bit for bit, and data depends only on (seed, step, data-parallel
-// index), so a run resumed from a checkpoint ends with exactly the parameters of a run that
-// never stopped.
+// Package train is the reference training job of the worker: the decoder of workers/model on
+// seeded synthetic text, trained data parallel × context parallel (ring attention) over the
+// ranks of the worker contract with AdamW, with distributed checkpoints (weights and the
+// optimizer's moments) and resume. Every rank sees the same all-reduced gradients bit for
+// bit, and data depends only on (seed, step, data-parallel index), so a run resumed from a
+// checkpoint ends with exactly the parameters of a run that never stopped.
 package train
 
 import (
