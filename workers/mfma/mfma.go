@@ -10,11 +10,11 @@ import "math"
 // Wave is a gfx942 wavefront's lane count.
 const Wave = 64
 
-// BF16x4 and F32x4 are one lane's operands and accumulators of the 16x16x16 instruction.
-type (
-	BF16x4 [4]uint16
-	F32x4  [4]float32
-)
+// BF16x4 is one lane's A or B operand of the 16x16x16 instruction.
+type BF16x4 [4]uint16
+
+// F32x4 is one lane's accumulator (C, D) of the 16x16x16 instruction.
+type F32x4 [4]float32
 
 // BF16 rounds f to bfloat16 (nearest, ties to even), as the kernels' f32_to_bf16; Inf and NaN
 // keep their top half.
