@@ -18,6 +18,7 @@ var kernels = map[string][]string{
 	"attention_bwd.hip":      {"zaya_attn_bwd"},
 	"attention_fwd_mfma.hip": {"zaya_attn_fwd_mfma"},
 	"attention_bwd_mfma.hip": {"zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"},
+	"gemm_mfma.hip":          {"zaya_gemm_mfma"},
 }
 
 // kernelMeta is what the assembler metadata says about one kernel.
@@ -221,7 +222,7 @@ func kernelSection(t *testing.T, asm, name string) string {
 // kernels: their products are bf16 matrix instructions, their tiles go through LDS, the
 // backward's sums use no atomics (deterministic), and each fits the occupancy it targets
 // (2 waves per SIMD: at most 256 of the 512 unified VGPRs/AGPRs a lane has, no scratch; LDS
-// at most 16 KiB per one-wave work-group).
+// at most 16 KiB per work-group).
 func TestMFMAKernelRunsOnTheMatrixCores(t *testing.T) {
 	clang := hipClang(t)
 	for _, c := range []struct {
@@ -231,6 +232,7 @@ func TestMFMAKernelRunsOnTheMatrixCores(t *testing.T) {
 		{"attention_fwd_mfma.hip", "zaya_attn_fwd_mfma", 1 + 128/16},        // S = Q K^T: 1 in a loop; P V: one per 16 columns
 		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", 4 * 128 / 16}, // S^T, dP^T, dV, dK: one per 16 columns each
 		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", 3 * 128 / 16},   // S, dP, dQ
+		{"gemm_mfma.hip", "zaya_gemm_mfma", 2 * 2 * 2},                      // 2x2 tiles per wavefront, 2 K steps per slice
 	} {
 		t.Run(c.kernel, func(t *testing.T) {
 			asm := kernelSection(t, compile(t, clang, c.file), c.kernel)
