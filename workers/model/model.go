@@ -30,8 +30,11 @@ func (s Shape) Validate() error {
 		return fmt.Errorf("dim %d, layers %d, heads %d, ffn %d: want each at least 1", s.Dim, s.Layers, s.Heads, s.FFN)
 	case s.Dim%s.Heads != 0:
 		return fmt.Errorf("dim %d is not a multiple of heads %d", s.Dim, s.Heads)
-	case s.NumParams() > 1<<31:
-		return fmt.Errorf("%d parameters: this reference model keeps at most 2^31", s.NumParams())
+	}
+	// In float64 first: sizes from flags can be large enough that the int product wraps.
+	v, d, l, f := float64(s.Vocab), float64(s.Dim), float64(s.Layers), float64(s.FFN)
+	if n := v*d + l*(2*d+4*d*d+2*d*f) + d; n > 1<<31 {
+		return fmt.Errorf("%.3g parameters: this reference model keeps at most 2^31", n)
 	}
 	return nil
 }
