@@ -185,7 +185,7 @@ func TestShape(t *testing.T) {
 	}
 	for _, bad := range []Shape{{Vocab: 1, Dim: 4, Layers: 1, Heads: 1, FFN: 1}, {Vocab: 4, Dim: 6, Layers: 1, Heads: 4, FFN: 1}, {Vocab: 4, Dim: 4, Layers: 0, Heads: 1, FFN: 1},
 		{Vocab: 1 << 40, Dim: 1 << 40, Layers: 1, Heads: 1, FFN: 1}, // the int product wraps negative
-		{Vocab: 2, Dim: 1 << 16, Layers: 1, Heads: 1, FFN: 1}} { // 2^34 parameters
+		{Vocab: 2, Dim: 1 << 16, Layers: 1, Heads: 1, FFN: 1}} {     // 2^34 parameters
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)
 		}
