@@ -71,15 +71,7 @@ func TestMFMABackwardRingBlocksSumToTheFullGradients(t *testing.T) {
 	dout := RoundBF16(randomMatrix(r, n, d, 1))
 	scale := 1 / math.Sqrt(d)
 	out, lse := refOut(q, k, v, true, scale)
-	rows := func(rank int) []int {
-		var idx []int
-		for _, b := range []int{rank, 2*p - 1 - rank} {
-			for i := range blk {
-				idx = append(idx, b*blk+i)
-			}
-		}
-		return idx
-	}
+	rows := func(rank int) []int { return zigzagRows(p, blk, rank) }
 	dq, dk, dv := NewGrad(n, d), NewGrad(n, d), NewGrad(n, d)
 	for qr := range p {
 		qi := rows(qr)

@@ -38,15 +38,7 @@ func TestMFMAForwardRingBlocksMergeToFullAttention(t *testing.T) {
 	q, k, v := RoundBF16(randomMatrix(r, n, d, 2)), RoundBF16(randomMatrix(r, n, d, 2)), RoundBF16(randomMatrix(r, n, d, 1))
 	scale := 1 / math.Sqrt(d)
 	want, wantLSE := Reference(q, k, v, true, scale)
-	rows := func(rank int) []int {
-		var idx []int
-		for _, b := range []int{rank, 2*p - 1 - rank} {
-			for i := range blk {
-				idx = append(idx, b*blk+i)
-			}
-		}
-		return idx
-	}
+	rows := func(rank int) []int { return zigzagRows(p, blk, rank) }
 	for qr := range p {
 		qi := rows(qr)
 		acc := EmptyPartial(len(qi), d)
@@ -108,4 +100,16 @@ func TestBF16Rounding(t *testing.T) {
 			t.Errorf("bf16(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}
+}
+
+// zigzagRows are the sequence rows rank holds in a zigzag ring of p ranks with blocks of blk
+// tokens: blocks rank and 2p-1-rank.
+func zigzagRows(p, blk, rank int) []int {
+	var idx []int
+	for _, b := range []int{rank, 2*p - 1 - rank} {
+		for i := range blk {
+			idx = append(idx, b*blk+i)
+		}
+	}
+	return idx
 }

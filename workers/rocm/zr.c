@@ -204,30 +204,53 @@ out:
   return rc;
 }
 
+// The device side of a backward call: its inputs, positions and zeroed gradients.
+typedef struct {
+  void *q, *k, *v, *out, *dout, *lse, *qpos, *kpos, *dq, *dk, *dv;
+} bwd_bufs;
+
+// bwd_upload copies a backward call's inputs to the device (q, k, v and dout of elem bytes
+// each: fp32 or bf16) and allocates its gradients, zeroed: the kernels add into them.
+static int bwd_upload(bufs* b, bwd_bufs* g, size_t elem, const void* q, const void* k, const void* v,
+                      const float* out, const void* dout, const float* lse, const int* qpos, const int* kpos, int nq,
+                      int nk, int d) {
+  int rc;
+  size_t eq = elem * nq * d, ek = elem * nk * d, fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  TRY(upload(b, &g->q, q, eq));
+  TRY(upload(b, &g->k, k, ek));
+  TRY(upload(b, &g->v, v, ek));
+  TRY(upload(b, &g->out, out, fq));
+  TRY(upload(b, &g->dout, dout, eq));
+  TRY(upload(b, &g->lse, lse, sizeof(float) * nq));
+  TRY(upload(b, &g->qpos, qpos, sizeof(int) * nq));
+  TRY(upload(b, &g->kpos, kpos, sizeof(int) * nk));
+  TRY(upload(b, &g->dq, NULL, fq));
+  TRY(upload(b, &g->dk, NULL, fk));
+  TRY(upload(b, &g->dv, NULL, fk));
+out:
+  return rc;
+}
+
+static int bwd_download(bwd_bufs* g, float* dq, float* dk, float* dv, int nq, int nk, int d) {
+  int rc;
+  TRY(hip.Memcpy(dq, g->dq, sizeof(float) * nq * d, D2H));
+  TRY(hip.Memcpy(dk, g->dk, sizeof(float) * nk * d, D2H));
+  TRY(hip.Memcpy(dv, g->dv, sizeof(float) * nk * d, D2H));
+out:
+  return rc;
+}
+
 int zr_attn_bwd(void* fn, int dev, const float* q, const float* k, const float* v, const float* out,
                 const float* dout, const float* lse, const int* qpos, const int* kpos, int nq, int nk,
                 int d, int causal, float scale, float* dq, float* dk, float* dv) {
   bufs b = {.n = 0};
-  void *gq, *gk, *gv, *go, *gdo, *gl, *gqp, *gkp, *gdq, *gdk, *gdv;
-  size_t fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  bwd_bufs g;
   int rc = hip.SetDevice(dev);
   if (rc || nq == 0) return rc;
-  TRY(upload(&b, &gq, q, fq));
-  TRY(upload(&b, &gk, k, fk));
-  TRY(upload(&b, &gv, v, fk));
-  TRY(upload(&b, &go, out, fq));
-  TRY(upload(&b, &gdo, dout, fq));
-  TRY(upload(&b, &gl, lse, sizeof(float) * nq));
-  TRY(upload(&b, &gqp, qpos, sizeof(int) * nq));
-  TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
-  TRY(upload(&b, &gdq, NULL, fq));
-  TRY(upload(&b, &gdk, NULL, fk));
-  TRY(upload(&b, &gdv, NULL, fk));
-  void* args[] = {&gq, &gk, &gv, &go, &gdo, &gl, &gqp, &gkp, &nk, &d, &causal, &scale, &gdq, &gdk, &gdv};
+  TRY(bwd_upload(&b, &g, sizeof(float), q, k, v, out, dout, lse, qpos, kpos, nq, nk, d));
+  void* args[] = {&g.q, &g.k, &g.v, &g.out, &g.dout, &g.lse, &g.qpos, &g.kpos, &nk, &d, &causal, &scale, &g.dq, &g.dk, &g.dv};
   TRY(launch(fn, nq, args));
-  TRY(hip.Memcpy(dq, gdq, fq, D2H));
-  TRY(hip.Memcpy(dk, gdk, fk, D2H));
-  TRY(hip.Memcpy(dv, gdv, fk, D2H));
+  TRY(bwd_download(&g, dq, dk, dv, nq, nk, d));
 out:
   release(&b);
   return rc;
@@ -264,34 +287,21 @@ int zr_attn_bwd_mfma(void* prep, void* dkdv, void* dqfn, int dev, const unsigned
                      const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq,
                      float* dk, float* dv) {
   bufs b = {.n = 0};
-  void *gq, *gk, *gv, *go, *gdo, *gl, *gdelta, *gqp, *gkp, *gdq, *gdk, *gdv;
-  size_t hq = sizeof(unsigned short) * nq * d, hk = sizeof(unsigned short) * nk * d;
-  size_t fq = sizeof(float) * nq * d, fk = sizeof(float) * nk * d;
+  bwd_bufs g;
+  void* gdelta;
   int rc = hip.SetDevice(dev);
   if (rc || nq == 0) return rc;
-  TRY(upload(&b, &gq, q, hq));
-  TRY(upload(&b, &gk, k, hk));
-  TRY(upload(&b, &gv, v, hk));
-  TRY(upload(&b, &go, out, fq));
-  TRY(upload(&b, &gdo, dout, hq));
-  TRY(upload(&b, &gl, lse, sizeof(float) * nq));
+  TRY(bwd_upload(&b, &g, sizeof(unsigned short), q, k, v, out, dout, lse, qpos, kpos, nq, nk, d));
   TRY(upload(&b, &gdelta, NULL, sizeof(float) * nq));
-  TRY(upload(&b, &gqp, qpos, sizeof(int) * nq));
-  TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
-  TRY(upload(&b, &gdq, NULL, fq));  // zeroed: the kernels add into them
-  TRY(upload(&b, &gdk, NULL, fk));
-  TRY(upload(&b, &gdv, NULL, fk));
-  void* pargs[] = {&gdo, &go, &nq, &d, &gdelta};
+  void* pargs[] = {&g.dout, &g.out, &nq, &d, &gdelta};
   TRY(launch(prep, tiles(nq, 64), pargs));
   if (nk > 0) {
-    void* kargs[] = {&gq, &gk, &gv, &gdo, &gl, &gdelta, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gdk, &gdv};
+    void* kargs[] = {&g.q, &g.k, &g.v, &g.dout, &g.lse, &gdelta, &g.qpos, &g.kpos, &nq, &nk, &d, &causal, &scale, &g.dk, &g.dv};
     TRY(launch(dkdv, tiles(nk, 16), kargs));
   }
-  void* qargs[] = {&gq, &gk, &gv, &gdo, &gl, &gdelta, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gdq};
+  void* qargs[] = {&g.q, &g.k, &g.v, &g.dout, &g.lse, &gdelta, &g.qpos, &g.kpos, &nq, &nk, &d, &causal, &scale, &g.dq};
   TRY(launch(dqfn, tiles(nq, 16), qargs));
-  TRY(hip.Memcpy(dq, gdq, fq, D2H));
-  TRY(hip.Memcpy(dk, gdk, fk, D2H));
-  TRY(hip.Memcpy(dv, gdv, fk, D2H));
+  TRY(bwd_download(&g, dq, dk, dv, nq, nk, d));
 out:
   release(&b);
   return rc;
