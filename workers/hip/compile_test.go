@@ -19,6 +19,7 @@ var kernels = map[string][]string{
 	"attention_fwd_mfma.hip": {"zaya_attn_fwd_mfma"},
 	"attention_bwd_mfma.hip": {"zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"},
 	"gemm_mfma.hip":          {"zaya_gemm_mfma"},
+	"adamw.hip":              {"zaya_adamw", "zaya_cast_bf16"},
 }
 
 // kernelMeta is what the assembler metadata says about one kernel.

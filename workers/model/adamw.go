@@ -16,6 +16,14 @@ func DefaultAdamW(lr float64) AdamW {
 	return AdamW{LR: lr, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Clip: 1}
 }
 
+// ClipFactor is what the gradient is scaled by when its global norm is norm.
+func (o AdamW) ClipFactor(norm float64) float64 {
+	if o.Clip > 0 && norm > o.Clip {
+		return o.Clip / norm
+	}
+	return 1
+}
+
 // Update takes step t (1 for the first) of the optimizer: params are the fp32 master
 // weights, m and v its moments, grad the step's gradient (all ranks' summed).
 func (o AdamW) Update(s Shape, params, m, v []float32, grad []float64, t int64) error {
@@ -24,16 +32,11 @@ func (o AdamW) Update(s Shape, params, m, v []float32, grad []float64, t int64) 
 		return fmt.Errorf("adamw: %d parameters, %d/%d moments, %d gradients, step %d for a model of %d",
 			len(params), len(m), len(v), len(grad), t, n)
 	}
-	clip := 1.0
-	if o.Clip > 0 {
-		var ss float64
-		for _, g := range grad {
-			ss += g * g
-		}
-		if norm := math.Sqrt(ss); norm > o.Clip {
-			clip = o.Clip / norm
-		}
+	var ss float64
+	for _, g := range grad {
+		ss += g * g
 	}
+	clip := o.ClipFactor(math.Sqrt(ss))
 	c1, c2 := 1-math.Pow(o.Beta1, float64(t)), 1-math.Pow(o.Beta2, float64(t))
 	for i, g := range grad {
 		g *= clip

@@ -204,6 +204,50 @@ out:
   return rc;
 }
 
+int zr_alloc(int dev, size_t n, void** p) {
+  int rc = hip.SetDevice(dev);
+  return rc ? rc : hip.Malloc(p, n ? n : 4);
+}
+
+int zr_release(int dev, void* p) {
+  int rc = hip.SetDevice(dev);
+  return rc ? rc : hip.Free(p);
+}
+
+int zr_copy_in(int dev, void* dst, const void* src, size_t n) {
+  int rc = hip.SetDevice(dev);
+  return rc || n == 0 ? rc : hip.Memcpy(dst, src, n, H2D);
+}
+
+int zr_copy_out(int dev, void* dst, const void* src, size_t n) {
+  int rc = hip.SetDevice(dev);
+  return rc || n == 0 ? rc : hip.Memcpy(dst, src, n, D2H);
+}
+
+int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, int n, int k, int lda, int ldb,
+            int ldc, int ta, int tb, int accumulate) {
+  int rc = hip.SetDevice(dev);
+  if (rc || m == 0 || n == 0) return rc;
+  void* args[] = {&a, &b, &c, &m, &n, &k, &lda, &ldb, &ldc, &ta, &tb, &accumulate};
+  rc = hip.ModuleLaunchKernel(fn, (n + 63) / 64, (m + 63) / 64, 1, 256, 1, 1, 0, NULL, args, NULL);
+  return rc ? rc : hip.DeviceSynchronize();
+}
+
+int zr_adamw(void* fn, int dev, float* p, float* m, float* v, const float* g, const unsigned char* decay, int n,
+             float lr, float beta1, float beta2, float eps, float wd, float c1, float c2, float clip) {
+  int rc = hip.SetDevice(dev);
+  if (rc || n == 0) return rc;
+  void* args[] = {&p, &m, &v, &g, &decay, &n, &lr, &beta1, &beta2, &eps, &wd, &c1, &c2, &clip};
+  return launch(fn, (n + 63) / 64, args);
+}
+
+int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n) {
+  int rc = hip.SetDevice(dev);
+  if (rc || n == 0) return rc;
+  void* args[] = {&x, &y, &n};
+  return launch(fn, (n + 63) / 64, args);
+}
+
 // The device side of a backward call: its inputs, positions and zeroed gradients.
 typedef struct {
   void *q, *k, *v, *out, *dout, *lse, *qpos, *kpos, *dq, *dk, *dv;

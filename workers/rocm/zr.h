@@ -38,6 +38,19 @@ int zr_attn_bwd_mfma(void* prep, void* dkdv, void* dqfn, int dev, const unsigned
                      const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq,
                      float* dk, float* dv);
 
+// Device memory the caller keeps across calls (the device-resident step: allocated once,
+// copied in or out only when the host needs it), and the kernels that work on it in place.
+int zr_alloc(int dev, size_t n, void** p);
+int zr_release(int dev, void* p);
+int zr_copy_in(int dev, void* dst, const void* src, size_t n);
+int zr_copy_out(int dev, void* dst, const void* src, size_t n);
+// zr_gemm: c (+)= op(a) op(b), a and b bf16, c fp32 (gemm_mfma.hip).
+int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, int n, int k, int lda, int ldb,
+            int ldc, int ta, int tb, int accumulate);
+int zr_adamw(void* fn, int dev, float* p, float* m, float* v, const float* g, const unsigned char* decay, int n,
+             float lr, float beta1, float beta2, float eps, float wd, float c1, float c2, float clip);
+int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n);
+
 // RCCL: status codes are ncclResult_t (negative: a HIP error); zr_rccl_error names one.
 typedef struct { char internal[128]; } zr_uid;
 typedef struct zr_comm zr_comm;

@@ -74,11 +74,13 @@ int hipModuleLoad(void** mod, const char* path) {
   return OK;
 }
 
-enum { K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ };
+enum { K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST };
 int hipModuleGetFunction(void** fn, void* mod, const char* name) {
-  static int ids[] = {K_FWD, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ};
-  static const char* names[] = {"zaya_attn_fwd", "zaya_attn_merge", "zaya_attn_bwd", "zaya_attn_fwd_mfma",
-                                "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"};
+  static int ids[] = {K_FWD, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST};
+  static const char* names[] = {"zaya_attn_fwd",           "zaya_attn_merge",         "zaya_attn_bwd",
+                                "zaya_attn_fwd_mfma",      "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv",
+                                "zaya_attn_bwd_mfma_dq",   "zaya_gemm_mfma",          "zaya_adamw",
+                                "zaya_cast_bf16"};
   for (int i = 0; i < (int)(sizeof ids / sizeof ids[0]); ++i)
     if (!strcmp(name, names[i])) {
       *fn = &ids[i];
@@ -256,8 +258,57 @@ static void bwd_dq(unsigned groups, void** args) {
     }
 }
 
+// gemm: C (+)= op(A) op(B) over the (gx, gy) grid of 64x64 tiles, each element's products summed
+// over K in order (the kernel's lane order); the grid must cover C.
+static void gemm(unsigned gx, unsigned gy, void** args) {
+  const unsigned short *a = ARG(unsigned short*, 0), *b = ARG(unsigned short*, 1);
+  float* c = ARG(float*, 2);
+  int m = ARG(int, 3), n = ARG(int, 4), k = ARG(int, 5), lda = ARG(int, 6), ldb = ARG(int, 7), ldc = ARG(int, 8);
+  int ta = ARG(int, 9), tb = ARG(int, 10), acc = ARG(int, 11);
+  for (int i = 0; i < m && i < (int)gy * 64; ++i)
+    for (int j = 0; j < n && j < (int)gx * 64; ++j) {
+      float s = 0;
+      for (int x = 0; x < k; ++x) s += wide(ta ? a[x * lda + i] : a[i * lda + x]) * wide(tb ? b[j * ldb + x] : b[x * ldb + j]);
+      c[i * ldc + j] = acc ? c[i * ldc + j] + s : s;
+    }
+}
+
+static void adamw(unsigned groups, void** args) {
+  float *p = ARG(float*, 0), *m = ARG(float*, 1), *v = ARG(float*, 2);
+  const float* g = ARG(float*, 3);
+  const unsigned char* decay = ARG(unsigned char*, 4);
+  int n = ARG(int, 5);
+  float lr = ARG(float, 6), b1 = ARG(float, 7), b2 = ARG(float, 8), eps = ARG(float, 9), wd = ARG(float, 10),
+        c1 = ARG(float, 11), c2 = ARG(float, 12), clip = ARG(float, 13);
+  for (int i = 0; i < n && i < (int)groups * ZAYA_WAVE; ++i) {
+    float gi = g[i] * clip, mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float x = p[i];
+    if (decay[i]) x -= lr * wd * x;
+    p[i] = x - lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+  }
+}
+
+static void cast_bf16(unsigned groups, void** args) {
+  const float* x = ARG(float*, 0);
+  unsigned short* y = ARG(unsigned short*, 1);
+  int n = ARG(int, 2);
+  for (int i = 0; i < n && i < (int)groups * ZAYA_WAVE; ++i) {
+    unsigned u;
+    memcpy(&u, &x[i], sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+    y[i] = (unsigned short)(u >> 16);
+  }
+}
+
 int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, void* stream, void** args, void** extra) {
+  if (*(int*)fn == K_GEMM) {  // 4 wavefronts per 64x64 tile of C
+    if (gz != 1 || bx != 4 * ZAYA_WAVE || by != 1 || bz != 1 || extra) return E_INVALID_VALUE;
+    gemm(gx, gy, args);
+    return OK;
+  }
   if (gy != 1 || gz != 1 || bx != ZAYA_WAVE || by != 1 || bz != 1 || extra) return E_INVALID_VALUE;
   switch (*(int*)fn) {
     case K_FWD: fwd(gx, args); break;
@@ -267,6 +318,8 @@ int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
     case K_BWD_PREP: bwd_prep(gx, args); break;
     case K_BWD_DKDV: bwd_dkdv(gx, args); break;
     case K_BWD_DQ: bwd_dq(gx, args); break;
+    case K_ADAMW: adamw(gx, args); break;
+    case K_CAST: cast_bf16(gx, args); break;
     default: return E_INVALID_VALUE;
   }
   return OK;

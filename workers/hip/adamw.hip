@@ -1,0 +1,35 @@
+// AdamW on the device, the decoder's optimizer step with its state resident: fp32 master
+// weights, moments and gradients, one thread per parameter (grid = ceil(n / 64), block 64).
+// c1 and c2 are the bias corrections 1 - beta^t; clip scales the gradient (the host computes
+// the global norm's clip factor, 1 when not clipped); decay[i] != 0 applies weight decay.
+// Each parameter is one thread's arithmetic: deterministic.
+#include <hip/hip_runtime.h>
+#include "zaya_attention.h"
+
+extern "C" __global__ void __launch_bounds__(ZAYA_WAVE)
+zaya_adamw(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v, const float* __restrict__ g,
+           const unsigned char* __restrict__ decay, int n, float lr, float beta1, float beta2, float eps, float wd,
+           float c1, float c2, float clip) {
+  const int i = ZAYA_BLOCK_X * ZAYA_WAVE + ZAYA_LANE;
+  if (i >= n) return;
+  const float gi = g[i] * clip;
+  const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  float x = p[i];
+  if (decay[i]) x -= lr * wd * x;
+  x -= lr * (mi / c1) / (__builtin_sqrtf(vi / c2) + eps);
+  p[i] = x;
+}
+
+// zaya_cast_bf16: y = bf16(x), rounding to nearest even as the MFMA kernels' inputs expect
+// (the fp32 masters feed the GEMMs through this). grid = ceil(n / 64), block 64.
+extern "C" __global__ void __launch_bounds__(ZAYA_WAVE)
+zaya_cast_bf16(const float* __restrict__ x, unsigned short* __restrict__ y, int n) {
+  const int i = ZAYA_BLOCK_X * ZAYA_WAVE + ZAYA_LANE;
+  if (i >= n) return;
+  unsigned u = __builtin_bit_cast(unsigned, x[i]);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  y[i] = (unsigned short)(u >> 16);
+}
