@@ -8,7 +8,7 @@ import (
 )
 
 // Files are the kernel sources, each built into one code object.
-var Files = []string{"attention_fwd.hip", "attention_bwd.hip", "attention_fwd_mfma.hip", "attention_bwd_mfma.hip", "gemm_mfma.hip", "adamw.hip"}
+var Files = []string{"attention_fwd.hip", "attention_bwd.hip", "attention_fwd_mfma.hip", "attention_bwd_mfma.hip", "gemm_mfma.hip", "adamw.hip", "model_ops.hip"}
 
 // CodeObject is the name of the gfx942 code object built from a kernel file.
 func CodeObject(file string) string { return strings.TrimSuffix(file, ".hip") + ".hsaco" }

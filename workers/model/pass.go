@@ -6,7 +6,8 @@ import (
 	"github.com/zaya-operator/zaya-operator/workers/attention"
 )
 
-const normEps = 1e-6
+// NormEps is RMSNorm's epsilon, added to the mean square.
+const NormEps = 1e-6
 
 // forward holds one step's activations, kept for the backward pass.
 type forward struct {
@@ -161,7 +162,7 @@ func rmsNorm(x, gain attention.Matrix) norm {
 		for _, v := range row {
 			ss += float64(v) * float64(v)
 		}
-		inv := 1 / math.Sqrt(ss/float64(len(row))+normEps)
+		inv := 1 / math.Sqrt(ss/float64(len(row))+NormEps)
 		out.inv[i] = inv
 		o := out.out.Row(i)
 		for c, v := range row {

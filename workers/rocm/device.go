@@ -22,12 +22,14 @@ import (
 // buffers stay allocated across steps and cross to the host only when the host needs them
 // (a checkpoint, a collective over TCP), the first pieces of the device-resident step.
 type Device struct {
-	dev               int
-	gemm, adamw, cast unsafe.Pointer
+	dev                                   int
+	gemm, adamw, cast                     unsafe.Pointer
+	embed, embedBwd, rms, rmsBwd, rmsGain unsafe.Pointer
+	gelu, geluBwd, xent                   unsafe.Pointer
 }
 
-// OpenDevice loads the HIP runtime and the step's kernels (gemm_mfma.hsaco, adamw.hsaco) from
-// dir for device dev.
+// OpenDevice loads the HIP runtime and the step's kernels (gemm_mfma.hsaco, adamw.hsaco,
+// model_ops.hsaco) from dir for device dev.
 func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 	if err := loadHIP(l); err != nil {
 		return nil, err
@@ -39,7 +41,11 @@ func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 	for _, k := range []struct {
 		file, name string
 		into       *unsafe.Pointer
-	}{{"gemm_mfma.hip", "zaya_gemm_mfma", &d.gemm}, {"adamw.hip", "zaya_adamw", &d.adamw}, {"adamw.hip", "zaya_cast_bf16", &d.cast}} {
+	}{{"gemm_mfma.hip", "zaya_gemm_mfma", &d.gemm}, {"adamw.hip", "zaya_adamw", &d.adamw}, {"adamw.hip", "zaya_cast_bf16", &d.cast},
+		{"model_ops.hip", "zaya_embed_fwd", &d.embed}, {"model_ops.hip", "zaya_embed_bwd", &d.embedBwd},
+		{"model_ops.hip", "zaya_rmsnorm_fwd", &d.rms}, {"model_ops.hip", "zaya_rmsnorm_bwd", &d.rmsBwd},
+		{"model_ops.hip", "zaya_rmsnorm_dgain", &d.rmsGain}, {"model_ops.hip", "zaya_gelu_fwd", &d.gelu},
+		{"model_ops.hip", "zaya_gelu_bwd", &d.geluBwd}, {"model_ops.hip", "zaya_xent", &d.xent}} {
 		path := filepath.Join(dir, hip.CodeObject(k.file))
 		cpath, cname := C.CString(path), C.CString(k.name)
 		rc := C.zr_module_function(C.int(dev), cpath, cname, k.into)
@@ -214,4 +220,102 @@ func (d *Device) AdamW(o model.AdamW, t int64, clip float64, p, m, v, g, decay *
 		(*C.uchar)(decay.p), C.int(n), C.float(o.LR), C.float(o.Beta1), C.float(o.Beta2), C.float(o.Eps),
 		C.float(o.WeightDecay), C.float(c1), C.float(c2), C.float(clip))
 	return hipErr("zaya_adamw", rc)
+}
+
+// WriteTokens copies tokens to the front of the buffer as int32 after checking each is a
+// token of a vocabulary of vocab: the embedding kernels index with them unchecked.
+func (b *Buffer) WriteTokens(tokens []int32, vocab int) error {
+	for i, t := range tokens {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("rocm: token %d at %d is outside the vocabulary of %d", t, i, vocab)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	return b.copyIn(unsafe.Pointer(&tokens[0]), 4*len(tokens))
+}
+
+// holds checks that every buffer holds at least the bytes given beside it.
+func holds(op string, pairs ...any) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		b, n := pairs[i].(*Buffer), pairs[i+1].(int)
+		if b == nil || b.p == nil || n < 0 || n > b.bytes {
+			have := 0
+			if b != nil {
+				have = b.bytes
+			}
+			return fmt.Errorf("rocm: %s needs %d bytes in a buffer of %d", op, n, have)
+		}
+	}
+	return nil
+}
+
+func f(b *Buffer) *C.float  { return (*C.float)(b.p) }
+func ints(b *Buffer) *C.int { return (*C.int)(b.p) }
+
+// Embed is x = the embedding's rows for n tokens (tokens written with WriteTokens).
+func (d *Device) Embed(tokens, emb, x *Buffer, n, vocab, dim int) error {
+	if err := holds("embedding", tokens, 4*n, emb, 4*vocab*dim, x, 4*n*dim); err != nil {
+		return err
+	}
+	return hipErr("zaya_embed_fwd", C.zr_embed_fwd(d.embed, C.int(d.dev), ints(tokens), f(emb), f(x), C.int(n), C.int(dim)))
+}
+
+// EmbedBackward adds each token's gradient dx into its embedding row of demb, tokens in order.
+func (d *Device) EmbedBackward(tokens, dx, demb *Buffer, n, vocab, dim int) error {
+	if err := holds("embedding backward", tokens, 4*n, dx, 4*n*dim, demb, 4*vocab*dim); err != nil {
+		return err
+	}
+	return hipErr("zaya_embed_bwd", C.zr_embed_bwd(d.embedBwd, C.int(d.dev), ints(tokens), f(dx), f(demb), C.int(n), C.int(vocab), C.int(dim)))
+}
+
+// RMSNorm is y = x / rms(x) * gain row by row, keeping each row's 1/rms in inv.
+func (d *Device) RMSNorm(x, gain, y, inv *Buffer, rows, dim int, eps float64) error {
+	if err := holds("RMSNorm", x, 4*rows*dim, gain, 4*dim, y, 4*rows*dim, inv, 4*rows); err != nil {
+		return err
+	}
+	return hipErr("zaya_rmsnorm_fwd", C.zr_rmsnorm_fwd(d.rms, C.int(d.dev), f(x), f(gain), f(y), f(inv), C.int(rows), C.int(dim), C.float(eps)))
+}
+
+// RMSNormBackward is x's gradient from the output's dy (added into dx with accumulate).
+func (d *Device) RMSNormBackward(x, gain, inv, dy, dx *Buffer, rows, dim int, accumulate bool) error {
+	if err := holds("RMSNorm backward", x, 4*rows*dim, gain, 4*dim, inv, 4*rows, dy, 4*rows*dim, dx, 4*rows*dim); err != nil {
+		return err
+	}
+	return hipErr("zaya_rmsnorm_bwd", C.zr_rmsnorm_bwd(d.rmsBwd, C.int(d.dev), f(x), f(gain), f(inv), f(dy), f(dx), C.int(rows), C.int(dim), b2i(accumulate)))
+}
+
+// RMSNormGainGrad adds the gain's gradient, summed over the rows in order, into dgain.
+func (d *Device) RMSNormGainGrad(x, inv, dy, dgain *Buffer, rows, dim int) error {
+	if err := holds("RMSNorm gain gradient", x, 4*rows*dim, inv, 4*rows, dy, 4*rows*dim, dgain, 4*dim); err != nil {
+		return err
+	}
+	return hipErr("zaya_rmsnorm_dgain", C.zr_rmsnorm_dgain(d.rmsGain, C.int(d.dev), f(x), f(inv), f(dy), f(dgain), C.int(rows), C.int(dim)))
+}
+
+// GELU is g = gelu(u) over n values (the tanh form).
+func (d *Device) GELU(u, g *Buffer, n int) error {
+	if err := holds("GELU", u, 4*n, g, 4*n); err != nil {
+		return err
+	}
+	return hipErr("zaya_gelu_fwd", C.zr_gelu_fwd(d.gelu, C.int(d.dev), f(u), f(g), C.int(n)))
+}
+
+// GELUBackward is du = dg gelu'(u).
+func (d *Device) GELUBackward(u, dg, du *Buffer, n int) error {
+	if err := holds("GELU backward", u, 4*n, dg, 4*n, du, 4*n); err != nil {
+		return err
+	}
+	return hipErr("zaya_gelu_bwd", C.zr_gelu_bwd(d.geluBwd, C.int(d.dev), f(u), f(dg), f(du), C.int(n)))
+}
+
+// CrossEntropy is each row's loss, logsumexp(logits) - logits[target], into loss, and the
+// logits' gradient of the summed loss divided by norm into dlogits (targets written with
+// WriteTokens).
+func (d *Device) CrossEntropy(logits, targets, dlogits, loss *Buffer, rows, vocab int, norm float64) error {
+	if err := holds("cross-entropy", logits, 4*rows*vocab, targets, 4*rows, dlogits, 4*rows*vocab, loss, 4*rows); err != nil {
+		return err
+	}
+	return hipErr("zaya_xent", C.zr_xent(d.xent, C.int(d.dev), f(logits), ints(targets), f(dlogits), f(loss), C.int(rows), C.int(vocab), C.float(norm)))
 }

@@ -187,3 +187,193 @@ func TestDeviceAdamWFollowsTheModel(t *testing.T) {
 		}
 	}
 }
+
+// upload puts x in a new device buffer.
+func upload(t *testing.T, d *rocm.Device, x []float32) *rocm.Buffer {
+	t.Helper()
+	b := alloc(t, d, 4*len(x))
+	if err := b.WriteF32(x); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func download(t *testing.T, b *rocm.Buffer, n int) []float32 {
+	t.Helper()
+	out := make([]float32, n)
+	if err := b.ReadF32(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func randoms(r *rand.Rand, n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(r.NormFloat64())
+	}
+	return out
+}
+
+func closeTo(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > tol*(1+math.Abs(want[i])) {
+			t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// The decoder's row and element steps on device buffers against float64 references: the
+// embedding and its scatter back (repeated tokens), RMSNorm forward, backward (accumulating
+// into a residual gradient) and its gain, GELU both ways, softmax cross-entropy.
+func TestDeviceModelStepsMatchFloat64(t *testing.T) {
+	d := openDevice(t)
+	r := rand.New(rand.NewPCG(59, 61))
+	const n, vocab, dim, ffn = 37, 11, 72, 150 // dim over a wavefront: lanes loop
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = int32(r.IntN(vocab))
+	}
+	tok := alloc(t, d, 4*n)
+	if err := tok.WriteTokens(tokens, vocab); err != nil {
+		t.Fatal(err)
+	}
+	if err := tok.WriteTokens([]int32{0, vocab}, vocab); err == nil {
+		t.Error("a token outside the vocabulary was written")
+	}
+
+	emb := randoms(r, vocab*dim)
+	embB, x := upload(t, d, emb), alloc(t, d, 4*n*dim)
+	if err := d.Embed(tok, embB, x, n, vocab, dim); err != nil {
+		t.Fatal(err)
+	}
+	xs := download(t, x, n*dim)
+	want := make([]float64, n*dim)
+	for i, tk := range tokens {
+		for c := range dim {
+			want[i*dim+c] = float64(emb[int(tk)*dim+c])
+		}
+	}
+	closeTo(t, "embedding", xs, want, 0)
+
+	dx := randoms(r, n*dim)
+	demb := make([]float32, vocab*dim)
+	dembB := upload(t, d, demb)
+	if err := d.EmbedBackward(tok, upload(t, d, dx), dembB, n, vocab, dim); err != nil {
+		t.Fatal(err)
+	}
+	wantE := make([]float64, vocab*dim)
+	for i, tk := range tokens {
+		for c := range dim {
+			wantE[int(tk)*dim+c] += float64(dx[i*dim+c])
+		}
+	}
+	closeTo(t, "embedding gradient", download(t, dembB, vocab*dim), wantE, 1e-5)
+
+	gain := randoms(r, dim)
+	gainB, y, inv := upload(t, d, gain), alloc(t, d, 4*n*dim), alloc(t, d, 4*n)
+	if err := d.RMSNorm(x, gainB, y, inv, n, dim, model.NormEps); err != nil {
+		t.Fatal(err)
+	}
+	invs := make([]float64, n)
+	wantY := make([]float64, n*dim)
+	for i := range n {
+		var ss float64
+		for c := range dim {
+			ss += float64(xs[i*dim+c]) * float64(xs[i*dim+c])
+		}
+		invs[i] = 1 / math.Sqrt(ss/dim+model.NormEps)
+		for c := range dim {
+			wantY[i*dim+c] = float64(xs[i*dim+c]) * invs[i] * float64(gain[c])
+		}
+	}
+	closeTo(t, "RMSNorm", download(t, y, n*dim), wantY, 1e-5)
+
+	dy, resid := randoms(r, n*dim), randoms(r, n*dim)
+	dyB, dxB := upload(t, d, dy), upload(t, d, resid)
+	if err := d.RMSNormBackward(x, gainB, inv, dyB, dxB, n, dim, true); err != nil {
+		t.Fatal(err)
+	}
+	wantDX, wantDG := make([]float64, n*dim), make([]float64, dim)
+	for i := range n {
+		var dot float64
+		for c := range dim {
+			xhat := float64(xs[i*dim+c]) * invs[i]
+			dot += float64(dy[i*dim+c]) * float64(gain[c]) * xhat
+			wantDG[c] += float64(dy[i*dim+c]) * xhat
+		}
+		for c := range dim {
+			xhat := float64(xs[i*dim+c]) * invs[i]
+			wantDX[i*dim+c] = float64(resid[i*dim+c]) + invs[i]*(float64(dy[i*dim+c])*float64(gain[c])-xhat*dot/dim)
+		}
+	}
+	closeTo(t, "RMSNorm backward", download(t, dxB, n*dim), wantDX, 1e-4)
+	dg := alloc(t, d, 4*dim)
+	if err := dg.WriteF32(make([]float32, dim)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RMSNormGainGrad(x, inv, dyB, dg, n, dim); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "RMSNorm gain gradient", download(t, dg, dim), wantDG, 1e-4)
+
+	u := randoms(r, ffn)
+	uB, g := upload(t, d, u), alloc(t, d, 4*ffn)
+	dgl := randoms(r, ffn)
+	du := alloc(t, d, 4*ffn)
+	if err := d.GELU(uB, g, ffn); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.GELUBackward(uB, upload(t, d, dgl), du, ffn); err != nil {
+		t.Fatal(err)
+	}
+	wantG, wantDU := make([]float64, ffn), make([]float64, ffn)
+	const c = 0.7978845608028654
+	for i, v := range u {
+		x := float64(v)
+		th := math.Tanh(c * (x + 0.044715*x*x*x))
+		wantG[i] = 0.5 * x * (1 + th)
+		wantDU[i] = float64(dgl[i]) * (0.5*(1+th) + 0.5*x*(1-th*th)*c*(1+3*0.044715*x*x))
+	}
+	closeTo(t, "GELU", download(t, g, ffn), wantG, 1e-5)
+	closeTo(t, "GELU backward", download(t, du, ffn), wantDU, 1e-5)
+
+	logits := randoms(r, n*vocab)
+	targets := make([]int32, n)
+	for i := range targets {
+		targets[i] = int32(r.IntN(vocab))
+	}
+	tg := alloc(t, d, 4*n)
+	if err := tg.WriteTokens(targets, vocab); err != nil {
+		t.Fatal(err)
+	}
+	dl, loss := alloc(t, d, 4*n*vocab), alloc(t, d, 4*n)
+	const norm = 100.0
+	if err := d.CrossEntropy(upload(t, d, logits), tg, dl, loss, n, vocab, norm); err != nil {
+		t.Fatal(err)
+	}
+	wantL, wantDL := make([]float64, n), make([]float64, n*vocab)
+	for i := range n {
+		row := logits[i*vocab : (i+1)*vocab]
+		var sum float64
+		for _, z := range row {
+			sum += math.Exp(float64(z))
+		}
+		lse := math.Log(sum)
+		wantL[i] = lse - float64(row[targets[i]])
+		for j, z := range row {
+			p := math.Exp(float64(z) - lse)
+			if j == int(targets[i]) {
+				p--
+			}
+			wantDL[i*vocab+j] = p / norm
+		}
+	}
+	closeTo(t, "cross-entropy", download(t, loss, n), wantL, 1e-5)
+	closeTo(t, "cross-entropy gradient", download(t, dl, n*vocab), wantDL, 1e-5)
+
+	if err := d.RMSNorm(x, gainB, y, inv, n+1, dim, model.NormEps); err == nil || !strings.Contains(err.Error(), "RMSNorm needs") {
+		t.Errorf("a row past the buffers: %v", err)
+	}
+}

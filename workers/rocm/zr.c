@@ -248,6 +248,56 @@ int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n) {
   return launch(fn, (n + 63) / 64, args);
 }
 
+// on launches fn over groups wavefronts on dev (nothing to do when groups is 0).
+static int on(int dev, void* fn, int groups, void** args) {
+  int rc = hip.SetDevice(dev);
+  return rc || groups <= 0 ? rc : launch(fn, groups, args);
+}
+
+static int per64(long n) { return (int)((n + 63) / 64); }
+
+int zr_embed_fwd(void* fn, int dev, const int* tokens, const float* emb, float* x, int n, int d) {
+  void* args[] = {&tokens, &emb, &x, &n, &d};
+  return on(dev, fn, per64((long)n * d), args);
+}
+
+int zr_embed_bwd(void* fn, int dev, const int* tokens, const float* dx, float* demb, int n, int vocab, int d) {
+  void* args[] = {&tokens, &dx, &demb, &n, &vocab, &d};
+  return on(dev, fn, per64((long)vocab * d), args);
+}
+
+int zr_rmsnorm_fwd(void* fn, int dev, const float* x, const float* gain, float* y, float* inv, int rows, int d, float eps) {
+  void* args[] = {&x, &gain, &y, &inv, &d, &eps};
+  return on(dev, fn, rows, args);
+}
+
+int zr_rmsnorm_bwd(void* fn, int dev, const float* x, const float* gain, const float* inv, const float* dy, float* dx,
+                   int rows, int d, int accumulate) {
+  void* args[] = {&x, &gain, &inv, &dy, &dx, &d, &accumulate};
+  return on(dev, fn, rows, args);
+}
+
+int zr_rmsnorm_dgain(void* fn, int dev, const float* x, const float* inv, const float* dy, float* dgain, int rows, int d) {
+  void* args[] = {&x, &inv, &dy, &dgain, &rows, &d};
+  return on(dev, fn, per64(d), args);
+}
+
+int zr_gelu_fwd(void* fn, int dev, const float* u, float* g, int n) {
+  void* args[] = {&u, &g, &n};
+  return on(dev, fn, per64(n), args);
+}
+
+int zr_gelu_bwd(void* fn, int dev, const float* u, const float* dg, float* du, int n) {
+  void* args[] = {&u, &dg, &du, &n};
+  return on(dev, fn, per64(n), args);
+}
+
+int zr_xent(void* fn, int dev, const float* logits, const int* targets, float* dlogits, float* loss, int rows, int vocab,
+            float norm) {
+  void* args[] = {&logits, &targets, &dlogits, &loss, &vocab, &norm};
+  return on(dev, fn, rows, args);
+}
+
 // The device side of a backward call: its inputs, positions and zeroed gradients.
 typedef struct {
   void *q, *k, *v, *out, *dout, *lse, *qpos, *kpos, *dq, *dk, *dv;

@@ -50,6 +50,17 @@ int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, in
 int zr_adamw(void* fn, int dev, float* p, float* m, float* v, const float* g, const unsigned char* decay, int n,
              float lr, float beta1, float beta2, float eps, float wd, float c1, float c2, float clip);
 int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n);
+// The decoder's row and element steps (model_ops.hip), on device memory.
+int zr_embed_fwd(void* fn, int dev, const int* tokens, const float* emb, float* x, int n, int d);
+int zr_embed_bwd(void* fn, int dev, const int* tokens, const float* dx, float* demb, int n, int vocab, int d);
+int zr_rmsnorm_fwd(void* fn, int dev, const float* x, const float* gain, float* y, float* inv, int rows, int d, float eps);
+int zr_rmsnorm_bwd(void* fn, int dev, const float* x, const float* gain, const float* inv, const float* dy, float* dx,
+                   int rows, int d, int accumulate);
+int zr_rmsnorm_dgain(void* fn, int dev, const float* x, const float* inv, const float* dy, float* dgain, int rows, int d);
+int zr_gelu_fwd(void* fn, int dev, const float* u, float* g, int n);
+int zr_gelu_bwd(void* fn, int dev, const float* u, const float* dg, float* du, int n);
+int zr_xent(void* fn, int dev, const float* logits, const int* targets, float* dlogits, float* loss, int rows, int vocab,
+            float norm);
 
 // RCCL: status codes are ncclResult_t (negative: a HIP error); zr_rccl_error names one.
 typedef struct { char internal[128]; } zr_uid;

@@ -74,13 +74,20 @@ int hipModuleLoad(void** mod, const char* path) {
   return OK;
 }
 
-enum { K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST };
+enum {
+  K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST,
+  K_EMBED_FWD, K_EMBED_BWD, K_RMS_FWD, K_RMS_BWD, K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT
+};
 int hipModuleGetFunction(void** fn, void* mod, const char* name) {
-  static int ids[] = {K_FWD, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST};
-  static const char* names[] = {"zaya_attn_fwd",           "zaya_attn_merge",         "zaya_attn_bwd",
-                                "zaya_attn_fwd_mfma",      "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv",
-                                "zaya_attn_bwd_mfma_dq",   "zaya_gemm_mfma",          "zaya_adamw",
-                                "zaya_cast_bf16"};
+  static int ids[] = {K_FWD,       K_MERGE,     K_BWD,     K_FWD_MFMA, K_BWD_PREP,  K_BWD_DKDV,
+                      K_BWD_DQ,    K_GEMM,      K_ADAMW,   K_CAST,     K_EMBED_FWD, K_EMBED_BWD,
+                      K_RMS_FWD,   K_RMS_BWD,   K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT};
+  static const char* names[] = {"zaya_attn_fwd",      "zaya_attn_merge",    "zaya_attn_bwd",
+                                "zaya_attn_fwd_mfma", "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv",
+                                "zaya_attn_bwd_mfma_dq", "zaya_gemm_mfma",  "zaya_adamw",
+                                "zaya_cast_bf16",     "zaya_embed_fwd",     "zaya_embed_bwd",
+                                "zaya_rmsnorm_fwd",   "zaya_rmsnorm_bwd",   "zaya_rmsnorm_dgain",
+                                "zaya_gelu_fwd",      "zaya_gelu_bwd",      "zaya_xent"};
   for (int i = 0; i < (int)(sizeof ids / sizeof ids[0]); ++i)
     if (!strcmp(name, names[i])) {
       *fn = &ids[i];
@@ -302,6 +309,107 @@ static void cast_bf16(unsigned groups, void** args) {
   }
 }
 
+// The model_ops.hip renditions: one wavefront per row for row kernels (gx = rows), one thread
+// per element otherwise, the same formulas in fp32.
+static float gelu_tanh(float y) { return 1.0f - 2.0f / (expf(2.0f * y) + 1.0f); }
+
+static void model_op(int k, unsigned groups, void** args) {
+  long lanes = (long)groups * ZAYA_WAVE;
+  switch (k) {
+    case K_EMBED_FWD: {
+      const int* tok = ARG(int*, 0);
+      const float* emb = ARG(float*, 1);
+      float* x = ARG(float*, 2);
+      int n = ARG(int, 3), d = ARG(int, 4);
+      for (long e = 0; e < (long)n * d && e < lanes; ++e) x[e] = emb[(long)tok[e / d] * d + e % d];
+      break;
+    }
+    case K_EMBED_BWD: {
+      const int* tok = ARG(int*, 0);
+      const float* dx = ARG(float*, 1);
+      float* demb = ARG(float*, 2);
+      int n = ARG(int, 3), vocab = ARG(int, 4), d = ARG(int, 5);
+      for (long e = 0; e < (long)vocab * d && e < lanes; ++e)
+        for (int i = 0; i < n; ++i)
+          if (tok[i] == e / d) demb[e] += dx[(long)i * d + e % d];
+      break;
+    }
+    case K_RMS_FWD: {
+      const float *x = ARG(float*, 0), *gain = ARG(float*, 1);
+      float *y = ARG(float*, 2), *inv = ARG(float*, 3);
+      int d = ARG(int, 4);
+      float eps = ARG(float, 5);
+      for (unsigned r = 0; r < groups; ++r) {
+        float ss = 0;
+        for (int c = 0; c < d; ++c) ss += x[r * d + c] * x[r * d + c];
+        inv[r] = 1.0f / sqrtf(ss / d + eps);
+        for (int c = 0; c < d; ++c) y[r * d + c] = x[r * d + c] * inv[r] * gain[c];
+      }
+      break;
+    }
+    case K_RMS_BWD: {
+      const float *x = ARG(float*, 0), *gain = ARG(float*, 1), *inv = ARG(float*, 2), *dy = ARG(float*, 3);
+      float* dx = ARG(float*, 4);
+      int d = ARG(int, 5), acc = ARG(int, 6);
+      for (unsigned r = 0; r < groups; ++r) {
+        float dot = 0;
+        for (int c = 0; c < d; ++c) dot += dy[r * d + c] * gain[c] * x[r * d + c] * inv[r];
+        dot /= d;
+        for (int c = 0; c < d; ++c) {
+          float g = inv[r] * (dy[r * d + c] * gain[c] - x[r * d + c] * inv[r] * dot);
+          dx[r * d + c] = acc ? dx[r * d + c] + g : g;
+        }
+      }
+      break;
+    }
+    case K_RMS_DGAIN: {
+      const float *x = ARG(float*, 0), *inv = ARG(float*, 1), *dy = ARG(float*, 2);
+      float* dgain = ARG(float*, 3);
+      int rows = ARG(int, 4), d = ARG(int, 5);
+      for (int c = 0; c < d && c < lanes; ++c)
+        for (int r = 0; r < rows; ++r) dgain[c] += dy[r * d + c] * x[r * d + c] * inv[r];
+      break;
+    }
+    case K_GELU_FWD: {
+      const float* u = ARG(float*, 0);
+      float* g = ARG(float*, 1);
+      int n = ARG(int, 2);
+      for (long e = 0; e < n && e < lanes; ++e)
+        g[e] = 0.5f * u[e] * (1 + gelu_tanh(0.7978845608f * (u[e] + 0.044715f * u[e] * u[e] * u[e])));
+      break;
+    }
+    case K_GELU_BWD: {
+      const float *u = ARG(float*, 0), *dg = ARG(float*, 1);
+      float* du = ARG(float*, 2);
+      int n = ARG(int, 3);
+      for (long e = 0; e < n && e < lanes; ++e) {
+        float x = u[e], t = gelu_tanh(0.7978845608f * (x + 0.044715f * x * x * x));
+        du[e] = dg[e] * (0.5f * (1 + t) + 0.5f * x * (1 - t * t) * 0.7978845608f * (1 + 3 * 0.044715f * x * x));
+      }
+      break;
+    }
+    case K_XENT: {
+      const float* lg = ARG(float*, 0);
+      const int* tgt = ARG(int*, 1);
+      float *dl = ARG(float*, 2), *loss = ARG(float*, 3);
+      int vocab = ARG(int, 4);
+      float norm = ARG(float, 5);
+      for (unsigned r = 0; r < groups; ++r) {
+        float top = ZAYA_NEG_INF, sum = 0;
+        for (int j = 0; j < vocab; ++j) top = lg[r * vocab + j] > top ? lg[r * vocab + j] : top;
+        for (int j = 0; j < vocab; ++j) sum += expf(lg[r * vocab + j] - top);
+        float lse = top + logf(sum);
+        for (int j = 0; j < vocab; ++j) {
+          float p = expf(lg[r * vocab + j] - lse);
+          dl[r * vocab + j] = (j == tgt[r] ? p - 1 : p) / norm;
+        }
+        loss[r] = lse - lg[r * vocab + tgt[r]];
+      }
+      break;
+    }
+  }
+}
+
 int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, void* stream, void** args, void** extra) {
   if (*(int*)fn == K_GEMM) {  // 4 wavefronts per 64x64 tile of C
@@ -320,6 +428,14 @@ int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
     case K_BWD_DQ: bwd_dq(gx, args); break;
     case K_ADAMW: adamw(gx, args); break;
     case K_CAST: cast_bf16(gx, args); break;
+    case K_EMBED_FWD:
+    case K_EMBED_BWD:
+    case K_RMS_FWD:
+    case K_RMS_BWD:
+    case K_RMS_DGAIN:
+    case K_GELU_FWD:
+    case K_GELU_BWD:
+    case K_XENT: model_op(*(int*)fn, gx, args); break;
     default: return E_INVALID_VALUE;
   }
   return OK;
