@@ -176,7 +176,7 @@ func (p *Proxy) decide(r *http.Request) decision {
 			// keeps happening. Real servers end watches after minutes; cuts that short would
 			// test client-go's backoff, not the operator.
 			d.kind = CutWatches
-			d.cut = f.WatchCut/2 + time.Duration(p.rnd.Int64N(int64(f.WatchCut/2)+1))
+			d.cut = max(f.WatchCut/2+time.Duration(p.rnd.Int64N(int64(f.WatchCut/2)+1)), time.Millisecond)
 		}
 	case x < f.Throttle:
 		d.kind = Throttled

@@ -100,3 +100,40 @@ func TestMFMABackwardRefusesWhatTheKernelCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// Queries that see no key (a ring block of later keys under the causal mask) have LSE -Inf:
+// they get no gradient and give none, in the kernels' rendition as in the reference.
+func TestMFMABackwardRowsThatSeeNoKey(t *testing.T) {
+	r := rand.New(rand.NewPCG(67, 71))
+	const nq, nk, d = 20, 18, 32
+	q, k, v := RoundBF16(randomMatrix(r, nq, d, 2)), RoundBF16(randomMatrix(r, nk, d, 2)), RoundBF16(randomMatrix(r, nk, d, 1))
+	dout := RoundBF16(randomMatrix(r, nq, d, 1))
+	qPos, kPos := seq(nq), make([]int, nk)
+	for j := range kPos {
+		kPos[j] = j + 5 // queries 0-4 see none of these keys
+	}
+	scale := 1 / math.Sqrt(d)
+	fwd, err := Forward(q, k, v, qPos, kPos, true, scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsInf(fwd.LSE[0], -1) || !math.IsInf(fwd.LSE[4], -1) || math.IsInf(fwd.LSE[5], -1) {
+		t.Fatalf("LSE %v: the mask does not hide the keys from queries 0-4 only", fwd.LSE[:6])
+	}
+	want := []Grad{NewGrad(nq, d), NewGrad(nk, d), NewGrad(nk, d)}
+	if err := Backward(q, k, v, fwd.Out, dout, fwd.LSE, qPos, kPos, true, scale, want[0], seq(nq), want[1], want[2], seq(nk)); err != nil {
+		t.Fatal(err)
+	}
+	got := []Grad{NewGrad(nq, d), NewGrad(nk, d), NewGrad(nk, d)}
+	if err := BackwardMFMA(q, k, v, fwd.Out, dout, fwd.LSE, qPos, kPos, true, scale, got[0], seq(nq), got[1], got[2], seq(nk)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		for _, x := range got[0].Row(i) {
+			if x != 0 {
+				t.Fatalf("query %d sees no key but has a gradient", i)
+			}
+		}
+	}
+	checkGrads(t, "rows without keys", got, want)
+}

@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/zaya-operator/zaya-operator/workers/mfma"
 )
 
 // The MFMA kernel's steps, run on the CPU, give attention within bfloat16's precision: the
@@ -85,21 +83,6 @@ func checkMFMA(t *testing.T, n, d int, causal bool, got Partial, want [][]float6
 		}
 	}
 	t.Logf("n=%d d=%d causal=%v: largest output error %.2g", n, d, causal, worst)
-}
-
-// BF16 rounds to nearest, ties to even, as the kernels' f32_to_bf16 and the model's products.
-func TestBF16Rounding(t *testing.T) {
-	for _, c := range []struct{ in, want float32 }{
-		{1, 1}, {-2.5, -2.5}, {0, 0},
-		{1 + 1.0/256, 1},           // a tie: to even, down
-		{1 + 3.0/256, 1 + 4.0/256}, // a tie: to even, up
-		{1 + 1.0/128 + 1e-6, 1 + 1.0/128},
-		{float32(math.Inf(-1)), float32(math.Inf(-1))},
-	} {
-		if got := mfma.FromBF16(mfma.BF16(c.in)); got != c.want {
-			t.Errorf("bf16(%v) = %v, want %v", c.in, got, c.want)
-		}
-	}
 }
 
 // zigzagRows are the sequence rows rank holds in a zigzag ring of p ranks with blocks of blk

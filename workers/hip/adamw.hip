@@ -31,5 +31,6 @@ zaya_cast_bf16(const float* __restrict__ x, unsigned short* __restrict__ y, int 
   if (i >= n) return;
   unsigned u = __builtin_bit_cast(unsigned, x[i]);
   if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  else if (u & 0x7fffffu) u |= 0x400000u;  // a nan stays a nan
   y[i] = (unsigned short)(u >> 16);
 }

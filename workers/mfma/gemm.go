@@ -45,7 +45,8 @@ func (o Operand) shape() (int, int) {
 func GEMM(a, b Operand, c []float32, ldc int, accumulate bool) error {
 	m, k := a.shape()
 	kb, n := b.shape()
-	if k != kb || ldc < n || len(c) < (m-1)*ldc+n || a.LD < a.Cols || b.LD < b.Cols {
+	if k != kb || ldc < n || len(c) < (m-1)*ldc+n || a.LD < a.Cols || b.LD < b.Cols ||
+		len(a.Data) < (a.Rows-1)*a.LD+a.Cols || len(b.Data) < (b.Rows-1)*b.LD+b.Cols {
 		return fmt.Errorf("mfma: GEMM of %dx%d by %dx%d into %d values (ldc %d) does not fit", m, k, kb, n, len(c), ldc)
 	}
 	var as, bs [gemmTile][gemmKT]uint16 // [m][k] and B^T [n][k]

@@ -80,4 +80,34 @@ func TestGEMMRefusesMisfits(t *testing.T) {
 	if err := GEMM(a, b, make([]float32, 5), 2, false); err == nil {
 		t.Error("a C of 5 values for 3x2 accepted")
 	}
+	short := Operand{Data: make([]uint16, 7), Rows: 4, Cols: 2, LD: 2}
+	if err := GEMM(a, short, make([]float32, 6), 2, false); err == nil {
+		t.Error("a B of 7 values for 4x2 accepted")
+	}
+}
+
+// Without accumulate, C is overwritten, whatever it held (NaN included), and nothing past n.
+func TestGEMMOverwrites(t *testing.T) {
+	r := rand.New(rand.NewPCG(73, 79))
+	a := Operand{Data: randomBF16(r, 17*20), Rows: 17, Cols: 20, LD: 20}
+	b := Operand{Data: randomBF16(r, 20*9), Rows: 20, Cols: 9, LD: 9}
+	const ldc = 10
+	c := make([]float32, 17*ldc)
+	for i := range c {
+		c[i] = float32(math.NaN())
+	}
+	if err := GEMM(a, b, c, ldc, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 17 {
+		for j := range ldc {
+			x := c[i*ldc+j]
+			if j < 9 && math.IsNaN(float64(x)) {
+				t.Fatalf("c[%d][%d] kept its old value", i, j)
+			}
+			if j == 9 && !math.IsNaN(float64(x)) {
+				t.Fatalf("c[%d][%d] past n was written", i, j)
+			}
+		}
+	}
 }

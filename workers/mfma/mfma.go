@@ -16,11 +16,14 @@ type BF16x4 [4]uint16
 // F32x4 is one lane's accumulator (C, D) of the 16x16x16 instruction.
 type F32x4 [4]float32
 
-// BF16 rounds f to bfloat16 (nearest, ties to even), as the kernels' f32_to_bf16; Inf and NaN
-// keep their top half.
+// BF16 rounds f to bfloat16 (nearest, ties to even), as the kernels' f32_to_bf16; Inf keeps
+// its top half, a NaN stays a NaN (quiet) even when its payload is in the low half.
 func BF16(f float32) uint16 {
 	u := math.Float32bits(f)
 	if u&0x7f800000 == 0x7f800000 {
+		if u&0x007fffff != 0 {
+			return uint16(u>>16) | 0x0040
+		}
 		return uint16(u >> 16)
 	}
 	u += 0x7fff + (u>>16)&1

@@ -6,14 +6,15 @@ func newRand(seed, stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed,
 
 // Tokens is the sequence of seq+1 tokens that data-parallel group dp trains on at step: it
 // depends on nothing else, so a resumed run sees exactly the data the uninterrupted one did.
-// The text is a Markov chain fixed by seed in which every token has two equally likely
-// successors: a model that learns the chain reaches ln 2 ≈ 0.69 nats per token, from about
+// The text is a Markov chain fixed by seed in which every token has two different, equally
+// likely successors: a model that learns the chain reaches ln 2 ≈ 0.69 nats per token, from about
 // ln(vocab) at the start.
 func Tokens(seed uint64, step int64, dp, seq, vocab int) []int32 {
 	chain := newRand(seed^0xc4a1, 7)
 	next := make([][2]int32, vocab)
 	for t := range next {
-		next[t] = [2]int32{int32(chain.IntN(vocab)), int32(chain.IntN(vocab))}
+		a := chain.IntN(vocab)
+		next[t] = [2]int32{int32(a), int32((a + 1 + chain.IntN(vocab-1)) % vocab)} // two different tokens
 	}
 	r := newRand(seed^0x5eed, uint64(step)<<20|uint64(dp))
 	out := make([]int32, seq+1)

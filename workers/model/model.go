@@ -33,8 +33,9 @@ func (s Shape) Validate() error {
 	}
 	// In float64 first: sizes from flags can be large enough that the int product wraps.
 	v, d, l, f := float64(s.Vocab), float64(s.Dim), float64(s.Layers), float64(s.FFN)
-	if n := v*d + l*(2*d+4*d*d+2*d*f) + d; n > 1<<31 {
-		return fmt.Errorf("%.3g parameters: this reference model keeps at most 2^31", n)
+	// The worker all-reduces a float64 per parameter: 2^27 keeps that vector at 1 GiB.
+	if n := v*d + l*(2*d+4*d*d+2*d*f) + d; n > 1<<27 {
+		return fmt.Errorf("%.3g parameters: this reference model keeps at most 2^27", n)
 	}
 	return nil
 }

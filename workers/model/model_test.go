@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -180,14 +181,93 @@ func TestShape(t *testing.T) {
 	if want := s.Layers * (4*s.Dim*s.Dim + 2*s.Dim*s.FFN); decayed != want {
 		t.Errorf("%d parameters decay, want the %d of the matrices", decayed, want)
 	}
+	// Tensor by tensor: the matrices decay, the embedding and the norms' gains do not.
+	check := func(name string, sp span, decays bool) {
+		for i := sp.off; i < sp.off+sp.rows*sp.cols; i++ {
+			if s.Decays(i) != decays {
+				t.Fatalf("%s: parameter %d decays %v, want %v", name, i, s.Decays(i), decays)
+			}
+		}
+	}
+	check("embedding", s.embedding(), false)
+	check("final norm", s.finalNorm(), false)
+	for l := range s.Layers {
+		ly := s.layer(l)
+		for _, c := range []struct {
+			name   string
+			sp     span
+			decays bool
+		}{{"norm1", ly.norm1, false}, {"wq", ly.wq, true}, {"wk", ly.wk, true}, {"wv", ly.wv, true}, {"wo", ly.wo, true},
+			{"norm2", ly.norm2, false}, {"w1", ly.w1, true}, {"w2", ly.w2, true}} {
+			check(fmt.Sprintf("layer %d %s", l, c.name), c.sp, c.decays)
+		}
+	}
 	if s.finalNorm().off != s.layer(s.Layers-1).w2.off+s.FFN*s.Dim {
 		t.Error("the final norm does not follow the last layer")
 	}
 	for _, bad := range []Shape{{Vocab: 1, Dim: 4, Layers: 1, Heads: 1, FFN: 1}, {Vocab: 4, Dim: 6, Layers: 1, Heads: 4, FFN: 1}, {Vocab: 4, Dim: 4, Layers: 0, Heads: 1, FFN: 1},
 		{Vocab: 1 << 40, Dim: 1 << 40, Layers: 1, Heads: 1, FFN: 1}, // the int product wraps negative
-		{Vocab: 2, Dim: 1 << 16, Layers: 1, Heads: 1, FFN: 1}} {     // 2^34 parameters
+		{Vocab: 2, Dim: 1 << 14, Layers: 1, Heads: 1, FFN: 1}} {     // 2^30 parameters
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)
+		}
+	}
+}
+
+// One AdamW step by hand in float64: bias correction at t = 1 and t = 2, decoupled weight
+// decay only where Decays says, and the global clip when the gradient's norm is over it.
+func TestAdamWStepsByHand(t *testing.T) {
+	s := Shape{Vocab: 2, Dim: 2, Layers: 1, Heads: 1, FFN: 1}
+	n := s.NumParams()
+	decayed, plain := -1, -1
+	for i := range n {
+		if s.Decays(i) && decayed < 0 {
+			decayed = i
+		}
+		if !s.Decays(i) && plain < 0 {
+			plain = i
+		}
+	}
+	o := AdamW{LR: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.5, Clip: 1}
+	for _, c := range []struct {
+		name string
+		g    float64 // every gradient element; the norm is |g| sqrt(n)
+	}{{"unclipped", 0.01}, {"clipped", 3}} {
+		p := make([]float32, n)
+		for i := range p {
+			p[i] = 0.5
+		}
+		m, v := make([]float32, n), make([]float32, n)
+		grad := make([]float64, n)
+		for i := range grad {
+			grad[i] = c.g
+		}
+		clip := 1.0
+		if norm := math.Abs(c.g) * math.Sqrt(float64(n)); norm > o.Clip {
+			clip = o.Clip / norm
+		}
+		wantP := map[int]float64{decayed: 0.5, plain: 0.5}
+		var wm, wv float64
+		for step := int64(1); step <= 2; step++ {
+			if err := o.Update(s, p, m, v, grad, step); err != nil {
+				t.Fatal(err)
+			}
+			g := c.g * clip
+			wm = 0.9*wm + 0.1*g
+			wv = 0.95*wv + 0.05*g*g
+			mhat, vhat := wm/(1-math.Pow(0.9, float64(step))), wv/(1-math.Pow(0.95, float64(step)))
+			for i := range wantP {
+				x := wantP[i]
+				if i == decayed {
+					x -= 0.1 * 0.5 * x
+				}
+				wantP[i] = x - 0.1*mhat/(math.Sqrt(vhat)+1e-8)
+			}
+			for i, w := range wantP {
+				if math.Abs(float64(p[i])-w) > 1e-6 {
+					t.Errorf("%s step %d: parameter %d (decays %v) = %v, by hand %v", c.name, step, i, s.Decays(i), p[i], w)
+				}
+			}
 		}
 	}
 }

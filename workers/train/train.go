@@ -608,8 +608,16 @@ func (r *rankState) verifyPart(step int64) (lo int64, parts [][]float32, outcome
 	case err != nil:
 		return lo, nil, partUnreadable, err
 	}
+	// The shape first: sizes can trade off (vocabulary against MLP width) and the heads do
+	// not change the count at all.
+	if saved, ok := ck.Manifest.State[modelStateKey]; ok && saved != describe(r.shape) {
+		return lo, nil, partMisfit, fmt.Errorf("it was saved by a model of %s, this one has %s", saved, describe(r.shape))
+	}
 	for _, t := range r.state() {
-		if got := ck.Elements(t.name); got != n {
+		switch got := ck.Elements(t.name); {
+		case got < 0:
+			return lo, nil, partMisfit, fmt.Errorf("it has no %q tensor (a checkpoint of another model: this one (%s) keeps params, adam.m and adam.v)", t.name, describe(r.shape))
+		case got != n:
 			return lo, nil, partMisfit, fmt.Errorf("its %q holds %d values, this model (%s) has %d parameters", t.name, got, describe(r.shape), n)
 		}
 	}
@@ -631,6 +639,9 @@ func (r *rankState) verifyPart(step int64) (lo int64, parts [][]float32, outcome
 func (r *rankState) state() []tensor {
 	return []tensor{{"params", r.params}, {"adam.m", r.adamM}, {"adam.v", r.adamV}}
 }
+
+// modelStateKey names the model's shape in a checkpoint's manifest state.
+const modelStateKey = "model"
 
 func describe(s model.Shape) string {
 	return fmt.Sprintf("vocab %d, dim %d, layers %d, heads %d, ffn %d", s.Vocab, s.Dim, s.Layers, s.Heads, s.FFN)
@@ -1019,7 +1030,8 @@ func finishSave(cfg Config, tr transport.Transport, rank, world int, pending **i
 }
 
 func commit(cfg Config, world int, step int64) error {
-	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, map[string]string{"step": strconv.FormatInt(step, 10)},
+	state := map[string]string{"step": strconv.FormatInt(step, 10), modelStateKey: describe(cfg.shape())}
+	if _, err := checkpoint.Commit(cfg.CheckpointDir, cfg.Attempt, step, world, state,
 		checkpoint.Retention{Keep: cfg.Keep, Protect: cfg.restored}); err != nil {
 		return err
 	}

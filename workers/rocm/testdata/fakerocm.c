@@ -305,6 +305,7 @@ static void cast_bf16(unsigned groups, void** args) {
     unsigned u;
     memcpy(&u, &x[i], sizeof u);
     if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+    else if (u & 0x7fffffu) u |= 0x400000u;
     y[i] = (unsigned short)(u >> 16);
   }
 }
