@@ -188,3 +188,24 @@ func (s Shape) Grad(params []float32, b Batch, att Attention, prec Precision, gr
 	}
 	return loss, f.backward(b, grad)
 }
+
+// Place is a tensor's place in the parameter vector: Rows x Cols values from Off, row-major.
+type Place struct{ Off, Rows, Cols int }
+
+// BlockPlaces are one block's tensors.
+type BlockPlaces struct{ Norm1, Wq, Wk, Wv, Wo, Norm2, W1, W2 Place }
+
+func (sp span) place() Place { return Place{sp.off, sp.rows, sp.cols} }
+
+// EmbeddingPlace is the embedding (vocab x dim), also the output head.
+func (s Shape) EmbeddingPlace() Place { return s.embedding().place() }
+
+// FinalNormPlace is the final RMSNorm's gain.
+func (s Shape) FinalNormPlace() Place { return s.finalNorm().place() }
+
+// Block is block l's tensors, for backends that run the model elsewhere (the device step).
+func (s Shape) Block(l int) BlockPlaces {
+	ly := s.layer(l)
+	return BlockPlaces{ly.norm1.place(), ly.wq.place(), ly.wk.place(), ly.wv.place(), ly.wo.place(),
+		ly.norm2.place(), ly.w1.place(), ly.w2.place()}
+}

@@ -26,10 +26,11 @@ type Device struct {
 	gemm, adamw, cast                     unsafe.Pointer
 	embed, embedBwd, rms, rmsBwd, rmsGain unsafe.Pointer
 	gelu, geluBwd, xent                   unsafe.Pointer
+	attnFwd, attnPrep, attnKV, attnQ      unsafe.Pointer
 }
 
 // OpenDevice loads the HIP runtime and the step's kernels (gemm_mfma.hsaco, adamw.hsaco,
-// model_ops.hsaco) from dir for device dev.
+// model_ops.hsaco and the MFMA attention kernels) from dir for device dev.
 func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 	if err := loadHIP(l); err != nil {
 		return nil, err
@@ -45,7 +46,9 @@ func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 		{"model_ops.hip", "zaya_embed_fwd", &d.embed}, {"model_ops.hip", "zaya_embed_bwd", &d.embedBwd},
 		{"model_ops.hip", "zaya_rmsnorm_fwd", &d.rms}, {"model_ops.hip", "zaya_rmsnorm_bwd", &d.rmsBwd},
 		{"model_ops.hip", "zaya_rmsnorm_dgain", &d.rmsGain}, {"model_ops.hip", "zaya_gelu_fwd", &d.gelu},
-		{"model_ops.hip", "zaya_gelu_bwd", &d.geluBwd}, {"model_ops.hip", "zaya_xent", &d.xent}} {
+		{"model_ops.hip", "zaya_gelu_bwd", &d.geluBwd}, {"model_ops.hip", "zaya_xent", &d.xent},
+		{"attention_fwd_mfma.hip", "zaya_attn_fwd_mfma", &d.attnFwd}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_prep", &d.attnPrep},
+		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", &d.attnKV}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", &d.attnQ}} {
 		path := filepath.Join(dir, hip.CodeObject(k.file))
 		cpath, cname := C.CString(path), C.CString(k.name)
 		rc := C.zr_module_function(C.int(dev), cpath, cname, k.into)
@@ -58,11 +61,17 @@ func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 	return d, nil
 }
 
-// Buffer is device memory of a fixed size, allocated once.
+// Buffer is device memory of a fixed size, allocated once, or a slice of such memory.
 type Buffer struct {
 	d     *Device
 	p     unsafe.Pointer
 	bytes int
+	part  bool // part of another buffer: Free leaves it to that one
+}
+
+// slice is bytes of b from byte off (the caller checks they lie inside b).
+func (b *Buffer) slice(off, bytes int) *Buffer {
+	return &Buffer{d: b.d, p: unsafe.Add(b.p, off), bytes: bytes, part: true}
 }
 
 // Alloc allocates bytes of device memory.
@@ -81,7 +90,7 @@ func (d *Device) Alloc(bytes int) (*Buffer, error) {
 
 // Free releases the buffer; it must not be used again.
 func (b *Buffer) Free() error {
-	if b.p == nil {
+	if b.p == nil || b.part {
 		return nil
 	}
 	err := hipErr("hipFree", C.zr_release(C.int(b.d.dev), b.p))
@@ -146,21 +155,24 @@ func (b *Buffer) WriteBytes(x []byte) error {
 	return b.copyIn(unsafe.Pointer(&x[0]), len(x))
 }
 
-// Matrix is a row-major view of a buffer: Rows x Cols elements with leading dimension LD,
-// transposed when Trans (it then stands for its Cols x Rows transpose).
+// Matrix is a row-major view of a buffer from element Off: Rows x Cols elements with leading
+// dimension LD, transposed when Trans (it then stands for its Cols x Rows transpose). Views
+// with an offset and a wider LD are column blocks: one head's slice of a projection.
 type Matrix struct {
-	Buf            *Buffer
-	Rows, Cols, LD int
-	Trans          bool
+	Buf                 *Buffer
+	Off, Rows, Cols, LD int
+	Trans               bool
 }
+
+func (m Matrix) at(elem int) unsafe.Pointer { return unsafe.Add(m.Buf.p, m.Off*elem) }
 
 func (m Matrix) fits(elem int) error {
 	switch {
 	case m.Buf == nil || m.Buf.p == nil:
 		return fmt.Errorf("rocm: a matrix without a buffer")
-	case m.Rows < 0 || m.Cols < 0 || m.LD < m.Cols:
-		return fmt.Errorf("rocm: a %dx%d matrix with leading dimension %d", m.Rows, m.Cols, m.LD)
-	case m.Rows > 0 && float64(elem)*(float64(m.Rows-1)*float64(m.LD)+float64(m.Cols)) > float64(m.Buf.bytes):
+	case m.Rows < 0 || m.Cols < 0 || m.LD < m.Cols || m.Off < 0:
+		return fmt.Errorf("rocm: a %dx%d matrix with leading dimension %d at %d", m.Rows, m.Cols, m.LD, m.Off)
+	case m.Rows > 0 && float64(elem)*(float64(m.Off)+float64(m.Rows-1)*float64(m.LD)+float64(m.Cols)) > float64(m.Buf.bytes):
 		return fmt.Errorf("rocm: a %dx%d matrix (leading dimension %d) overruns its buffer of %d bytes", m.Rows, m.Cols, m.LD, m.Buf.bytes)
 	case m.Rows > math.MaxInt32 || m.LD > math.MaxInt32:
 		return fmt.Errorf("rocm: a %dx%d matrix is too large for the kernels' int indices", m.Rows, m.Cols)
@@ -189,7 +201,7 @@ func (d *Device) GEMM(a, b, c Matrix, accumulate bool) error {
 	if k != kb || c.Trans || c.Rows != m || c.Cols != n {
 		return fmt.Errorf("rocm: GEMM of %dx%d by %dx%d into %dx%d", m, k, kb, n, c.Rows, c.Cols)
 	}
-	rc := C.zr_gemm(d.gemm, C.int(d.dev), a.Buf.p, b.Buf.p, (*C.float)(c.Buf.p), C.int(m), C.int(n), C.int(k),
+	rc := C.zr_gemm(d.gemm, C.int(d.dev), a.at(2), b.at(2), (*C.float)(c.at(4)), C.int(m), C.int(n), C.int(k),
 		C.int(a.LD), C.int(b.LD), C.int(c.LD), b2i(a.Trans), b2i(b.Trans), b2i(accumulate))
 	return hipErr("zaya_gemm_mfma", rc)
 }
@@ -318,4 +330,48 @@ func (d *Device) CrossEntropy(logits, targets, dlogits, loss *Buffer, rows, voca
 		return err
 	}
 	return hipErr("zaya_xent", C.zr_xent(d.xent, C.int(d.dev), f(logits), ints(targets), f(dlogits), f(loss), C.int(rows), C.int(vocab), C.float(norm)))
+}
+
+// Copy copies bytes from the front of src to the front of dst, on the device.
+func (d *Device) Copy(dst, src *Buffer, bytes int) error {
+	if err := holds("copy", dst, bytes, src, bytes); err != nil {
+		return err
+	}
+	return hipErr("hipMemcpy on the device", C.zr_copy_dev(C.int(d.dev), dst.p, src.p, C.size_t(bytes)))
+}
+
+// Zero clears the first bytes of b.
+func (d *Device) Zero(b *Buffer, bytes int) error {
+	if err := holds("zero", b, bytes); err != nil {
+		return err
+	}
+	return hipErr("hipMemset", C.zr_zero(C.int(d.dev), b.p, C.size_t(bytes)))
+}
+
+// Attention is causal attention of n rows of one head (q, k, v bf16 n x hd, pos n int32
+// positions) on the MFMA kernel: out (fp32 n x hd) and lse (n).
+func (d *Device) Attention(q, k, v, pos, out, lse *Buffer, n, hd int, scale float64) error {
+	if !MFMA(hd) {
+		return fmt.Errorf("rocm: head dimension %d is not one the MFMA kernels take", hd)
+	}
+	if err := holds("attention", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, pos, 4*n, out, 4*n*hd, lse, 4*n); err != nil {
+		return err
+	}
+	rc := C.zr_attn_fwd_mfma_dev(d.attnFwd, C.int(d.dev), q.p, k.p, v.p, ints(pos), ints(pos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(out), f(lse))
+	return hipErr("zaya_attn_fwd_mfma", rc)
+}
+
+// AttentionBackward adds the gradients of Attention's q, k and v (fp32 n x hd) into dq, dk and
+// dv given dout (bf16) and the forward's out and lse; delta is n floats of scratch.
+func (d *Device) AttentionBackward(q, k, v, pos, out, lse, dout, delta, dq, dk, dv *Buffer, n, hd int, scale float64) error {
+	if !MFMA(hd) {
+		return fmt.Errorf("rocm: head dimension %d is not one the MFMA kernels take", hd)
+	}
+	if err := holds("attention backward", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, pos, 4*n, out, 4*n*hd, lse, 4*n, dout, 2*n*hd,
+		delta, 4*n, dq, 4*n*hd, dk, 4*n*hd, dv, 4*n*hd); err != nil {
+		return err
+	}
+	rc := C.zr_attn_bwd_mfma_dev(d.attnPrep, d.attnKV, d.attnQ, C.int(d.dev), q.p, k.p, v.p, f(out), dout.p, f(lse), f(delta),
+		ints(pos), ints(pos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(dq), f(dk), f(dv))
+	return hipErr("zaya_attn_bwd_mfma", rc)
 }

@@ -224,6 +224,16 @@ int zr_copy_out(int dev, void* dst, const void* src, size_t n) {
   return rc || n == 0 ? rc : hip.Memcpy(dst, src, n, D2H);
 }
 
+int zr_copy_dev(int dev, void* dst, const void* src, size_t n) {
+  int rc = hip.SetDevice(dev);
+  return rc || n == 0 ? rc : hip.Memcpy(dst, src, n, 3);  // hipMemcpyDeviceToDevice
+}
+
+int zr_zero(int dev, void* p, size_t n) {
+  int rc = hip.SetDevice(dev);
+  return rc || n == 0 ? rc : hip.Memset(p, 0, n);
+}
+
 int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, int n, int k, int lda, int ldb,
             int ldc, int ta, int tb, int accumulate) {
   int rc = hip.SetDevice(dev);
@@ -352,6 +362,30 @@ out:
 
 static int tiles(int rows, int per) { return (rows + per - 1) / per; }
 
+int zr_attn_fwd_mfma_dev(void* fn, int dev, const void* q, const void* k, const void* v, const int* qpos,
+                         const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse) {
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  void* args[] = {&q, &k, &v, &qpos, &kpos, &nq, &nk, &d, &causal, &scale, &out, &lse};
+  return launch(fn, tiles(nq, 16), args);
+}
+
+int zr_attn_bwd_mfma_dev(void* prep, void* dkdv, void* dqfn, int dev, const void* q, const void* k, const void* v,
+                         const float* out, const void* dout, const float* lse, float* delta, const int* qpos,
+                         const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq, float* dk,
+                         float* dv) {
+  int rc = hip.SetDevice(dev);
+  if (rc || nq == 0) return rc;
+  void* pargs[] = {&dout, &out, &nq, &d, &delta};
+  if ((rc = launch(prep, tiles(nq, 64), pargs))) return rc;
+  if (nk > 0) {
+    void* kargs[] = {&q, &k, &v, &dout, &lse, &delta, &qpos, &kpos, &nq, &nk, &d, &causal, &scale, &dk, &dv};
+    if ((rc = launch(dkdv, tiles(nk, 16), kargs))) return rc;
+  }
+  void* qargs[] = {&q, &k, &v, &dout, &lse, &delta, &qpos, &kpos, &nq, &nk, &d, &causal, &scale, &dq};
+  return launch(dqfn, tiles(nq, 16), qargs);
+}
+
 int zr_attn_fwd_mfma(void* fn, int dev, const unsigned short* q, const unsigned short* k, const unsigned short* v,
                      const int* qpos, const int* kpos, int nq, int nk, int d, int causal, float scale, float* out,
                      float* lse) {
@@ -367,8 +401,7 @@ int zr_attn_fwd_mfma(void* fn, int dev, const unsigned short* q, const unsigned 
   TRY(upload(&b, &gkp, kpos, sizeof(int) * nk));
   TRY(upload(&b, &gout, NULL, sizeof(float) * nq * d));
   TRY(upload(&b, &glse, NULL, sizeof(float) * nq));
-  void* args[] = {&gq, &gk, &gv, &gqp, &gkp, &nq, &nk, &d, &causal, &scale, &gout, &glse};
-  TRY(launch(fn, tiles(nq, 16), args));
+  TRY(zr_attn_fwd_mfma_dev(fn, dev, gq, gk, gv, gqp, gkp, nq, nk, d, causal, scale, gout, glse));
   TRY(hip.Memcpy(out, gout, sizeof(float) * nq * d, D2H));
   TRY(hip.Memcpy(lse, glse, sizeof(float) * nq, D2H));
 out:
@@ -387,14 +420,8 @@ int zr_attn_bwd_mfma(void* prep, void* dkdv, void* dqfn, int dev, const unsigned
   if (rc || nq == 0) return rc;
   TRY(bwd_upload(&b, &g, sizeof(unsigned short), q, k, v, out, dout, lse, qpos, kpos, nq, nk, d));
   TRY(upload(&b, &gdelta, NULL, sizeof(float) * nq));
-  void* pargs[] = {&g.dout, &g.out, &nq, &d, &gdelta};
-  TRY(launch(prep, tiles(nq, 64), pargs));
-  if (nk > 0) {
-    void* kargs[] = {&g.q, &g.k, &g.v, &g.dout, &g.lse, &gdelta, &g.qpos, &g.kpos, &nq, &nk, &d, &causal, &scale, &g.dk, &g.dv};
-    TRY(launch(dkdv, tiles(nk, 16), kargs));
-  }
-  void* qargs[] = {&g.q, &g.k, &g.v, &g.dout, &g.lse, &gdelta, &g.qpos, &g.kpos, &nq, &nk, &d, &causal, &scale, &g.dq};
-  TRY(launch(dqfn, tiles(nq, 16), qargs));
+  TRY(zr_attn_bwd_mfma_dev(prep, dkdv, dqfn, dev, g.q, g.k, g.v, g.out, g.dout, g.lse, gdelta, g.qpos, g.kpos, nq, nk, d,
+                           causal, scale, g.dq, g.dk, g.dv));
   TRY(bwd_download(&g, dq, dk, dv, nq, nk, d));
 out:
   release(&b);

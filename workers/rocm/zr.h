@@ -44,6 +44,16 @@ int zr_alloc(int dev, size_t n, void** p);
 int zr_release(int dev, void* p);
 int zr_copy_in(int dev, void* dst, const void* src, size_t n);
 int zr_copy_out(int dev, void* dst, const void* src, size_t n);
+int zr_copy_dev(int dev, void* dst, const void* src, size_t n);
+int zr_zero(int dev, void* p, size_t n);
+// The MFMA attention kernels on device memory (the host-buffer calls above upload, call these
+// and download). delta holds nq floats of scratch; dq, dk and dv are added into.
+int zr_attn_fwd_mfma_dev(void* fn, int dev, const void* q, const void* k, const void* v, const int* qpos,
+                         const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse);
+int zr_attn_bwd_mfma_dev(void* prep, void* dkdv, void* dqfn, int dev, const void* q, const void* k, const void* v,
+                         const float* out, const void* dout, const float* lse, float* delta, const int* qpos,
+                         const int* kpos, int nq, int nk, int d, int causal, float scale, float* dq, float* dk,
+                         float* dv);
 // zr_gemm: c (+)= op(a) op(b), a and b bf16, c fp32 (gemm_mfma.hip).
 int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, int n, int k, int lda, int ldb,
             int ldc, int ta, int tb, int accumulate);

@@ -1,0 +1,78 @@
+//go:build rocm && cgo
+
+package rocm_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/zaya-operator/zaya-operator/workers/model"
+	"github.com/zaya-operator/zaya-operator/workers/rocm"
+)
+
+// The device-resident step against the model on the CPU: the same loss and gradients within
+// bf16's precision (the device also rounds attention's inputs to bf16), then AdamW steps on
+// the device following the host's, for a model whose heads the MFMA kernels take, with a
+// row count that leaves partial tiles.
+func TestDeviceStepMatchesTheModel(t *testing.T) {
+	d := openDevice(t)
+	s := model.Shape{Vocab: 24, Dim: 32, Layers: 2, Heads: 2, FFN: 48}
+	const rows = 20
+	params := s.Init(9)
+	st, err := rocm.NewStep(d, s, rows, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	pos := make(model.Local, rows)
+	for i := range pos {
+		pos[i] = i
+	}
+	host := append([]float32(nil), params...)
+	m, v := make([]float32, len(host)), make([]float32, len(host))
+	opt := model.DefaultAdamW(0.01)
+	for step := int64(0); step < 3; step++ {
+		toks := model.Tokens(9, step, 0, rows, s.Vocab)
+		b := model.Batch{Inputs: toks[:rows], Targets: toks[1:], Norm: rows}
+		want := make([]float64, s.NumParams())
+		wantLoss, err := s.Grad(host, b, pos, model.BF16, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float64, s.NumParams())
+		gotLoss, err := st.Grad(b, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(gotLoss-wantLoss) > 1e-3*wantLoss {
+			t.Fatalf("step %d: loss %v on the device, %v on the CPU", step, gotLoss, wantLoss)
+		}
+		var worst, top float64
+		for i := range want {
+			top = math.Max(top, math.Abs(want[i]))
+			worst = math.Max(worst, math.Abs(got[i]-want[i]))
+		}
+		if worst > 2e-2*top {
+			t.Fatalf("step %d: gradients differ by up to %.3g (largest %.3g)", step, worst, top)
+		}
+		t.Logf("step %d: loss %.5f vs %.5f, largest gradient difference %.2g of %.3g", step, gotLoss, wantLoss, worst, top)
+		if err := opt.Update(s, host, m, v, want, step+1); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Update(opt, step+1, want); err != nil { // the same gradient: the update alone is compared
+			t.Fatal(err)
+		}
+	}
+	gotP, gotM, _, err := st.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range host {
+		if math.Abs(float64(gotP[i]-host[i])) > 1e-5*(1+math.Abs(float64(host[i]))) || math.Abs(float64(gotM[i]-m[i])) > 1e-5*(1+math.Abs(float64(m[i]))) {
+			t.Fatalf("parameter %d after 3 steps: %v (moment %v) on the device, %v (%v) on the host", i, gotP[i], gotM[i], host[i], m[i])
+		}
+	}
+	if _, err := rocm.NewStep(d, model.Shape{Vocab: 8, Dim: 8, Layers: 1, Heads: 2, FFN: 8}, rows, make([]float32, 0)); err == nil {
+		t.Error("a head dimension of 4 accepted by the device step")
+	}
+}
