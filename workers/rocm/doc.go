@@ -5,7 +5,12 @@
 // build tag rocm (and cgo). Without it, Open and Dial explain how to get them.
 package rocm
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/zaya-operator/zaya-operator/workers/attention"
+	"github.com/zaya-operator/zaya-operator/workers/model"
+)
 
 // Libraries says where the ROCm libraries are: paths or sonames the dynamic loader finds.
 type Libraries struct {
@@ -19,3 +24,19 @@ var ErrLibrary = errors.New("rocm: library")
 // ErrNotBuilt is what every call returns in a worker built without ROCm support.
 var ErrNotBuilt = errors.New("this worker was built without ROCm support: build it with -tags rocm " +
 	"(workers/Dockerfile, target rocm) to use the HIP backend or the RCCL transport")
+
+// TrainingStep is the decoder's training step resident on a GPU (OpenStep): Grad adds the
+// step's gradient into the host vector the all-reduce sums and returns the summed loss,
+// Update applies the all-reduced gradient, State and Load move the weights and AdamW's
+// moments for checkpoints.
+type TrainingStep interface {
+	Grad(b model.Batch, grad []float64) (float64, error)
+	Update(o model.AdamW, t int64, grad []float64) error
+	State() (params, m, v []float32, err error)
+	Load(params, m, v []float32) error
+	Close() error
+}
+
+// MFMA says whether the matrix-core kernels take head dimension d (a multiple of 16 up to
+// 128): the HIP backend uses them for attention, and the device step needs them.
+func MFMA(d int) bool { return d > 0 && d%16 == 0 && d <= attention.MFMAMaxD }

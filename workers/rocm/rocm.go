@@ -175,9 +175,6 @@ func checkDim(d int) error {
 
 const maxHeadDim = 256 // ZAYA_MAX_HEAD_DIM
 
-// MFMA says whether the matrix-core kernels take head dimension d.
-func MFMA(d int) bool { return d > 0 && d%16 == 0 && d <= attention.MFMAMaxD }
-
 // bf16 is m's elements rounded to bfloat16 as the kernels take them (bit patterns).
 func bf16(m attention.Matrix) []C.ushort {
 	out := make([]C.ushort, len(m.Data))

@@ -48,6 +48,15 @@ type blockBufs struct {
 	qh, kh, vh, qb, kb, vb, out, outb, lse            []*Buffer // per head
 }
 
+// OpenStep opens device dev (OpenDevice) and a Step on it.
+func OpenStep(l Libraries, dir string, dev int, s model.Shape, rows int, params []float32) (TrainingStep, error) {
+	d, err := OpenDevice(l, dir, dev)
+	if err != nil {
+		return nil, err
+	}
+	return NewStep(d, s, rows, params)
+}
+
 // NewStep allocates a step for shape s and rows tokens per step on d, starting from params.
 func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error) {
 	if err := s.Validate(); err != nil {

@@ -3,8 +3,17 @@
 package rocm_test
 
 import (
+	"context"
+	"encoding/binary"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/zaya-operator/zaya-operator/internal/testnet"
+	"github.com/zaya-operator/zaya-operator/workers/train"
 
 	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
@@ -74,5 +83,54 @@ func TestDeviceStepMatchesTheModel(t *testing.T) {
 	}
 	if _, err := rocm.NewStep(d, model.Shape{Vocab: 8, Dim: 8, Layers: 1, Heads: 2, FFN: 8}, rows, make([]float32, 0)); err == nil {
 		t.Error("a head dimension of 4 accepted by the device step")
+	}
+}
+
+// The worker on the HIP backend with no context parallelism trains on the device-resident
+// step: close to the CPU run of the same job (attention's inputs in bf16 on the device), and a
+// run stopped at a checkpoint and resumed ends with the bits of the run that never stopped
+// (the weights and AdamW's moments go to the checkpoint and back to the device).
+func TestWorkerTrainsOnTheDeviceStep(t *testing.T) {
+	libs, kdir := setup(t)
+	run := func(backend string, steps int, dir string) []float32 {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "params")
+		cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
+			Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: steps, Seq: 24,
+			Model: model.Shape{Vocab: 16, Dim: 32, Layers: 1, Heads: 2, FFN: 32}, LR: 0.01, Seed: 5,
+			ParamsOut: out, Backend: backend, KernelDir: kdir, Libraries: libs,
+			CheckpointDir: dir, CheckpointEvery: 5, Keep: 2, JobUID: "job", Log: io.Discard}
+		if dir == "" {
+			cfg.CheckpointEvery = 0
+		}
+		if _, err := train.Run(context.Background(), cfg); err != nil {
+			t.Fatalf("%s, %d steps: %v", backend, steps, err)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := make([]float32, len(b)/4)
+		for i := range p {
+			p[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return p
+	}
+	cpu, gpu := run("cpu", 20, ""), run("hip", 20, "")
+	var worst float64
+	for i := range cpu {
+		worst = math.Max(worst, math.Abs(float64(gpu[i]-cpu[i])))
+	}
+	if worst > 0.05 {
+		t.Errorf("after 20 steps the device's weights are up to %.3g from the CPU's", worst)
+	}
+	t.Logf("after 20 steps: device vs CPU weights within %.2g", worst)
+	dir := t.TempDir()
+	run("hip", 10, dir)
+	resumed, whole := run("hip", 20, dir), run("hip", 20, t.TempDir())
+	for i := range whole {
+		if math.Float32bits(resumed[i]) != math.Float32bits(whole[i]) {
+			t.Fatalf("parameter %d: resumed %v, uninterrupted %v", i, resumed[i], whole[i])
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/zaya-operator/zaya-operator/workers/attention"
+	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/transport"
 )
 
@@ -14,6 +15,11 @@ const Built = false
 
 // OpenBackend needs the rocm build tag.
 func OpenBackend(Libraries, string, int) (attention.Backend, error) { return nil, ErrNotBuilt }
+
+// OpenStep needs the rocm build tag.
+func OpenStep(Libraries, string, int, model.Shape, int, []float32) (TrainingStep, error) {
+	return nil, ErrNotBuilt
+}
 
 // DialRCCL needs the rocm build tag.
 func DialRCCL(context.Context, transport.Config, int, Libraries) (transport.Transport, error) {

@@ -377,6 +377,9 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		return r.res, err
 	}
 	defer func() { _ = r.tr.Close() }()
+	if r.dev != nil {
+		defer func() { _ = r.dev.Close() }()
+	}
 	r.res.before = "resuming"
 	if err := r.resume(); err != nil {
 		return r.res, err
@@ -416,7 +419,8 @@ type rankState struct {
 	n                    int // parameters
 	shape                model.Shape
 	opt                  model.AdamW
-	params, adamM, adamV []float32 // fp32 master weights and AdamW's moments
+	params, adamM, adamV []float32         // fp32 master weights and AdamW's moments (the device's, copied for checkpoints)
+	dev                  rocm.TrainingStep // the step resident on the GPU, or nil
 	layout               ring.Layout
 	pos                  []int // sequence positions of this rank's context-parallel slice
 	norm                 float64
@@ -452,6 +456,15 @@ func setupRank(cfg Config, rank int) (*rankState, error) {
 	r.adamM, r.adamV = make([]float32, r.n), make([]float32, r.n)
 	r.layout = ring.Layout{Seq: cfg.Seq, Ranks: cp}
 	r.pos = r.layout.Positions(r.cpRank)
+	if cfg.Backend == "hip" && cp == 1 && rocm.MFMA(r.shape.HeadDim()) {
+		// The whole step on the GPU; with context parallelism (or heads the matrix cores do
+		// not take) the model runs here and only attention's blocks go to the device.
+		step, err := rocm.OpenStep(cfg.Libraries, cfg.KernelDir, r.local, r.shape, cfg.Seq, r.params)
+		if err != nil {
+			return nil, rocmError(err)
+		}
+		r.dev = step
+	}
 	r.norm = float64(cfg.Seq * r.dpGroups) // the loss is the mean over every token of the step
 	return r, nil
 }
@@ -576,6 +589,11 @@ func (r *rankState) resume() error {
 			}
 			copy(t.data, whole)
 		}
+		if r.dev != nil {
+			if err := r.dev.Load(r.params, r.adamM, r.adamV); err != nil {
+				return rocmError(err)
+			}
+		}
 		r.res.Step, r.res.CheckpointStep, r.cfg.restored = step, step, step
 		if r.rank == 0 {
 			_, _ = fmt.Fprintf(r.cfg.Log, "resumed from step %d\n", step)
@@ -632,6 +650,21 @@ func (r *rankState) verifyPart(step int64) (lo int64, parts [][]float32, outcome
 		parts = append(parts, part)
 	}
 	return lo, parts, partOK, nil
+}
+
+// pull copies the device's weights and moments to the host before they are saved.
+func (r *rankState) pull() error {
+	if r.dev == nil {
+		return nil
+	}
+	p, m, v, err := r.dev.State()
+	if err != nil {
+		return fmt.Errorf("rank %d: copying the state from the device: %w", r.rank, err)
+	}
+	copy(r.params, p)
+	copy(r.adamM, m)
+	copy(r.adamV, v)
+	return nil
 }
 
 // state is what a checkpoint holds besides the step: the master weights and AdamW's moments
@@ -803,8 +836,14 @@ func (r *rankState) gradients() ([]float64, error) {
 	// (by its clock) that a time-based checkpoint is due after this step, and the sum of the
 	// signalled ranks (see vote); then each node's busy seconds (see step).
 	vec := make([]float64, 6+n+cfg.Nodes)
-	att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
-	loss, err := r.shape.Grad(r.params, b, att, model.BF16, vec[1:1+n])
+	var loss float64
+	var err error
+	if r.dev != nil {
+		loss, err = r.dev.Grad(b, vec[1:1+n])
+	} else {
+		att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
+		loss, err = r.shape.Grad(r.params, b, att, model.BF16, vec[1:1+n])
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rank %d step %d: %w", r.rank, r.res.Step, err)
 	}
@@ -848,8 +887,12 @@ func (r *rankState) apply(vec []float64) error {
 		}
 		r.pending = nil
 	}
-	if err := r.opt.Update(r.shape, r.params, r.adamM, r.adamV, vec[1:1+n], r.res.Step+1); err != nil {
-		return err
+	update := func() error { return r.opt.Update(r.shape, r.params, r.adamM, r.adamV, vec[1:1+n], r.res.Step+1) }
+	if r.dev != nil {
+		update = func() error { return r.dev.Update(r.opt, r.res.Step+1, vec[1:1+n]) }
+	}
+	if err := update(); err != nil {
+		return fmt.Errorf("rank %d step %d: %w", r.rank, r.res.Step, err)
 	}
 	r.res.Step++
 	r.res.Loss = vec[0]
@@ -893,6 +936,9 @@ func (r *rankState) saveAndStop(ctx context.Context, vote stopVote) error {
 		return err
 	}
 	if r.cfg.CheckpointDir != "" {
+		if err := r.pull(); err != nil {
+			return err
+		}
 		if err := save(r.cfg, r.tr, r.rank, r.world, r.res.Step, r.state()); err != nil {
 			return err
 		}
@@ -922,6 +968,9 @@ func (r *rankState) checkpointIfDue(periodDue bool) error {
 	if err := finishSave(cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
 		return err
 	}
+	if err := r.pull(); err != nil {
+		return err
+	}
 	r.pending = startSave(cfg, r.rank, r.world, r.res.Step, r.state())
 	if r.local == 0 && cfg.Metrics != nil {
 		cfg.Metrics.SaveSeconds.Observe(time.Since(began).Seconds())
@@ -933,6 +982,9 @@ func (r *rankState) checkpointIfDue(periodDue bool) error {
 func (r *rankState) finish() error {
 	cfg := r.cfg
 	if err := finishSave(cfg, r.tr, r.rank, r.world, &r.pending, &r.res); err != nil {
+		return err
+	}
+	if err := r.pull(); err != nil {
 		return err
 	}
 	if cfg.CheckpointDir != "" && r.res.CheckpointStep < r.res.Step && r.res.Step > r.resumed {
