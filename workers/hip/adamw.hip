@@ -34,3 +34,15 @@ zaya_cast_bf16(const float* __restrict__ x, unsigned short* __restrict__ y, int 
   else if (u & 0x7fffffu) u |= 0x400000u;  // a nan stays a nan
   y[i] = (unsigned short)(u >> 16);
 }
+
+// zaya_sumsq: out[g] = the sum of squares of x[64 g .. 64 g + 63] (zero past n), a fixed
+// shuffle tree per wavefront; run again on out until one value is left, it is the squared
+// norm the gradient clip needs, the same bits every run. grid = ceil(n / 64), block 64.
+extern "C" __global__ void __launch_bounds__(ZAYA_WAVE)
+zaya_sumsq(const float* __restrict__ x, int n, int square, float* __restrict__ out) {
+  const int i = ZAYA_BLOCK_X * ZAYA_WAVE + ZAYA_LANE;
+  float v = i < n ? x[i] : 0.0f;
+  if (square) v *= v;
+  for (int off = ZAYA_WAVE / 2; off > 0; off >>= 1) v += __shfl_xor(v, off, ZAYA_WAVE);
+  if (ZAYA_LANE == 0) out[ZAYA_BLOCK_X] = v;
+}

@@ -19,7 +19,7 @@ var kernels = map[string][]string{
 	"attention_fwd_mfma.hip": {"zaya_attn_fwd_mfma"},
 	"attention_bwd_mfma.hip": {"zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv", "zaya_attn_bwd_mfma_dq"},
 	"gemm_mfma.hip":          {"zaya_gemm_mfma"},
-	"adamw.hip":              {"zaya_adamw", "zaya_cast_bf16"},
+	"adamw.hip":              {"zaya_adamw", "zaya_cast_bf16", "zaya_sumsq"},
 	"model_ops.hip": {"zaya_embed_fwd", "zaya_embed_bwd", "zaya_rmsnorm_fwd", "zaya_rmsnorm_bwd", "zaya_rmsnorm_dgain",
 		"zaya_gelu_fwd", "zaya_gelu_bwd", "zaya_xent"},
 }

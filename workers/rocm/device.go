@@ -23,7 +23,7 @@ import (
 // (a checkpoint, a collective over TCP), the first pieces of the device-resident step.
 type Device struct {
 	dev                                   int
-	gemm, adamw, cast                     unsafe.Pointer
+	gemm, adamw, cast, sumsq              unsafe.Pointer
 	embed, embedBwd, rms, rmsBwd, rmsGain unsafe.Pointer
 	gelu, geluBwd, xent                   unsafe.Pointer
 	attnFwd, attnPrep, attnKV, attnQ      unsafe.Pointer
@@ -43,6 +43,7 @@ func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 		file, name string
 		into       *unsafe.Pointer
 	}{{"gemm_mfma.hip", "zaya_gemm_mfma", &d.gemm}, {"adamw.hip", "zaya_adamw", &d.adamw}, {"adamw.hip", "zaya_cast_bf16", &d.cast},
+		{"adamw.hip", "zaya_sumsq", &d.sumsq},
 		{"model_ops.hip", "zaya_embed_fwd", &d.embed}, {"model_ops.hip", "zaya_embed_bwd", &d.embedBwd},
 		{"model_ops.hip", "zaya_rmsnorm_fwd", &d.rms}, {"model_ops.hip", "zaya_rmsnorm_bwd", &d.rmsBwd},
 		{"model_ops.hip", "zaya_rmsnorm_dgain", &d.rmsGain}, {"model_ops.hip", "zaya_gelu_fwd", &d.gelu},
@@ -374,4 +375,36 @@ func (d *Device) AttentionBackward(q, k, v, pos, out, lse, dout, delta, dq, dk, 
 	rc := C.zr_attn_bwd_mfma_dev(d.attnPrep, d.attnKV, d.attnQ, C.int(d.dev), q.p, k.p, v.p, f(out), dout.p, f(lse), f(delta),
 		ints(pos), ints(pos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(dq), f(dk), f(dv))
 	return hipErr("zaya_attn_bwd_mfma", rc)
+}
+
+// SumSquares is the sum of the squares of x's first n float32, reduced on the device by a
+// fixed tree (the same bits every run); a and b are scratch of at least ceil(n/64) floats.
+func (d *Device) SumSquares(x, a, b *Buffer, n int) (float64, error) {
+	parts := (n + 63) / 64
+	if err := holds("sum of squares", x, 4*n, a, 4*parts, b, 4*parts); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	src, dst, square := x, a, C.int(1)
+	for {
+		if err := hipErr("zaya_sumsq", C.zr_sumsq(d.sumsq, C.int(d.dev), f(src), C.int(n), square, f(dst))); err != nil {
+			return 0, err
+		}
+		n, square = (n+63)/64, 0
+		if n == 1 {
+			var out [1]float32
+			if err := dst.ReadF32(out[:]); err != nil {
+				return 0, err
+			}
+			return float64(out[0]), nil
+		}
+		src = dst
+		if dst == a {
+			dst = b
+		} else {
+			dst = a
+		}
+	}
 }

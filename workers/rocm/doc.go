@@ -26,12 +26,17 @@ var ErrNotBuilt = errors.New("this worker was built without ROCm support: build 
 	"(workers/Dockerfile, target rocm) to use the HIP backend or the RCCL transport")
 
 // TrainingStep is the decoder's training step resident on a GPU (OpenStep): Grad adds the
-// step's gradient into the host vector the all-reduce sums and returns the summed loss,
+// step's gradient into the host vector a TCP all-reduce sums and returns the summed loss,
 // Update applies the all-reduced gradient, State and Load move the weights and AdamW's
 // moments for checkpoints.
 type TrainingStep interface {
 	Grad(b model.Batch, grad []float64) (float64, error)
 	Update(o model.AdamW, t int64, grad []float64) error
+	// With a transport that sums device memory (RCCL), the gradient stays on the device:
+	// GradReduced all-reduces it there and UpdateReduced applies it.
+	ReducesOn(tr any) bool
+	GradReduced(b model.Batch, tr any) (float64, error)
+	UpdateReduced(o model.AdamW, t int64) error
 	State() (params, m, v []float32, err error)
 	Load(params, m, v []float32) error
 	Close() error

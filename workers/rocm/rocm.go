@@ -389,6 +389,15 @@ func (t *RCCL) AllReduce(v []float64) error {
 	return collectiveErr("all-reduce", fmt.Sprintf("rank %d all-reduce of %d values", t.rank, len(v)), C.zr_allreduce(t.comm, p, C.size_t(len(v))))
 }
 
+// AllReduceDevice sums the first n float32 of a device buffer (on this rank's device) over
+// all ranks in place, on the device: the device step's gradients never visit the host.
+func (t *RCCL) AllReduceDevice(b *Buffer, n int) error {
+	if err := holds("all-reduce", b, 4*n); err != nil {
+		return err
+	}
+	return collectiveErr("all-reduce", fmt.Sprintf("rank %d device all-reduce of %d values", t.rank, n), C.zr_allreduce_f32_dev(t.comm, f(b), C.size_t(n)))
+}
+
 // Barrier returns once every rank has called it.
 func (t *RCCL) Barrier() error {
 	var one [1]float64

@@ -39,6 +39,7 @@ type Step struct {
 	// backward scratch
 	dx, dxb, dh, dhb, dxmid, du, dub, dg, delta *Buffer
 	douth, douthb, dqh, dkh, dvh, dqb, dkb, dvb *Buffer
+	normA, normB                                *Buffer // the gradient norm's partial sums
 	all                                         []*Buffer
 }
 
@@ -101,6 +102,7 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error
 	st.dx, st.dxb, st.dh, st.dhb, st.dxmid = alloc(4*n*dm), alloc(2*n*dm), alloc(4*n*dm), alloc(2*n*dm), alloc(4*n*dm)
 	st.du, st.dub, st.dg, st.delta = alloc(4*n*f), alloc(2*n*f), alloc(4*n*f), alloc(4*n)
 	st.douth, st.douthb = alloc(4*n*hd), alloc(2*n*hd)
+	st.normA, st.normB = alloc(4*((np+63)/64)), alloc(4*((np+63)/64))
 	st.dqh, st.dkh, st.dvh, st.dqb, st.dkb, st.dvb = alloc(4*n*hd), alloc(4*n*hd), alloc(4*n*hd), alloc(2*n*hd), alloc(2*n*hd), alloc(2*n*hd)
 	if err != nil {
 		_ = st.Close()
@@ -199,10 +201,63 @@ func (r *run) do(err error) {
 // adds the gradient of the loss, summed over the rows and divided by b.Norm, into grad; it
 // returns the summed loss.
 func (st *Step) Grad(b model.Batch, grad []float64) (float64, error) {
+	if len(grad) != st.np {
+		return 0, fmt.Errorf("rocm: %d gradients for a model of %d", len(grad), st.np)
+	}
+	loss, err := st.pass(b)
+	if err != nil {
+		return 0, err
+	}
+	g := make([]float32, st.np)
+	if err := st.g.ReadF32(g); err != nil {
+		return 0, err
+	}
+	for i, x := range g {
+		grad[i] += float64(x)
+	}
+	return loss, nil
+}
+
+// ReducesOn says whether tr sums the gradients on the device (RCCL): GradReduced and
+// UpdateReduced then keep them there.
+func (st *Step) ReducesOn(tr any) bool {
+	_, ok := tr.(interface{ AllReduceDevice(*Buffer, int) error })
+	return ok
+}
+
+// GradReduced runs the step's forward and backward and sums the gradient over the ranks on
+// the device (tr: see ReducesOn); it returns this rank's summed loss.
+func (st *Step) GradReduced(b model.Batch, tr any) (float64, error) {
+	red, ok := tr.(interface{ AllReduceDevice(*Buffer, int) error })
+	if !ok {
+		return 0, fmt.Errorf("rocm: %T cannot all-reduce device memory", tr)
+	}
+	loss, err := st.pass(b)
+	if err != nil {
+		return 0, err
+	}
+	return loss, red.AllReduceDevice(st.g, st.np)
+}
+
+// UpdateReduced takes AdamW's step t with the gradient GradReduced left on the device, its
+// global norm for the clip reduced there too.
+func (st *Step) UpdateReduced(o model.AdamW, t int64) error {
+	ss, err := st.d.SumSquares(st.g, st.normA, st.normB, st.np)
+	if err != nil {
+		return err
+	}
+	if err := st.d.AdamW(o, t, o.ClipFactor(math.Sqrt(ss)), st.p, st.m, st.v, st.g, st.decay, st.np); err != nil {
+		return err
+	}
+	return st.d.CastBF16(st.p, st.pb, st.np)
+}
+
+// pass is the forward and backward: the gradient is left in st.g, the summed loss returned.
+func (st *Step) pass(b model.Batch) (float64, error) {
 	s, d, n := st.s, st.d, st.n
 	dm, f, vocab := s.Dim, s.FFN, s.Vocab
-	if len(b.Inputs) != n || len(b.Targets) != n || len(grad) != st.np {
-		return 0, fmt.Errorf("rocm: a step of %d rows given %d inputs, %d targets and %d gradients", n, len(b.Inputs), len(b.Targets), len(grad))
+	if len(b.Inputs) != n || len(b.Targets) != n {
+		return 0, fmt.Errorf("rocm: a step of %d rows given %d inputs and %d targets", n, len(b.Inputs), len(b.Targets))
 	}
 	r := &run{}
 	r.do(st.tokens.WriteTokens(b.Inputs, vocab))
@@ -290,21 +345,14 @@ func (st *Step) Grad(b model.Batch, grad []float64) (float64, error) {
 		r.do(st.normBack(bl.xin, pl.Norm1, bl.inv1, st.dh, st.dx, true))
 	}
 	r.do(d.EmbedBackward(st.tokens, st.dx, st.g, n, vocab, dm)) // the embedding's gradient is the first tensor's
-	if r.err != nil {
-		return 0, r.err
-	}
-	losses, g := make([]float32, n), make([]float32, st.np)
+	losses := make([]float32, n)
 	r.do(st.loss.ReadF32(losses))
-	r.do(st.g.ReadF32(g))
 	if r.err != nil {
 		return 0, r.err
 	}
 	var loss float64
 	for _, x := range losses {
 		loss += float64(x)
-	}
-	for i, x := range g {
-		grad[i] += float64(x)
 	}
 	return loss, nil
 }

@@ -89,16 +89,19 @@ func TestDeviceStepMatchesTheModel(t *testing.T) {
 // The worker on the HIP backend with no context parallelism trains on the device-resident
 // step: close to the CPU run of the same job (attention's inputs in bf16 on the device), and a
 // run stopped at a checkpoint and resumed ends with the bits of the run that never stopped
-// (the weights and AdamW's moments go to the checkpoint and back to the device).
+// (the weights and AdamW's moments go to the checkpoint and back to the device). Over RCCL
+// the gradients are summed on the device: no all-reduce through the host is larger than the
+// step's few control values.
 func TestWorkerTrainsOnTheDeviceStep(t *testing.T) {
 	libs, kdir := setup(t)
+	transportName := "tcp"
 	run := func(backend string, steps int, dir string) []float32 {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "params")
 		cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
 			Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: steps, Seq: 24,
 			Model: model.Shape{Vocab: 16, Dim: 32, Layers: 1, Heads: 2, FFN: 32}, LR: 0.01, Seed: 5,
-			ParamsOut: out, Backend: backend, KernelDir: kdir, Libraries: libs,
+			ParamsOut: out, Backend: backend, Transport: transportName, KernelDir: kdir, Libraries: libs,
 			CheckpointDir: dir, CheckpointEvery: 5, Keep: 2, JobUID: "job", Log: io.Discard}
 		if dir == "" {
 			cfg.CheckpointEvery = 0
@@ -125,12 +128,29 @@ func TestWorkerTrainsOnTheDeviceStep(t *testing.T) {
 		t.Errorf("after 20 steps the device's weights are up to %.3g from the CPU's", worst)
 	}
 	t.Logf("after 20 steps: device vs CPU weights within %.2g", worst)
-	dir := t.TempDir()
-	run("hip", 10, dir)
-	resumed, whole := run("hip", 20, dir), run("hip", 20, t.TempDir())
-	for i := range whole {
-		if math.Float32bits(resumed[i]) != math.Float32bits(whole[i]) {
-			t.Fatalf("parameter %d: resumed %v, uninterrupted %v", i, resumed[i], whole[i])
+	resumeIsExact := func() {
+		t.Helper()
+		dir := t.TempDir()
+		run("hip", 10, dir)
+		resumed, whole := run("hip", 20, dir), run("hip", 20, t.TempDir())
+		for i := range whole {
+			if math.Float32bits(resumed[i]) != math.Float32bits(whole[i]) {
+				t.Fatalf("%s: parameter %d: resumed %v, uninterrupted %v", transportName, i, resumed[i], whole[i])
+			}
 		}
 	}
+	resumeIsExact()
+
+	transportName = "rccl"
+	t.Setenv("FAKE_RCCL_MAX_FLOAT64", "64") // the step's vector: loss, votes, each node's time
+	onDevice := run("hip", 20, "")
+	worst = 0
+	for i := range cpu {
+		worst = math.Max(worst, math.Abs(float64(onDevice[i]-cpu[i])))
+	}
+	if worst > 0.05 {
+		t.Errorf("over RCCL, after 20 steps the device's weights are up to %.3g from the CPU's", worst)
+	}
+	t.Setenv("FAKE_RCCL_MAX_FLOAT64", "") // a resume shares the weights through a host all-reduce
+	resumeIsExact()
 }

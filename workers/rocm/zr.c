@@ -12,7 +12,7 @@
 // ABI's plain types (handles are pointers, enums are ints).
 typedef void* hip_stream;
 enum { H2D = 1, D2H = 2 };
-enum { NCCL_UINT8 = 1, NCCL_FLOAT64 = 8, NCCL_SUM = 0 };
+enum { NCCL_UINT8 = 1, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_SUM = 0 };
 
 static struct {
   int (*Init)(unsigned);
@@ -251,6 +251,13 @@ int zr_adamw(void* fn, int dev, float* p, float* m, float* v, const float* g, co
   return launch(fn, (n + 63) / 64, args);
 }
 
+int zr_sumsq(void* fn, int dev, const float* x, int n, int square, float* out) {
+  int rc = hip.SetDevice(dev);
+  if (rc || n == 0) return rc;
+  void* args[] = {&x, &n, &square, &out};
+  return launch(fn, (n + 63) / 64, args);
+}
+
 int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n) {
   int rc = hip.SetDevice(dev);
   if (rc || n == 0) return rc;
@@ -484,6 +491,14 @@ int zr_allreduce(zr_comm* c, double* v, size_t n) {
   rc = hip.StreamSynchronize(c->stream);
   if (rc == 0) rc = hip.Memcpy(v, c->sbuf, size, D2H);
   return -rc;
+}
+
+int zr_allreduce_f32_dev(zr_comm* c, float* v, size_t n) {
+  int rc = hip.SetDevice(c->dev);
+  if (rc) return -rc;
+  rc = nccl.AllReduce(v, v, n, NCCL_FLOAT32, NCCL_SUM, c->comm, c->stream);
+  if (rc) return rc;
+  return -hip.StreamSynchronize(c->stream);
 }
 
 int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from) {

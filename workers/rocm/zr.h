@@ -60,6 +60,8 @@ int zr_gemm(void* fn, int dev, const void* a, const void* b, float* c, int m, in
 int zr_adamw(void* fn, int dev, float* p, float* m, float* v, const float* g, const unsigned char* decay, int n,
              float lr, float beta1, float beta2, float eps, float wd, float c1, float c2, float clip);
 int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n);
+// zr_sumsq: out[g] = sum over x[64 g .. 64 g + 63] of x^2 (square) or x.
+int zr_sumsq(void* fn, int dev, const float* x, int n, int square, float* out);
 // The decoder's row and element steps (model_ops.hip), on device memory.
 int zr_embed_fwd(void* fn, int dev, const int* tokens, const float* emb, float* x, int n, int d);
 int zr_embed_bwd(void* fn, int dev, const int* tokens, const float* dx, float* demb, int n, int vocab, int d);
@@ -80,6 +82,8 @@ int zr_unique_id(zr_uid* id);
 int zr_comm_init(int dev, zr_uid id, int nranks, int rank, zr_comm** out);
 // zr_allreduce sums n doubles over the communicator, in place.
 int zr_allreduce(zr_comm* c, double* v, size_t n);
+// zr_allreduce_f32_dev sums n floats of device memory on the communicator's device, in place.
+int zr_allreduce_f32_dev(zr_comm* c, float* v, size_t n);
 // zr_sendrecv sends nsend bytes to peer `to` and receives nrecv bytes from peer `from` in one
 // group, so a ring of these never deadlocks.
 int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from);

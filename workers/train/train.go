@@ -421,6 +421,7 @@ type rankState struct {
 	opt                  model.AdamW
 	params, adamM, adamV []float32         // fp32 master weights and AdamW's moments (the device's, copied for checkpoints)
 	dev                  rocm.TrainingStep // the step resident on the GPU, or nil
+	devReduce            bool              // dev's gradients are summed on the device (RCCL), not in the step's vector
 	layout               ring.Layout
 	pos                  []int // sequence positions of this rank's context-parallel slice
 	norm                 float64
@@ -486,6 +487,7 @@ func (r *rankState) connect(ctx context.Context) error {
 	if err != nil {
 		return rocmError(err)
 	}
+	r.devReduce = r.dev != nil && r.dev.ReducesOn(r.tr) // every rank decides alike: same flags
 	return nil
 }
 
@@ -652,6 +654,15 @@ func (r *rankState) verifyPart(step int64) (lo int64, parts [][]float32, outcome
 	return lo, parts, partOK, nil
 }
 
+// vecGrads is how many gradients the step's all-reduce vector carries: none when the device
+// sums them itself.
+func (r *rankState) vecGrads() int {
+	if r.devReduce {
+		return 0
+	}
+	return r.n
+}
+
 // pull copies the device's weights and moments to the host before they are saved.
 func (r *rankState) pull() error {
 	if r.dev == nil {
@@ -805,7 +816,7 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 		time.Sleep(max(time.Since(began), 20*time.Millisecond))
 	}
 	// What kept this rank busy before it met the others: a straggler's is the largest.
-	vec[6+r.n+r.cfg.NodeRank] += time.Since(began).Seconds() / float64(r.cfg.GPUsPerNode)
+	vec[6+r.vecGrads()+r.cfg.NodeRank] += time.Since(began).Seconds() / float64(r.cfg.GPUsPerNode)
 	if err := r.vote(ctx, vec); err != nil {
 		return stop, false, err
 	}
@@ -816,16 +827,16 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 		return stop, false, err
 	}
 	if r.rank == 0 {
-		r.nodeBusy = smoothNodes(r.nodeBusy, vec[6+r.n:])
+		r.nodeBusy = smoothNodes(r.nodeBusy, vec[6+r.vecGrads():])
 	}
 	r.report()
-	n := r.n
+	n := r.vecGrads()
 	return stopVote{int(vec[1+n]), int(vec[5+n])}, vec[4+n] > 0, nil
 }
 
 // gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
 func (r *rankState) gradients() ([]float64, error) {
-	cfg, n := &r.cfg, r.n
+	cfg, n := &r.cfg, r.vecGrads()
 	tokens := model.Tokens(cfg.Seed, r.res.Step, r.dp, cfg.Seq, r.shape.Vocab)
 	b := model.Batch{Norm: r.norm}
 	for _, p := range r.pos {
@@ -838,9 +849,12 @@ func (r *rankState) gradients() ([]float64, error) {
 	vec := make([]float64, 6+n+cfg.Nodes)
 	var loss float64
 	var err error
-	if r.dev != nil {
+	switch {
+	case r.devReduce:
+		loss, err = r.dev.GradReduced(b, r.tr)
+	case r.dev != nil:
 		loss, err = r.dev.Grad(b, vec[1:1+n])
-	} else {
+	default:
 		att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
 		loss, err = r.shape.Grad(r.params, b, att, model.BF16, vec[1:1+n])
 	}
@@ -853,7 +867,7 @@ func (r *rankState) gradients() ([]float64, error) {
 
 // vote adds the stop vote, the background save's state and rank 0's checkpoint calls to vec.
 func (r *rankState) vote(ctx context.Context, vec []float64) error {
-	n := r.n
+	n := r.vecGrads()
 	if ctx.Err() != nil {
 		vec[1+n], vec[5+n] = 1, float64(r.rank)
 	}
@@ -875,7 +889,7 @@ func (r *rankState) vote(ctx context.Context, vec []float64) error {
 
 // apply commits a background save every rank has written and updates the parameters.
 func (r *rankState) apply(vec []float64) error {
-	n := r.n
+	n := r.vecGrads()
 	r.res.CheckpointStep = max(r.res.CheckpointStep, int64(vec[3+n]))
 	if r.pending != nil && int(vec[2+n]) == r.world {
 		// Every rank's shard is on disk: rank 0 commits, the others hear of it next step.
@@ -888,7 +902,10 @@ func (r *rankState) apply(vec []float64) error {
 		r.pending = nil
 	}
 	update := func() error { return r.opt.Update(r.shape, r.params, r.adamM, r.adamV, vec[1:1+n], r.res.Step+1) }
-	if r.dev != nil {
+	switch {
+	case r.devReduce:
+		update = func() error { return r.dev.UpdateReduced(r.opt, r.res.Step+1) }
+	case r.dev != nil:
 		update = func() error { return r.dev.Update(r.opt, r.res.Step+1, vec[1:1+n]) }
 	}
 	if err := update(); err != nil {

@@ -76,18 +76,19 @@ int hipModuleLoad(void** mod, const char* path) {
 
 enum {
   K_FWD = 1, K_MERGE, K_BWD, K_FWD_MFMA, K_BWD_PREP, K_BWD_DKDV, K_BWD_DQ, K_GEMM, K_ADAMW, K_CAST,
-  K_EMBED_FWD, K_EMBED_BWD, K_RMS_FWD, K_RMS_BWD, K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT
+  K_EMBED_FWD, K_EMBED_BWD, K_RMS_FWD, K_RMS_BWD, K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT, K_SUMSQ
 };
 int hipModuleGetFunction(void** fn, void* mod, const char* name) {
   static int ids[] = {K_FWD,       K_MERGE,     K_BWD,     K_FWD_MFMA, K_BWD_PREP,  K_BWD_DKDV,
                       K_BWD_DQ,    K_GEMM,      K_ADAMW,   K_CAST,     K_EMBED_FWD, K_EMBED_BWD,
-                      K_RMS_FWD,   K_RMS_BWD,   K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT};
+                      K_RMS_FWD,   K_RMS_BWD,   K_RMS_DGAIN, K_GELU_FWD, K_GELU_BWD, K_XENT, K_SUMSQ};
   static const char* names[] = {"zaya_attn_fwd",      "zaya_attn_merge",    "zaya_attn_bwd",
                                 "zaya_attn_fwd_mfma", "zaya_attn_bwd_mfma_prep", "zaya_attn_bwd_mfma_dkdv",
                                 "zaya_attn_bwd_mfma_dq", "zaya_gemm_mfma",  "zaya_adamw",
                                 "zaya_cast_bf16",     "zaya_embed_fwd",     "zaya_embed_bwd",
                                 "zaya_rmsnorm_fwd",   "zaya_rmsnorm_bwd",   "zaya_rmsnorm_dgain",
-                                "zaya_gelu_fwd",      "zaya_gelu_bwd",      "zaya_xent"};
+                                "zaya_gelu_fwd",      "zaya_gelu_bwd",      "zaya_xent",
+                                "zaya_sumsq"};
   for (int i = 0; i < (int)(sizeof ids / sizeof ids[0]); ++i)
     if (!strcmp(name, names[i])) {
       *fn = &ids[i];
@@ -297,6 +298,27 @@ static void adamw(unsigned groups, void** args) {
   }
 }
 
+// sumsq: the kernel's shuffle tree (xor 32, 16, ..., 1) per 64 values, so the bits match it.
+static void sumsq(unsigned groups, void** args) {
+  const float* x = ARG(float*, 0);
+  int n = ARG(int, 1), square = ARG(int, 2);
+  float* out = ARG(float*, 3);
+  for (unsigned g = 0; g < groups; ++g) {
+    float v[64];
+    for (int l = 0; l < 64; ++l) {
+      long i = (long)g * 64 + l;
+      v[l] = i < n ? x[i] : 0.0f;
+      if (square) v[l] *= v[l];
+    }
+    for (int off = 32; off > 0; off >>= 1) {
+      float w[64];
+      for (int l = 0; l < 64; ++l) w[l] = v[l] + v[l ^ off];
+      memcpy(v, w, sizeof v);
+    }
+    out[g] = v[0];
+  }
+}
+
 static void cast_bf16(unsigned groups, void** args) {
   const float* x = ARG(float*, 0);
   unsigned short* y = ARG(unsigned short*, 1);
@@ -429,6 +451,7 @@ int hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsig
     case K_BWD_DQ: bwd_dq(gx, args); break;
     case K_ADAMW: adamw(gx, args); break;
     case K_CAST: cast_bf16(gx, args); break;
+    case K_SUMSQ: sumsq(gx, args); break;
     case K_EMBED_FWD:
     case K_EMBED_BWD:
     case K_RMS_FWD:
@@ -511,22 +534,35 @@ int ncclCommInitRank(handle** out, int nranks, uid id, int rank) {
 
 // Sums in rank order, like the TCP transport, so results are bit-identical to it.
 int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, handle* h, void* stream) {
-  if (dtype != 8 || op != 0) return 4;
+  if ((dtype != 8 && dtype != 7) || op != 0) return 4;  // ncclFloat64, ncclFloat32; ncclSum
   if (getenv("FAKE_RCCL_REMOTE_ERROR")) return 6;  // ncclRemoteError: as if a peer had died
+  const char* most = getenv("FAKE_RCCL_MAX_FLOAT64");  // tests: no float64 all-reduce larger than this
+  if (most && *most && dtype == 8 && count > (size_t)atoll(most)) return 4;
+  size_t es = dtype == 8 ? sizeof(double) : sizeof(float);
   comm* c = h->c;
   pthread_mutex_lock(&c->mu);
   long gen = c->gen;
   c->bufs[h->rank] = recv;
-  if (send != recv) memcpy(recv, send, count * sizeof(double));
+  if (send != recv) memcpy(recv, send, count * es);
   c->count = count;
   if (++c->arrived == c->nranks) {
-    double* sum = calloc(count ? count : 1, sizeof(double));
-    for (size_t i = 0; i < count; ++i) {
-      sum[i] = c->bufs[0][i];
-      for (int r = 1; r < c->nranks; ++r) sum[i] += c->bufs[r][i];
+    if (dtype == 8) {
+      double* sum = calloc(count ? count : 1, sizeof(double));
+      for (size_t i = 0; i < count; ++i) {
+        sum[i] = c->bufs[0][i];
+        for (int r = 1; r < c->nranks; ++r) sum[i] += c->bufs[r][i];
+      }
+      for (int r = 0; r < c->nranks; ++r) memcpy(c->bufs[r], sum, count * sizeof(double));
+      free(sum);
+    } else {
+      float* sum = calloc(count ? count : 1, sizeof(float));
+      for (size_t i = 0; i < count; ++i) {
+        sum[i] = ((float*)c->bufs[0])[i];
+        for (int r = 1; r < c->nranks; ++r) sum[i] += ((float*)c->bufs[r])[i];
+      }
+      for (int r = 0; r < c->nranks; ++r) memcpy(c->bufs[r], sum, count * sizeof(float));
+      free(sum);
     }
-    for (int r = 0; r < c->nranks; ++r) memcpy(c->bufs[r], sum, count * sizeof(double));
-    free(sum);
     c->arrived = 0;
     c->gen++;
     pthread_cond_broadcast(&c->cv);
