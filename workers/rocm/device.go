@@ -249,10 +249,14 @@ func (b *Buffer) WriteTokens(tokens []int32, vocab int) error {
 	return b.copyIn(unsafe.Pointer(&tokens[0]), 4*len(tokens))
 }
 
-// holds checks that every buffer holds at least the bytes given beside it.
+// holds checks that every buffer holds at least the bytes given beside it, and that no count
+// the kernels see (bytes / 2 at most) passes their 32-bit int indices.
 func holds(op string, pairs ...any) error {
 	for i := 0; i+1 < len(pairs); i += 2 {
 		b, n := pairs[i].(*Buffer), pairs[i+1].(int)
+		if n/2 > math.MaxInt32 {
+			return fmt.Errorf("rocm: %s over %d bytes: the kernels index with 32-bit ints", op, n)
+		}
 		if b == nil || b.p == nil || n < 0 || n > b.bytes {
 			have := 0
 			if b != nil {

@@ -70,6 +70,9 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error
 	if rows < 1 || len(params) != s.NumParams() {
 		return nil, fmt.Errorf("rocm: a step of %d rows with %d parameters for a model of %d", rows, len(params), s.NumParams())
 	}
+	if widest := max(s.Vocab, s.FFN, s.Dim); float64(rows)*float64(widest) > math.MaxInt32 {
+		return nil, fmt.Errorf("rocm: %d rows of %d values: the kernels index with 32-bit ints", rows, widest)
+	}
 	st := &Step{d: d, s: s, n: rows, hd: hd, scale: 1 / math.Sqrt(float64(hd)), np: s.NumParams()}
 	var err error
 	alloc := func(bytes int) *Buffer {

@@ -94,11 +94,11 @@ func TestDeviceStepMatchesTheModel(t *testing.T) {
 // step's few control values.
 func TestWorkerTrainsOnTheDeviceStep(t *testing.T) {
 	libs, kdir := setup(t)
-	transportName := "tcp"
+	transportName, cp := "tcp", 1
 	run := func(backend string, steps int, dir string) []float32 {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "params")
-		cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: 1, Master: "127.0.0.1:" + testnet.FreePort(t),
+		cfg := train.Config{NodeRank: 0, Nodes: 1, GPUsPerNode: 2, ContextParallel: cp, Master: "127.0.0.1:" + testnet.FreePort(t),
 			Listen: "127.0.0.1:0", RendezvousTimeout: 10 * time.Second, Steps: steps, Seq: 24,
 			Model: model.Shape{Vocab: 16, Dim: 32, Layers: 1, Heads: 2, FFN: 32}, LR: 0.01, Seed: 5,
 			ParamsOut: out, Backend: backend, Transport: transportName, KernelDir: kdir, Libraries: libs,
@@ -153,4 +153,17 @@ func TestWorkerTrainsOnTheDeviceStep(t *testing.T) {
 	}
 	t.Setenv("FAKE_RCCL_MAX_FLOAT64", "") // a resume shares the weights through a host all-reduce
 	resumeIsExact()
+
+	// With context parallelism the step does not fit one rank's rows: the model runs on the
+	// host and attention's ring blocks on the device (a device step given half the rows would
+	// refuse the batch).
+	transportName, cp = "tcp", 2
+	ringCPU, ringHIP := run("cpu", 20, ""), run("hip", 20, "")
+	worst = 0
+	for i := range ringCPU {
+		worst = math.Max(worst, math.Abs(float64(ringHIP[i]-ringCPU[i])))
+	}
+	if worst > 0.05 {
+		t.Errorf("context parallel: after 20 steps the HIP backend's weights are up to %.3g from the CPU's", worst)
+	}
 }

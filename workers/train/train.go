@@ -372,14 +372,14 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if r.dev != nil {
+		defer func() { _ = r.dev.Close() }()
+	}
 	r.res.before = "joining"
 	if err := r.connect(ctx); err != nil {
 		return r.res, err
 	}
 	defer func() { _ = r.tr.Close() }()
-	if r.dev != nil {
-		defer func() { _ = r.dev.Close() }()
-	}
 	r.res.before = "resuming"
 	if err := r.resume(); err != nil {
 		return r.res, err
