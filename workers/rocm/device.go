@@ -11,10 +11,8 @@ import "C"
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"unsafe"
 
-	"github.com/zaya-operator/zaya-operator/workers/hip"
 	"github.com/zaya-operator/zaya-operator/workers/model"
 )
 
@@ -32,32 +30,17 @@ type Device struct {
 // OpenDevice loads the HIP runtime and the step's kernels (gemm_mfma.hsaco, adamw.hsaco,
 // model_ops.hsaco and the MFMA attention kernels) from dir for device dev.
 func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
-	if err := loadHIP(l); err != nil {
-		return nil, err
-	}
-	if err := device(dev); err != nil {
-		return nil, err
-	}
 	d := &Device{dev: dev}
-	for _, k := range []struct {
-		file, name string
-		into       *unsafe.Pointer
-	}{{"gemm_mfma.hip", "zaya_gemm_mfma", &d.gemm}, {"adamw.hip", "zaya_adamw", &d.adamw}, {"adamw.hip", "zaya_cast_bf16", &d.cast},
-		{"adamw.hip", "zaya_sumsq", &d.sumsq},
+	err := openKernels(l, dir, dev, []kernel{{"gemm_mfma.hip", "zaya_gemm_mfma", &d.gemm}, {"adamw.hip", "zaya_adamw", &d.adamw},
+		{"adamw.hip", "zaya_cast_bf16", &d.cast}, {"adamw.hip", "zaya_sumsq", &d.sumsq},
 		{"model_ops.hip", "zaya_embed_fwd", &d.embed}, {"model_ops.hip", "zaya_embed_bwd", &d.embedBwd},
 		{"model_ops.hip", "zaya_rmsnorm_fwd", &d.rms}, {"model_ops.hip", "zaya_rmsnorm_bwd", &d.rmsBwd},
 		{"model_ops.hip", "zaya_rmsnorm_dgain", &d.rmsGain}, {"model_ops.hip", "zaya_gelu_fwd", &d.gelu},
 		{"model_ops.hip", "zaya_gelu_bwd", &d.geluBwd}, {"model_ops.hip", "zaya_xent", &d.xent},
 		{"attention_fwd_mfma.hip", "zaya_attn_fwd_mfma", &d.attnFwd}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_prep", &d.attnPrep},
-		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", &d.attnKV}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", &d.attnQ}} {
-		path := filepath.Join(dir, hip.CodeObject(k.file))
-		cpath, cname := C.CString(path), C.CString(k.name)
-		rc := C.zr_module_function(C.int(dev), cpath, cname, k.into)
-		C.free(unsafe.Pointer(cpath))
-		C.free(unsafe.Pointer(cname))
-		if err := hipErr(fmt.Sprintf("loading kernel %s from %s", k.name, path), rc); err != nil {
-			return nil, err
-		}
+		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", &d.attnKV}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", &d.attnQ}})
+	if err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -104,30 +104,43 @@ type Backend struct {
 	fwdMFMA, bwdPrep, bwdKV, bwdQ unsafe.Pointer
 }
 
-// OpenBackend loads the HIP runtime and the kernels' code objects from dir (built by
-// hip.BuildCodeObjects or the ROCm image) for device dev.
-func OpenBackend(l Libraries, dir string, dev int) (attention.Backend, error) {
+// kernel is one kernel to load: its source file (the code object built from it) and name.
+type kernel struct {
+	file, name string
+	into       *unsafe.Pointer
+}
+
+// openKernels loads the HIP runtime, checks device dev and loads every kernel from the code
+// objects in dir (built by hip.BuildCodeObjects or the ROCm image).
+func openKernels(l Libraries, dir string, dev int, ks []kernel) error {
 	if err := loadHIP(l); err != nil {
-		return nil, err
+		return err
 	}
 	if err := device(dev); err != nil {
-		return nil, err
+		return err
 	}
-	b := &Backend{dev: dev}
-	for _, k := range []struct {
-		file, name string
-		into       *unsafe.Pointer
-	}{{hip.Files[0], "zaya_attn_fwd", &b.fwd}, {hip.Files[0], "zaya_attn_merge", &b.merge}, {hip.Files[1], "zaya_attn_bwd", &b.bwdFunc},
-		{hip.Files[2], "zaya_attn_fwd_mfma", &b.fwdMFMA}, {hip.Files[3], "zaya_attn_bwd_mfma_prep", &b.bwdPrep},
-		{hip.Files[3], "zaya_attn_bwd_mfma_dkdv", &b.bwdKV}, {hip.Files[3], "zaya_attn_bwd_mfma_dq", &b.bwdQ}} {
-		path := C.CString(filepath.Join(dir, hip.CodeObject(k.file)))
-		name := C.CString(k.name)
-		rc := C.zr_module_function(C.int(dev), path, name, k.into)
-		C.free(unsafe.Pointer(path))
-		C.free(unsafe.Pointer(name))
-		if err := hipErr(fmt.Sprintf("loading kernel %s from %s", k.name, filepath.Join(dir, hip.CodeObject(k.file))), rc); err != nil {
-			return nil, err
+	for _, k := range ks {
+		path := filepath.Join(dir, hip.CodeObject(k.file))
+		cpath, cname := C.CString(path), C.CString(k.name)
+		rc := C.zr_module_function(C.int(dev), cpath, cname, k.into)
+		C.free(unsafe.Pointer(cpath))
+		C.free(unsafe.Pointer(cname))
+		if err := hipErr(fmt.Sprintf("loading kernel %s from %s", k.name, path), rc); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// OpenBackend loads the HIP runtime and the attention kernels from dir for device dev.
+func OpenBackend(l Libraries, dir string, dev int) (attention.Backend, error) {
+	b := &Backend{dev: dev}
+	err := openKernels(l, dir, dev, []kernel{{hip.Files[0], "zaya_attn_fwd", &b.fwd}, {hip.Files[0], "zaya_attn_merge", &b.merge},
+		{hip.Files[1], "zaya_attn_bwd", &b.bwdFunc}, {hip.Files[2], "zaya_attn_fwd_mfma", &b.fwdMFMA},
+		{hip.Files[3], "zaya_attn_bwd_mfma_prep", &b.bwdPrep}, {hip.Files[3], "zaya_attn_bwd_mfma_dkdv", &b.bwdKV},
+		{hip.Files[3], "zaya_attn_bwd_mfma_dq", &b.bwdQ}})
+	if err != nil {
+		return nil, err
 	}
 	return b, nil
 }

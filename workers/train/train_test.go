@@ -419,14 +419,19 @@ func TestACheckpointOfAnotherModelExits78(t *testing.T) {
 	if err != nil || len(before) == 0 {
 		t.Fatalf("no checkpoint after the first run: %v %v", before, err)
 	}
-	j.args, j.attempt, j.port = "-steps=16 -seq=8 -dim=6", 1, testnet.FreePort(t)
-	logs = j.logs()
-	for node, cmd := range j.start(t, out, logs) {
-		err := cmd.Wait()
-		if code := cmd.ProcessState.ExitCode(); code != ExitConfig {
-			t.Errorf("node %d: exit %d (%v), want %d\n%s", node, code, err, ExitConfig, logs[node])
+	// restart starts the gang with args and wants every node to exit 78; node 0's log.
+	restart := func(args string) *syncBuffer {
+		j.args, j.attempt, j.port = args, j.attempt+1, testnet.FreePort(t)
+		logs := j.logs()
+		for node, cmd := range j.start(t, out, logs) {
+			err := cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != ExitConfig {
+				t.Errorf("%s: node %d: exit %d (%v), want %d\n%s", args, node, code, err, ExitConfig, logs[node])
+			}
 		}
+		return logs[0]
 	}
+	logs = []*syncBuffer{restart("-steps=16 -seq=8 -dim=6")}
 	if want := `checkpoint at step 8 does not fit this model: it was saved by a model of vocab 32, dim 4`; !strings.Contains(logs[0].String(), want) ||
 		!strings.Contains(logs[0].String(), "this one has vocab 32, dim 6") {
 		t.Errorf("node 0 does not say which shapes (want %q):\n%s", want, logs[0])
@@ -437,16 +442,8 @@ func TestACheckpointOfAnotherModelExits78(t *testing.T) {
 	}
 
 	// Another head count has the same number of parameters: the shape, not the count, tells.
-	j.args, j.attempt, j.port = "-steps=16 -seq=8 -dim=4 -heads=4", 2, testnet.FreePort(t)
-	logs = j.logs()
-	for node, cmd := range j.start(t, out, logs) {
-		err := cmd.Wait()
-		if code := cmd.ProcessState.ExitCode(); code != ExitConfig {
-			t.Errorf("-heads=4: node %d: exit %d (%v), want %d\n%s", node, code, err, ExitConfig, logs[node])
-		}
-	}
-	if want := "heads 2"; !strings.Contains(logs[0].String(), want) || !strings.Contains(logs[0].String(), "heads 4") {
-		t.Errorf("-heads=4: node 0 does not name both head counts:\n%s", logs[0])
+	if log := restart("-steps=16 -seq=8 -dim=4 -heads=4"); !strings.Contains(log.String(), "heads 2") || !strings.Contains(log.String(), "heads 4") {
+		t.Errorf("-heads=4: node 0 does not name both head counts:\n%s", log)
 	}
 }
 
