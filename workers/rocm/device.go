@@ -25,6 +25,7 @@ type Device struct {
 	embed, embedBwd, rms, rmsBwd, rmsGain unsafe.Pointer
 	gelu, geluBwd, xent                   unsafe.Pointer
 	attnFwd, attnPrep, attnKV, attnQ      unsafe.Pointer
+	merge                                 unsafe.Pointer
 }
 
 // OpenDevice loads the HIP runtime and the step's kernels (gemm_mfma.hsaco, adamw.hsaco,
@@ -38,7 +39,8 @@ func OpenDevice(l Libraries, dir string, dev int) (*Device, error) {
 		{"model_ops.hip", "zaya_rmsnorm_dgain", &d.rmsGain}, {"model_ops.hip", "zaya_gelu_fwd", &d.gelu},
 		{"model_ops.hip", "zaya_gelu_bwd", &d.geluBwd}, {"model_ops.hip", "zaya_xent", &d.xent},
 		{"attention_fwd_mfma.hip", "zaya_attn_fwd_mfma", &d.attnFwd}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_prep", &d.attnPrep},
-		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", &d.attnKV}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", &d.attnQ}})
+		{"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dkdv", &d.attnKV}, {"attention_bwd_mfma.hip", "zaya_attn_bwd_mfma_dq", &d.attnQ},
+		{"attention_fwd.hip", "zaya_attn_merge", &d.merge}})
 	if err != nil {
 		return nil, err
 	}
@@ -336,32 +338,43 @@ func (d *Device) Zero(b *Buffer, bytes int) error {
 	return hipErr("hipMemset", C.zr_zero(C.int(d.dev), b.p, C.size_t(bytes)))
 }
 
-// Attention is causal attention of n rows of one head (q, k, v bf16 n x hd, pos n int32
-// positions) on the MFMA kernel: out (fp32 n x hd) and lse (n).
-func (d *Device) Attention(q, k, v, pos, out, lse *Buffer, n, hd int, scale float64) error {
+// Attention is causal attention of n query rows of one head against n key rows (q, k, v
+// bf16 n x hd; qpos, kpos n int32 positions each, which the mask compares) on the MFMA
+// kernel: out (fp32 n x hd) and lse (n).
+func (d *Device) Attention(q, k, v, qpos, kpos, out, lse *Buffer, n, hd int, scale float64) error {
 	if !MFMA(hd) {
 		return fmt.Errorf("rocm: head dimension %d is not one the MFMA kernels take", hd)
 	}
-	if err := holds("attention", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, pos, 4*n, out, 4*n*hd, lse, 4*n); err != nil {
+	if err := holds("attention", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, qpos, 4*n, kpos, 4*n, out, 4*n*hd, lse, 4*n); err != nil {
 		return err
 	}
-	rc := C.zr_attn_fwd_mfma_dev(d.attnFwd, C.int(d.dev), q.p, k.p, v.p, ints(pos), ints(pos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(out), f(lse))
+	rc := C.zr_attn_fwd_mfma_dev(d.attnFwd, C.int(d.dev), q.p, k.p, v.p, ints(qpos), ints(kpos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(out), f(lse))
 	return hipErr("zaya_attn_fwd_mfma", rc)
 }
 
 // AttentionBackward adds the gradients of Attention's q, k and v (fp32 n x hd) into dq, dk and
-// dv given dout (bf16) and the forward's out and lse; delta is n floats of scratch.
-func (d *Device) AttentionBackward(q, k, v, pos, out, lse, dout, delta, dq, dk, dv *Buffer, n, hd int, scale float64) error {
+// dv given dout (bf16) and the *global* out and lse of the queries; delta is n floats of
+// scratch.
+func (d *Device) AttentionBackward(q, k, v, qpos, kpos, out, lse, dout, delta, dq, dk, dv *Buffer, n, hd int, scale float64) error {
 	if !MFMA(hd) {
 		return fmt.Errorf("rocm: head dimension %d is not one the MFMA kernels take", hd)
 	}
-	if err := holds("attention backward", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, pos, 4*n, out, 4*n*hd, lse, 4*n, dout, 2*n*hd,
+	if err := holds("attention backward", q, 2*n*hd, k, 2*n*hd, v, 2*n*hd, qpos, 4*n, kpos, 4*n, out, 4*n*hd, lse, 4*n, dout, 2*n*hd,
 		delta, 4*n, dq, 4*n*hd, dk, 4*n*hd, dv, 4*n*hd); err != nil {
 		return err
 	}
 	rc := C.zr_attn_bwd_mfma_dev(d.attnPrep, d.attnKV, d.attnQ, C.int(d.dev), q.p, k.p, v.p, f(out), dout.p, f(lse), f(delta),
-		ints(pos), ints(pos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(dq), f(dk), f(dv))
+		ints(qpos), ints(kpos), C.int(n), C.int(n), C.int(hd), 1, C.float(scale), f(dq), f(dk), f(dv))
 	return hipErr("zaya_attn_bwd_mfma", rc)
+}
+
+// Merge folds the partial (outB, lseB) of n rows into (outA, lseA) at rows (n int32): ring
+// attention's log-sum-exp merge on the device.
+func (d *Device) Merge(outA, lseA, outB, lseB, rows *Buffer, n, hd int) error {
+	if err := holds("merge", outA, 4*n*hd, lseA, 4*n, outB, 4*n*hd, lseB, 4*n, rows, 4*n); err != nil {
+		return err
+	}
+	return hipErr("zaya_attn_merge", C.zr_attn_merge_dev(d.merge, C.int(d.dev), f(outA), f(lseA), f(outB), f(lseB), ints(rows), C.int(n), C.int(hd)))
 }
 
 // SumSquares is the sum of the squares of x's first n float32, reduced on the device by a

@@ -411,6 +411,16 @@ func (t *RCCL) AllReduceDevice(b *Buffer, n int) error {
 	return collectiveErr("all-reduce", fmt.Sprintf("rank %d device all-reduce of %d values", t.rank, n), C.zr_allreduce_f32_dev(t.comm, f(b), C.size_t(n)))
 }
 
+// ExchangeDevice sends bytes of send (device memory) to the next rank of the ring and receives
+// as many from the previous one into recv, device to device.
+func (t *RCCL) ExchangeDevice(send, recv *Buffer, bytes int) error {
+	if err := holds("exchange", send, bytes, recv, bytes); err != nil {
+		return err
+	}
+	rc := C.zr_sendrecv_dev(t.comm, send.p, C.size_t(bytes), C.int(t.next), recv.p, C.size_t(bytes), C.int(t.prev))
+	return collectiveErr("exchange", fmt.Sprintf("rank %d exchanging %d device bytes with %d/%d", t.rank, bytes, t.next, t.prev), rc)
+}
+
 // Barrier returns once every rank has called it.
 func (t *RCCL) Barrier() error {
 	var one [1]float64

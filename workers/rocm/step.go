@@ -5,16 +5,18 @@ package rocm
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/zaya-operator/zaya-operator/workers/model"
 )
 
-// Step is the decoder's training step resident on one GPU, for a rank that holds its whole
-// sequence (no context parallelism): the fp32 master weights, AdamW's moments, the gradients
-// and every activation live in buffers allocated once; the products run on the MFMA GEMM,
-// attention on the MFMA kernels, the rest on model_ops. What crosses to the host each step is
-// the tokens (in), the loss and the gradient (out, for the all-reduce over TCP) and the
-// all-reduced gradient (in); the weights and moments only for checkpoints (State, Load).
+// Step is the decoder's training step resident on one GPU: the fp32 master weights, AdamW's
+// moments, the gradients and every activation live in buffers allocated once; the products
+// run on the MFMA GEMM, attention on the MFMA kernels, the rest on model_ops. With context
+// parallelism (a StepRing) the rank holds its zigzag share of the sequence and attention's key
+// and value blocks travel the ring as device buffers, their gradients with them on the way
+// back. What crosses to the host each step is the tokens (in), the loss and, over TCP, the
+// gradient and the ring's blocks; the weights and moments only for checkpoints (State, Load).
 type Step struct {
 	d       *Device
 	s       model.Shape
@@ -26,7 +28,14 @@ type Step struct {
 	m, v, g *Buffer
 	tokens  *Buffer
 	targets *Buffer
-	pos     *Buffer
+	pos     *Buffer // this rank's positions (qpos)
+	ring    StepRing
+	allPos  *Buffer // every ring rank's positions, rank after rank
+	ident   *Buffer // 0 .. n-1: the merge's rows
+	blkA    *Buffer // a travelling block: K | V (bf16), then dK | dV (fp32) in the backward
+	blkB    *Buffer
+	tmpOut  *Buffer // one block's partial attention
+	tmpLse  *Buffer
 	blocks  []blockBufs
 	xf      *Buffer // the residual stream after the last block
 	hf      *Buffer // the final norm's output
@@ -49,17 +58,70 @@ type blockBufs struct {
 	qh, kh, vh, qb, kb, vb, out, outb, lse            []*Buffer // per head
 }
 
-// OpenStep opens device dev (OpenDevice) and a Step on it.
-func OpenStep(l Libraries, dir string, dev int, s model.Shape, rows int, params []float32) (TrainingStep, error) {
+// StepRing is this rank's place in a context-parallel ring: every rank's positions (in ring
+// order, as ring.Layout gives them), its own index, and the exchange that passes bytes of a
+// device buffer to the next rank while receiving the previous rank's into another.
+type StepRing struct {
+	Positions [][]int
+	Rank      int
+	Exchange  func(send, recv *Buffer, bytes int) error
+}
+
+// RingExchange is the device exchange over tr: device to device on RCCL, through the host on
+// a byte transport (TCP).
+func RingExchange(tr any) (func(send, recv *Buffer, bytes int) error, error) {
+	if dx, ok := tr.(interface {
+		ExchangeDevice(send, recv *Buffer, bytes int) error
+	}); ok {
+		return dx.ExchangeDevice, nil
+	}
+	bx, ok := tr.(interface{ Exchange([]byte) ([]byte, error) })
+	if !ok {
+		return nil, fmt.Errorf("rocm: %T exchanges no ring blocks", tr)
+	}
+	return func(send, recv *Buffer, bytes int) error {
+		if err := holds("exchange", send, bytes, recv, bytes); err != nil {
+			return err
+		}
+		out := make([]byte, bytes)
+		if err := send.copyOut(unsafe.Pointer(&out[0]), bytes); err != nil {
+			return err
+		}
+		in, err := bx.Exchange(out)
+		if err != nil {
+			return err
+		}
+		if len(in) != bytes {
+			return fmt.Errorf("rocm: the previous rank sent a block of %d bytes, want %d", len(in), bytes)
+		}
+		return recv.copyIn(unsafe.Pointer(&in[0]), bytes)
+	}, nil
+}
+
+// OpenStep opens device dev (OpenDevice) and a Step on it for rank of a ring whose ranks hold
+// positions (one rank: no context parallelism); tr passes the ring's blocks (RingExchange).
+func OpenStep(l Libraries, dir string, dev int, s model.Shape, params []float32, positions [][]int, rank int, tr any) (TrainingStep, error) {
+	if rank < 0 || rank >= len(positions) {
+		return nil, fmt.Errorf("rocm: rank %d of a ring of %d", rank, len(positions))
+	}
+	ring := &StepRing{Positions: positions, Rank: rank}
+	if len(positions) > 1 {
+		x, err := RingExchange(tr)
+		if err != nil {
+			return nil, err
+		}
+		ring.Exchange = x
+	}
 	d, err := OpenDevice(l, dir, dev)
 	if err != nil {
 		return nil, err
 	}
-	return NewStep(d, s, rows, params)
+	return NewStep(d, s, len(positions[rank]), params, ring)
 }
 
-// NewStep allocates a step for shape s and rows tokens per step on d, starting from params.
-func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error) {
+// NewStep allocates a step for shape s and rows tokens per step on d, starting from params; a
+// ring places it in a context-parallel ring (nil: the rank holds positions 0..rows-1).
+func NewStep(d *Device, s model.Shape, rows int, params []float32, ring *StepRing) (*Step, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -74,6 +136,22 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error
 		return nil, fmt.Errorf("rocm: %d rows of %d values: the kernels index with 32-bit ints", rows, widest)
 	}
 	st := &Step{d: d, s: s, n: rows, hd: hd, scale: 1 / math.Sqrt(float64(hd)), np: s.NumParams()}
+	if ring == nil {
+		own := make([]int, rows)
+		for i := range own {
+			own[i] = i
+		}
+		ring = &StepRing{Positions: [][]int{own}}
+	}
+	if ring.Rank < 0 || ring.Rank >= len(ring.Positions) || (len(ring.Positions) > 1 && ring.Exchange == nil) {
+		return nil, fmt.Errorf("rocm: rank %d of a ring of %d", ring.Rank, len(ring.Positions))
+	}
+	for r, p := range ring.Positions {
+		if len(p) != rows {
+			return nil, fmt.Errorf("rocm: ring rank %d holds %d positions, the step %d rows", r, len(p), rows)
+		}
+	}
+	st.ring = *ring
 	var err error
 	alloc := func(bytes int) *Buffer {
 		if err != nil {
@@ -106,6 +184,9 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error
 	st.du, st.dub, st.dg, st.delta = alloc(4*n*f), alloc(2*n*f), alloc(4*n*f), alloc(4*n)
 	st.douth, st.douthb = alloc(4*n*hd), alloc(2*n*hd)
 	st.normA, st.normB = alloc(4*((np+63)/64)), alloc(4*((np+63)/64))
+	st.allPos, st.ident = alloc(4*n*len(ring.Positions)), alloc(4*n)
+	st.blkA, st.blkB = alloc(12*n*hd), alloc(12*n*hd)
+	st.tmpOut, st.tmpLse = alloc(4*n*hd), alloc(4*n)
 	st.dqh, st.dkh, st.dvh, st.dqb, st.dkb, st.dvb = alloc(4*n*hd), alloc(4*n*hd), alloc(4*n*hd), alloc(2*n*hd), alloc(2*n*hd), alloc(2*n*hd)
 	if err != nil {
 		_ = st.Close()
@@ -117,12 +198,20 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32) (*Step, error
 			decay[i] = 1
 		}
 	}
-	pos := make([]int32, n)
-	for i := range pos {
-		pos[i] = int32(i)
+	var all []int32
+	for _, p := range ring.Positions {
+		for _, x := range p {
+			all = append(all, int32(x))
+		}
 	}
+	ident := make([]int32, n)
+	for i := range ident {
+		ident[i] = int32(i)
+	}
+	own := all[ring.Rank*n : (ring.Rank+1)*n]
 	zeros := make([]float32, np)
-	for _, e := range []error{st.decay.WriteBytes(decay), st.pos.WriteTokens(pos, n), st.Load(params, zeros, zeros)} {
+	for _, e := range []error{st.decay.WriteBytes(decay), st.pos.WriteTokens(own, math.MaxInt32), st.allPos.WriteTokens(all, math.MaxInt32),
+		st.ident.WriteTokens(ident, n), st.Load(params, zeros, zeros)} {
 		if e != nil {
 			_ = st.Close()
 			return nil, e
@@ -291,7 +380,7 @@ func (st *Step) pass(b model.Batch) (float64, error) {
 				r.do(d.GEMM(act(bl.h1b, n, dm, false), st.headCols(p.w, h, false), act(p.f32, n, st.hd, false), false))
 				r.do(d.CastBF16(p.f32, p.bf16s, n*st.hd))
 			}
-			r.do(d.Attention(bl.qb[h], bl.kb[h], bl.vb[h], st.pos, bl.out[h], bl.lse[h], n, st.hd, st.scale))
+			r.do(st.attention(bl, h))
 			r.do(d.CastBF16(bl.out[h], bl.outb[h], n*st.hd))
 			r.do(d.GEMM(act(bl.outb[h], n, st.hd, false), st.headRows(pl.Wo, h, false), act(bl.xmid, n, dm, false), true))
 		}
@@ -330,11 +419,7 @@ func (st *Step) pass(b model.Batch) (float64, error) {
 			r.do(d.GEMM(act(bl.outb[h], n, st.hd, true), act(st.dxb, n, dm, false), st.gradAt(pl.Wo.Off+h*st.hd*dm, st.hd, dm, dm), true))
 			r.do(d.GEMM(act(st.dxb, n, dm, false), st.headRows(pl.Wo, h, true), act(st.douth, n, st.hd, false), false))
 			r.do(d.CastBF16(st.douth, st.douthb, n*st.hd))
-			for _, z := range []*Buffer{st.dqh, st.dkh, st.dvh} {
-				r.do(d.Zero(z, 4*n*st.hd))
-			}
-			r.do(d.AttentionBackward(bl.qb[h], bl.kb[h], bl.vb[h], st.pos, bl.out[h], bl.lse[h], st.douthb, st.delta,
-				st.dqh, st.dkh, st.dvh, n, st.hd, st.scale))
+			r.do(st.attentionBackward(bl, h))
 			for i, p := range []struct {
 				w      model.Place
 				g, gbf *Buffer
@@ -413,4 +498,66 @@ func (st *Step) Update(o model.AdamW, t int64, grad []float64) error {
 		return err
 	}
 	return st.d.CastBF16(st.p, st.pb, st.np)
+}
+
+// source is the ring rank whose block this rank holds at step, and its positions.
+func (st *Step) source(step int) *Buffer {
+	ranks := len(st.ring.Positions)
+	src := ((st.ring.Rank-step)%ranks + ranks) % ranks
+	return st.allPos.slice(4*src*st.n, 4*st.n)
+}
+
+// attention is head h's causal attention for this rank's rows against every block of the
+// ring: its own first, then each block the previous rank passes on, merged by log-sum-exp.
+func (st *Step) attention(bl *blockBufs, h int) error {
+	d, n, hd := st.d, st.n, st.hd
+	r := &run{}
+	r.do(d.Attention(bl.qb[h], bl.kb[h], bl.vb[h], st.pos, st.source(0), bl.out[h], bl.lse[h], n, hd, st.scale))
+	ranks := len(st.ring.Positions)
+	if ranks == 1 {
+		return r.err
+	}
+	kv := 2 * n * hd // bytes of K, and of V, in bf16
+	cur, next := st.blkA, st.blkB
+	r.do(d.Copy(cur, bl.kb[h], kv))
+	r.do(d.Copy(cur.slice(kv, kv), bl.vb[h], kv))
+	for step := 1; step < ranks; step++ {
+		r.do(st.ring.Exchange(cur, next, 2*kv))
+		cur, next = next, cur
+		r.do(d.Attention(bl.qb[h], cur.slice(0, kv), cur.slice(kv, kv), st.pos, st.source(step), st.tmpOut, st.tmpLse, n, hd, st.scale))
+		r.do(d.Merge(bl.out[h], bl.lse[h], st.tmpOut, st.tmpLse, st.ident, n, hd))
+	}
+	return r.err
+}
+
+// attentionBackward is attention's backward for head h: dq stays here, each key/value block
+// travels the ring with its gradients and comes home after every rank has added to them.
+// st.douthb holds dO (bf16); the gradients land in st.dqh, st.dkh and st.dvh.
+func (st *Step) attentionBackward(bl *blockBufs, h int) error {
+	d, n, hd := st.d, st.n, st.hd
+	r := &run{}
+	for _, z := range []*Buffer{st.dqh, st.dkh, st.dvh} {
+		r.do(d.Zero(z, 4*n*hd))
+	}
+	ranks := len(st.ring.Positions)
+	if ranks == 1 {
+		r.do(d.AttentionBackward(bl.qb[h], bl.kb[h], bl.vb[h], st.pos, st.source(0), bl.out[h], bl.lse[h], st.douthb, st.delta,
+			st.dqh, st.dkh, st.dvh, n, hd, st.scale))
+		return r.err
+	}
+	kv, g := 2*n*hd, 4*n*hd // bytes of K (bf16) and of dK (fp32)
+	cur, next := st.blkA, st.blkB
+	r.do(d.Copy(cur, bl.kb[h], kv))
+	r.do(d.Copy(cur.slice(kv, kv), bl.vb[h], kv))
+	r.do(d.Zero(cur.slice(2*kv, 2*g), 2*g))
+	for step := range ranks {
+		r.do(d.AttentionBackward(bl.qb[h], cur.slice(0, kv), cur.slice(kv, kv), st.pos, st.source(step), bl.out[h], bl.lse[h],
+			st.douthb, st.delta, st.dqh, cur.slice(2*kv, g), cur.slice(2*kv+g, g), n, hd, st.scale))
+		// Every step passes the block on, the last one too: that brings it home.
+		r.do(st.ring.Exchange(cur, next, 2*kv+2*g))
+		cur, next = next, cur
+	}
+	r.do(d.Copy(st.dkh, cur.slice(2*kv, g), g))
+	r.do(d.Copy(st.dvh, cur.slice(2*kv+g, g), g))
+	return r.err
 }

@@ -17,7 +17,7 @@ const Built = false
 func OpenBackend(Libraries, string, int) (attention.Backend, error) { return nil, ErrNotBuilt }
 
 // OpenStep needs the rocm build tag.
-func OpenStep(Libraries, string, int, model.Shape, int, []float32) (TrainingStep, error) {
+func OpenStep(Libraries, string, int, model.Shape, []float32, [][]int, int, any) (TrainingStep, error) {
 	return nil, ErrNotBuilt
 }
 

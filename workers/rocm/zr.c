@@ -369,6 +369,14 @@ out:
 
 static int tiles(int rows, int per) { return (rows + per - 1) / per; }
 
+int zr_attn_merge_dev(void* fn, int dev, float* out_a, float* lse_a, const float* out_b, const float* lse_b,
+                      const int* rows, int nb, int d) {
+  int rc = hip.SetDevice(dev);
+  if (rc || nb == 0) return rc;
+  void* args[] = {&out_a, &lse_a, &out_b, &lse_b, &rows, &d};
+  return launch(fn, nb, args);
+}
+
 int zr_attn_fwd_mfma_dev(void* fn, int dev, const void* q, const void* k, const void* v, const int* qpos,
                          const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse) {
   int rc = hip.SetDevice(dev);
@@ -519,6 +527,20 @@ int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, 
   rc = hip.StreamSynchronize(c->stream);
   if (rc == 0) rc = hip.Memcpy(recv, c->rbuf, nrecv, D2H);
   return -rc;
+}
+
+int zr_sendrecv_dev(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from) {
+  int rc = hip.SetDevice(c->dev);
+  if (rc) return -rc;
+  rc = nccl.GroupStart();
+  if (rc) return rc;
+  int rs = nccl.Send(send, nsend, NCCL_UINT8, to, c->comm, c->stream);
+  int rr = nccl.Recv(recv, nrecv, NCCL_UINT8, from, c->comm, c->stream);
+  rc = nccl.GroupEnd();
+  if (rs) return rs;
+  if (rr) return rr;
+  if (rc) return rc;
+  return -hip.StreamSynchronize(c->stream);
 }
 
 void zr_comm_destroy(zr_comm* c) {

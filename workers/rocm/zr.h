@@ -48,6 +48,9 @@ int zr_copy_dev(int dev, void* dst, const void* src, size_t n);
 int zr_zero(int dev, void* p, size_t n);
 // The MFMA attention kernels on device memory (the host-buffer calls above upload, call these
 // and download). delta holds nq floats of scratch; dq, dk and dv are added into.
+// zr_attn_merge_dev folds (out_b, lse_b) into rows[i] of (out_a, lse_a) on device memory.
+int zr_attn_merge_dev(void* fn, int dev, float* out_a, float* lse_a, const float* out_b, const float* lse_b,
+                      const int* rows, int nb, int d);
 int zr_attn_fwd_mfma_dev(void* fn, int dev, const void* q, const void* k, const void* v, const int* qpos,
                          const int* kpos, int nq, int nk, int d, int causal, float scale, float* out, float* lse);
 int zr_attn_bwd_mfma_dev(void* prep, void* dkdv, void* dqfn, int dev, const void* q, const void* k, const void* v,
@@ -84,6 +87,8 @@ int zr_comm_init(int dev, zr_uid id, int nranks, int rank, zr_comm** out);
 int zr_allreduce(zr_comm* c, double* v, size_t n);
 // zr_allreduce_f32_dev sums n floats of device memory on the communicator's device, in place.
 int zr_allreduce_f32_dev(zr_comm* c, float* v, size_t n);
+// zr_sendrecv_dev is zr_sendrecv on device memory: nothing is staged through the host.
+int zr_sendrecv_dev(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from);
 // zr_sendrecv sends nsend bytes to peer `to` and receives nrecv bytes from peer `from` in one
 // group, so a ring of these never deadlocks.
 int zr_sendrecv(zr_comm* c, const void* send, size_t nsend, int to, void* recv, size_t nrecv, int from);

@@ -372,11 +372,12 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	r.res.before = "joining"
+	err = r.connect(ctx)
 	if r.dev != nil {
 		defer func() { _ = r.dev.Close() }()
 	}
-	r.res.before = "joining"
-	if err := r.connect(ctx); err != nil {
+	if err != nil {
 		return r.res, err
 	}
 	defer func() { _ = r.tr.Close() }()
@@ -457,15 +458,6 @@ func setupRank(cfg Config, rank int) (*rankState, error) {
 	r.adamM, r.adamV = make([]float32, r.n), make([]float32, r.n)
 	r.layout = ring.Layout{Seq: cfg.Seq, Ranks: cp}
 	r.pos = r.layout.Positions(r.cpRank)
-	if cfg.Backend == "hip" && cp == 1 && rocm.MFMA(r.shape.HeadDim()) {
-		// The whole step on the GPU; with context parallelism (or heads the matrix cores do
-		// not take) the model runs here and only attention's blocks go to the device.
-		step, err := rocm.OpenStep(cfg.Libraries, cfg.KernelDir, r.local, r.shape, cfg.Seq, r.params)
-		if err != nil {
-			return nil, rocmError(err)
-		}
-		r.dev = step
-	}
 	r.norm = float64(cfg.Seq * r.dpGroups) // the loss is the mean over every token of the step
 	return r, nil
 }
@@ -486,6 +478,17 @@ func (r *rankState) connect(ctx context.Context) error {
 	}
 	if err != nil {
 		return rocmError(err)
+	}
+	if cfg.Backend == "hip" && rocm.MFMA(r.shape.HeadDim()) {
+		// The whole step on the GPU, the ring's blocks passed over r.tr; with heads the
+		// matrix cores do not take, the model runs here and attention's blocks go to the GPU.
+		positions := make([][]int, cfg.ContextParallel)
+		for i := range positions {
+			positions[i] = r.layout.Positions(i)
+		}
+		if r.dev, err = rocm.OpenStep(cfg.Libraries, cfg.KernelDir, r.local, r.shape, r.params, positions, r.cpRank, r.tr); err != nil {
+			return rocmError(err)
+		}
 	}
 	r.devReduce = r.dev != nil && r.dev.ReducesOn(r.tr) // every rank decides alike: same flags
 	return nil
