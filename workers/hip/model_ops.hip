@@ -30,17 +30,17 @@ zaya_embed_fwd(const int* __restrict__ tokens, const float* __restrict__ emb, fl
   x[e] = emb[(size_t)tokens[e / d] * d + e % d];
 }
 
-// zaya_embed_bwd: demb[v][c] += sum over i with tokens[i] == v of dx[i][c], in i order;
-// grid = ceil(vocab d / 64).
+// zaya_embed_bwd: demb[v][c] += sum over the rows i of token v of dx[i][c], in i order. The
+// rows of token v are order[start[v] .. start[v+1]) (ascending; the host groups them), so
+// the work is O(vocab d + n d) and each sum keeps one order. grid = ceil(vocab d / 64).
 extern "C" __global__ void __launch_bounds__(ZAYA_WAVE)
-zaya_embed_bwd(const int* __restrict__ tokens, const float* __restrict__ dx, float* __restrict__ demb, int n,
-               int vocab, int d) {
+zaya_embed_bwd(const int* __restrict__ start, const int* __restrict__ order, const float* __restrict__ dx,
+               float* __restrict__ demb, int vocab, int d) {
   const int e = ZAYA_ELEM;
   if (e >= vocab * d) return;
   const int v = e / d, c = e % d;
   float s = demb[e];
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] == v) s += dx[(size_t)i * d + c];
+  for (int k = start[v]; k < start[v + 1]; ++k) s += dx[(size_t)order[k] * d + c];
   demb[e] = s;
 }
 

@@ -264,12 +264,32 @@ func (d *Device) Embed(tokens, emb, x *Buffer, n, vocab, dim int) error {
 	return hipErr("zaya_embed_fwd", C.zr_embed_fwd(d.embed, C.int(d.dev), ints(tokens), f(emb), f(x), C.int(n), C.int(dim)))
 }
 
-// EmbedBackward adds each token's gradient dx into its embedding row of demb, tokens in order.
-func (d *Device) EmbedBackward(tokens, dx, demb *Buffer, n, vocab, dim int) error {
-	if err := holds("embedding backward", tokens, 4*n, dx, 4*n*dim, demb, 4*vocab*dim); err != nil {
+// TokenRows groups the rows of tokens by token for EmbedBackward: the rows of token v are
+// order[start[v]:start[v+1]], ascending.
+func TokenRows(tokens []int32, vocab int) (start, order []int32) {
+	start = make([]int32, vocab+1)
+	for _, t := range tokens {
+		start[t+1]++
+	}
+	for v := range vocab {
+		start[v+1] += start[v]
+	}
+	order = make([]int32, len(tokens))
+	next := append([]int32(nil), start[:vocab]...)
+	for i, t := range tokens {
+		order[next[t]] = int32(i)
+		next[t]++
+	}
+	return start, order
+}
+
+// EmbedBackward adds each row's gradient dx into its token's embedding row of demb, the rows
+// of a token in order; start (vocab+1) and order (n) are TokenRows', written with WriteTokens.
+func (d *Device) EmbedBackward(start, order, dx, demb *Buffer, n, vocab, dim int) error {
+	if err := holds("embedding backward", start, 4*(vocab+1), order, 4*n, dx, 4*n*dim, demb, 4*vocab*dim); err != nil {
 		return err
 	}
-	return hipErr("zaya_embed_bwd", C.zr_embed_bwd(d.embedBwd, C.int(d.dev), ints(tokens), f(dx), f(demb), C.int(n), C.int(vocab), C.int(dim)))
+	return hipErr("zaya_embed_bwd", C.zr_embed_bwd(d.embedBwd, C.int(d.dev), ints(start), ints(order), f(dx), f(demb), C.int(vocab), C.int(dim)))
 }
 
 // RMSNorm is y = x / rms(x) * gain row by row, keeping each row's 1/rms in inv.

@@ -260,7 +260,15 @@ func TestDeviceModelStepsMatchFloat64(t *testing.T) {
 	dx := randoms(r, n*dim)
 	demb := make([]float32, vocab*dim)
 	dembB := upload(t, d, demb)
-	if err := d.EmbedBackward(tok, upload(t, d, dx), dembB, n, vocab, dim); err != nil {
+	start, order := rocm.TokenRows(tokens, vocab)
+	startB, orderB := alloc(t, d, 4*(vocab+1)), alloc(t, d, 4*n)
+	if err := startB.WriteTokens(start, n+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := orderB.WriteTokens(order, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.EmbedBackward(startB, orderB, upload(t, d, dx), dembB, n, vocab, dim); err != nil {
 		t.Fatal(err)
 	}
 	wantE := make([]float64, vocab*dim)

@@ -28,6 +28,8 @@ type Step struct {
 	m, v, g *Buffer
 	tokens  *Buffer
 	targets *Buffer
+	start   *Buffer // the tokens' rows grouped by token (TokenRows), for the embedding's gradient
+	order   *Buffer
 	pos     *Buffer // this rank's positions (qpos)
 	ring    StepRing
 	allPos  *Buffer // every ring rank's positions, rank after rank
@@ -167,6 +169,7 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32, ring *StepRin
 	st.decay, st.p, st.pb = alloc(np), alloc(4*np), alloc(2*np)
 	st.m, st.v, st.g = alloc(4*np), alloc(4*np), alloc(4*np)
 	st.tokens, st.targets, st.pos = alloc(4*n), alloc(4*n), alloc(4*n)
+	st.start, st.order = alloc(4*(vocab+1)), alloc(4*n)
 	for range s.Layers {
 		b := blockBufs{xin: alloc(4 * n * dm), h1: alloc(4 * n * dm), h1b: alloc(2 * n * dm), inv1: alloc(4 * n),
 			xmid: alloc(4 * n * dm), h2: alloc(4 * n * dm), h2b: alloc(2 * n * dm), inv2: alloc(4 * n),
@@ -354,6 +357,11 @@ func (st *Step) pass(b model.Batch) (float64, error) {
 	r := &run{}
 	r.do(st.tokens.WriteTokens(b.Inputs, vocab))
 	r.do(st.targets.WriteTokens(b.Targets, vocab))
+	if r.err == nil { // the inputs are in the vocabulary: TokenRows may index with them
+		start, order := TokenRows(b.Inputs, vocab)
+		r.do(st.start.WriteTokens(start, n+1))
+		r.do(st.order.WriteTokens(order, n))
+	}
 	r.do(d.Zero(st.g, 4*st.np))
 	emb := s.EmbeddingPlace()
 	// Forward.
@@ -432,7 +440,7 @@ func (st *Step) pass(b model.Batch) (float64, error) {
 		r.do(d.Copy(st.dx, st.dxmid, 4*n*dm))
 		r.do(st.normBack(bl.xin, pl.Norm1, bl.inv1, st.dh, st.dx, true))
 	}
-	r.do(d.EmbedBackward(st.tokens, st.dx, st.g, n, vocab, dm)) // the embedding's gradient is the first tensor's
+	r.do(d.EmbedBackward(st.start, st.order, st.dx, st.g, n, vocab, dm)) // the embedding's gradient is the first tensor's
 	losses := make([]float32, n)
 	r.do(st.loss.ReadF32(losses))
 	if r.err != nil {

@@ -278,8 +278,8 @@ int zr_embed_fwd(void* fn, int dev, const int* tokens, const float* emb, float* 
   return on(dev, fn, per64((long)n * d), args);
 }
 
-int zr_embed_bwd(void* fn, int dev, const int* tokens, const float* dx, float* demb, int n, int vocab, int d) {
-  void* args[] = {&tokens, &dx, &demb, &n, &vocab, &d};
+int zr_embed_bwd(void* fn, int dev, const int* start, const int* order, const float* dx, float* demb, int vocab, int d) {
+  void* args[] = {&start, &order, &dx, &demb, &vocab, &d};
   return on(dev, fn, per64((long)vocab * d), args);
 }
 

@@ -67,7 +67,7 @@ int zr_cast_bf16(void* fn, int dev, const float* x, unsigned short* y, int n);
 int zr_sumsq(void* fn, int dev, const float* x, int n, int square, float* out);
 // The decoder's row and element steps (model_ops.hip), on device memory.
 int zr_embed_fwd(void* fn, int dev, const int* tokens, const float* emb, float* x, int n, int d);
-int zr_embed_bwd(void* fn, int dev, const int* tokens, const float* dx, float* demb, int n, int vocab, int d);
+int zr_embed_bwd(void* fn, int dev, const int* start, const int* order, const float* dx, float* demb, int vocab, int d);
 int zr_rmsnorm_fwd(void* fn, int dev, const float* x, const float* gain, float* y, float* inv, int rows, int d, float eps);
 int zr_rmsnorm_bwd(void* fn, int dev, const float* x, const float* gain, const float* inv, const float* dy, float* dx,
                    int rows, int d, int accumulate);

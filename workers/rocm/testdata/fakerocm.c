@@ -348,13 +348,12 @@ static void model_op(int k, unsigned groups, void** args) {
       break;
     }
     case K_EMBED_BWD: {
-      const int* tok = ARG(int*, 0);
-      const float* dx = ARG(float*, 1);
-      float* demb = ARG(float*, 2);
-      int n = ARG(int, 3), vocab = ARG(int, 4), d = ARG(int, 5);
+      const int *start = ARG(int*, 0), *order = ARG(int*, 1);
+      const float* dx = ARG(float*, 2);
+      float* demb = ARG(float*, 3);
+      int vocab = ARG(int, 4), d = ARG(int, 5);
       for (long e = 0; e < (long)vocab * d && e < lanes; ++e)
-        for (int i = 0; i < n; ++i)
-          if (tok[i] == e / d) demb[e] += dx[(long)i * d + e % d];
+        for (int k = start[e / d]; k < start[e / d + 1]; ++k) demb[e] += dx[(long)order[k] * d + e % d];
       break;
     }
     case K_RMS_FWD: {
