@@ -25,7 +25,7 @@ func BackwardMFMA(q, k, v, out, dout Matrix, lse []float64, qPos, kPos []int, ca
 		return fmt.Errorf("attention: the MFMA kernel needs a head dimension that is a multiple of 16 up to %d, not %d", MFMAMaxD, d)
 	}
 	b := bwdInputs{d: d, nq: nq, nk: nk, causal: causal, scale: float32(scale), qPos: qPos, kPos: kPos,
-		q: toBF16(q), k: toBF16(k), v: toBF16(v), do: toBF16(dout), lse: make([]float32, nq), delta: make([]float32, nq)}
+		q: mfma.BF16s(q.Data), k: mfma.BF16s(k.Data), v: mfma.BF16s(v.Data), do: mfma.BF16s(dout.Data), lse: make([]float32, nq), delta: make([]float32, nq)}
 	for r := range nq {
 		b.lse[r] = float32(lse[r])
 		var s float32 // zaya_attn_bwd_mfma_prep
@@ -50,14 +50,6 @@ type bwdInputs struct {
 	qPos, kPos  []int
 	q, k, v, do []uint16
 	lse, delta  []float32
-}
-
-func toBF16(m Matrix) []uint16 {
-	out := make([]uint16, len(m.Data))
-	for i, x := range m.Data {
-		out[i] = mfma.BF16(x)
-	}
-	return out
 }
 
 // operandA is the kernel's load_a: lane holds X[row0 + l%16][kk + 4(l/16) + j], zero past n.

@@ -30,6 +30,15 @@ func BF16(f float32) uint16 {
 	return uint16(u >> 16)
 }
 
+// BF16s is x rounded to bfloat16, as the kernels take their operands.
+func BF16s(x []float32) []uint16 {
+	out := make([]uint16, len(x))
+	for i, v := range x {
+		out[i] = BF16(v)
+	}
+	return out
+}
+
 // FromBF16 widens a bfloat16 to float32.
 func FromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 

@@ -101,45 +101,35 @@ func (b *Buffer) copyOut(dst unsafe.Pointer, n int) error {
 	return hipErr("hipMemcpy to the host", C.zr_copy_out(C.int(b.d.dev), dst, b.p, C.size_t(n)))
 }
 
-// WriteF32 copies x to the front of the buffer.
-func (b *Buffer) WriteF32(x []float32) error {
+// write copies x to the front of b, read the front of b to x.
+func write[T float32 | uint16 | byte | int32](b *Buffer, x []T) error {
 	if len(x) == 0 {
 		return nil
 	}
-	return b.copyIn(unsafe.Pointer(&x[0]), 4*len(x))
+	return b.copyIn(unsafe.Pointer(&x[0]), int(unsafe.Sizeof(x[0]))*len(x))
 }
+
+func read[T float32 | uint16](b *Buffer, x []T) error {
+	if len(x) == 0 {
+		return nil
+	}
+	return b.copyOut(unsafe.Pointer(&x[0]), int(unsafe.Sizeof(x[0]))*len(x))
+}
+
+// WriteF32 copies x to the front of the buffer.
+func (b *Buffer) WriteF32(x []float32) error { return write(b, x) }
 
 // ReadF32 copies the buffer's first len(x) float32 to x.
-func (b *Buffer) ReadF32(x []float32) error {
-	if len(x) == 0 {
-		return nil
-	}
-	return b.copyOut(unsafe.Pointer(&x[0]), 4*len(x))
-}
+func (b *Buffer) ReadF32(x []float32) error { return read(b, x) }
 
 // WriteU16 copies x (bf16 bit patterns) to the front of the buffer.
-func (b *Buffer) WriteU16(x []uint16) error {
-	if len(x) == 0 {
-		return nil
-	}
-	return b.copyIn(unsafe.Pointer(&x[0]), 2*len(x))
-}
+func (b *Buffer) WriteU16(x []uint16) error { return write(b, x) }
 
 // ReadU16 copies the buffer's first len(x) uint16 to x.
-func (b *Buffer) ReadU16(x []uint16) error {
-	if len(x) == 0 {
-		return nil
-	}
-	return b.copyOut(unsafe.Pointer(&x[0]), 2*len(x))
-}
+func (b *Buffer) ReadU16(x []uint16) error { return read(b, x) }
 
 // WriteBytes copies x to the front of the buffer.
-func (b *Buffer) WriteBytes(x []byte) error {
-	if len(x) == 0 {
-		return nil
-	}
-	return b.copyIn(unsafe.Pointer(&x[0]), len(x))
-}
+func (b *Buffer) WriteBytes(x []byte) error { return write(b, x) }
 
 // Matrix is a row-major view of a buffer from element Off: Rows x Cols elements with leading
 // dimension LD, transposed when Trans (it then stands for its Cols x Rows transpose). Views
@@ -228,10 +218,7 @@ func (b *Buffer) WriteTokens(tokens []int32, vocab int) error {
 			return fmt.Errorf("rocm: token %d at %d is outside the vocabulary of %d", t, i, vocab)
 		}
 	}
-	if len(tokens) == 0 {
-		return nil
-	}
-	return b.copyIn(unsafe.Pointer(&tokens[0]), 4*len(tokens))
+	return write(b, tokens)
 }
 
 // holds checks that every buffer holds at least the bytes given beside it, and that no count

@@ -32,10 +32,10 @@ var ErrNotBuilt = errors.New("this worker was built without ROCm support: build 
 type TrainingStep interface {
 	Grad(b model.Batch, grad []float64) (float64, error)
 	Update(o model.AdamW, t int64, grad []float64) error
-	// With a transport that sums device memory (RCCL), the gradient stays on the device:
+	// When OpenStep's transport sums device memory (RCCL), the gradient stays on the device:
 	// GradReduced all-reduces it there and UpdateReduced applies it.
-	ReducesOn(tr any) bool
-	GradReduced(b model.Batch, tr any) (float64, error)
+	Reduces() bool
+	GradReduced(b model.Batch) (float64, error)
 	UpdateReduced(o model.AdamW, t int64) error
 	State() (params, m, v []float32, err error)
 	Load(params, m, v []float32) error

@@ -188,20 +188,12 @@ func checkDim(d int) error {
 
 const maxHeadDim = 256 // ZAYA_MAX_HEAD_DIM
 
-// bf16 is m's elements rounded to bfloat16 as the kernels take them (bit patterns).
-func bf16(m attention.Matrix) []C.ushort {
-	out := make([]C.ushort, len(m.Data))
-	for i, x := range m.Data {
-		out[i] = C.ushort(mfma.BF16(x))
-	}
-	return out
-}
-
-func hp(xs []C.ushort) *C.ushort {
-	if len(xs) == 0 {
+// bf16 is m's elements rounded to bfloat16 as the kernels take them, for C.
+func bf16(m attention.Matrix) *C.ushort {
+	if len(m.Data) == 0 {
 		return nil
 	}
-	return &xs[0]
+	return (*C.ushort)(unsafe.Pointer(&mfma.BF16s(m.Data)[0]))
 }
 
 func b2i(b bool) C.int {
@@ -226,8 +218,7 @@ func (b *Backend) Forward(q, k, v attention.Matrix, qPos, kPos []int, causal boo
 	name := "zaya_attn_fwd"
 	if MFMA(q.Cols) {
 		name = "zaya_attn_fwd_mfma"
-		qh, kh, vh := bf16(q), bf16(k), bf16(v)
-		rc = C.zr_attn_fwd_mfma(b.fwdMFMA, C.int(b.dev), hp(qh), hp(kh), hp(vh), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
+		rc = C.zr_attn_fwd_mfma(b.fwdMFMA, C.int(b.dev), bf16(q), bf16(k), bf16(v), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
 			C.int(q.Cols), b2i(causal), C.float(scale), fp(p.Out.Data), fp(lse))
 	} else {
 		rc = C.zr_attn_fwd(b.fwd, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), ip(qp), ip(kp), C.int(q.Rows), C.int(k.Rows),
@@ -277,8 +268,7 @@ func (b *Backend) Backward(q, k, v, out, dout attention.Matrix, lse []float64, q
 	name := "zaya_attn_bwd"
 	if MFMA(d) {
 		name = "zaya_attn_bwd_mfma"
-		qh, kh, vh, doh := bf16(q), bf16(k), bf16(v), bf16(dout)
-		rc = C.zr_attn_bwd_mfma(b.bwdPrep, b.bwdKV, b.bwdQ, C.int(b.dev), hp(qh), hp(kh), hp(vh), fp(out.Data), hp(doh), fp(l), ip(qp), ip(kp),
+		rc = C.zr_attn_bwd_mfma(b.bwdPrep, b.bwdKV, b.bwdQ, C.int(b.dev), bf16(q), bf16(k), bf16(v), fp(out.Data), bf16(dout), fp(l), ip(qp), ip(kp),
 			C.int(q.Rows), C.int(k.Rows), C.int(d), b2i(causal), C.float(scale), fp(gq), fp(gk), fp(gv))
 	} else {
 		rc = C.zr_attn_bwd(b.bwdFunc, C.int(b.dev), fp(q.Data), fp(k.Data), fp(v.Data), fp(out.Data), fp(dout.Data), fp(l), ip(qp), ip(kp),

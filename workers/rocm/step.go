@@ -50,7 +50,9 @@ type Step struct {
 	// backward scratch
 	dx, dxb, dh, dhb, dxmid, du, dub, dg, delta *Buffer
 	douth, douthb, dqh, dkh, dvh, dqb, dkb, dvb *Buffer
-	normA, normB                                *Buffer // the gradient norm's partial sums
+	normA, normB                                *Buffer                  // the gradient norm's partial sums
+	host                                        []float32                // the gradient's host copy over TCP
+	reduce                                      func(*Buffer, int) error // RCCL's device all-reduce, or nil
 	all                                         []*Buffer
 }
 
@@ -118,7 +120,14 @@ func OpenStep(l Libraries, dir string, dev int, s model.Shape, params []float32,
 	if err != nil {
 		return nil, err
 	}
-	return NewStep(d, s, len(positions[rank]), params, ring)
+	st, err := NewStep(d, s, len(positions[rank]), params, ring)
+	if err != nil {
+		return nil, err
+	}
+	if red, ok := tr.(interface{ AllReduceDevice(*Buffer, int) error }); ok {
+		st.reduce = red.AllReduceDevice
+	}
+	return st, nil
 }
 
 // NewStep allocates a step for shape s and rows tokens per step on d, starting from params; a
@@ -154,6 +163,7 @@ func NewStep(d *Device, s model.Shape, rows int, params []float32, ring *StepRin
 		}
 	}
 	st.ring = *ring
+	st.host = make([]float32, st.np)
 	var err error
 	alloc := func(bytes int) *Buffer {
 		if err != nil {
@@ -303,35 +313,30 @@ func (st *Step) Grad(b model.Batch, grad []float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	g := make([]float32, st.np)
-	if err := st.g.ReadF32(g); err != nil {
+	if err := st.g.ReadF32(st.host); err != nil {
 		return 0, err
 	}
-	for i, x := range g {
+	for i, x := range st.host {
 		grad[i] += float64(x)
 	}
 	return loss, nil
 }
 
-// ReducesOn says whether tr sums the gradients on the device (RCCL): GradReduced and
-// UpdateReduced then keep them there.
-func (st *Step) ReducesOn(tr any) bool {
-	_, ok := tr.(interface{ AllReduceDevice(*Buffer, int) error })
-	return ok
-}
+// Reduces says whether the step's transport (OpenStep's tr) sums device memory (RCCL):
+// GradReduced and UpdateReduced then keep the gradient on the device.
+func (st *Step) Reduces() bool { return st.reduce != nil }
 
 // GradReduced runs the step's forward and backward and sums the gradient over the ranks on
-// the device (tr: see ReducesOn); it returns this rank's summed loss.
-func (st *Step) GradReduced(b model.Batch, tr any) (float64, error) {
-	red, ok := tr.(interface{ AllReduceDevice(*Buffer, int) error })
-	if !ok {
-		return 0, fmt.Errorf("rocm: %T cannot all-reduce device memory", tr)
+// the device; it returns this rank's summed loss.
+func (st *Step) GradReduced(b model.Batch) (float64, error) {
+	if st.reduce == nil {
+		return 0, fmt.Errorf("rocm: the step's transport cannot all-reduce device memory")
 	}
 	loss, err := st.pass(b)
 	if err != nil {
 		return 0, err
 	}
-	return loss, red.AllReduceDevice(st.g, st.np)
+	return loss, st.reduce(st.g, st.np)
 }
 
 // UpdateReduced takes AdamW's step t with the gradient GradReduced left on the device, its
@@ -341,6 +346,11 @@ func (st *Step) UpdateReduced(o model.AdamW, t int64) error {
 	if err != nil {
 		return err
 	}
+	return st.adamW(o, t, ss)
+}
+
+// adamW applies the gradient in st.g whose squared norm is ss and refreshes the bf16 operands.
+func (st *Step) adamW(o model.AdamW, t int64, ss float64) error {
 	if err := st.d.AdamW(o, t, o.ClipFactor(math.Sqrt(ss)), st.p, st.m, st.v, st.g, st.decay, st.np); err != nil {
 		return err
 	}
@@ -493,19 +503,15 @@ func (st *Step) Update(o model.AdamW, t int64, grad []float64) error {
 	if len(grad) != st.np {
 		return fmt.Errorf("rocm: %d gradients for a model of %d", len(grad), st.np)
 	}
-	g := make([]float32, st.np)
 	var ss float64
 	for i, x := range grad {
-		g[i] = float32(x)
+		st.host[i] = float32(x)
 		ss += x * x
 	}
-	if err := st.g.WriteF32(g); err != nil {
+	if err := st.g.WriteF32(st.host); err != nil {
 		return err
 	}
-	if err := st.d.AdamW(o, t, o.ClipFactor(math.Sqrt(ss)), st.p, st.m, st.v, st.g, st.decay, st.np); err != nil {
-		return err
-	}
-	return st.d.CastBF16(st.p, st.pb, st.np)
+	return st.adamW(o, t, ss)
 }
 
 // source is the ring rank whose block this rank holds at step, and its positions.

@@ -490,7 +490,7 @@ func (r *rankState) connect(ctx context.Context) error {
 			return rocmError(err)
 		}
 	}
-	r.devReduce = r.dev != nil && r.dev.ReducesOn(r.tr) // every rank decides alike: same flags
+	r.devReduce = r.dev != nil && r.dev.Reduces() // every rank decides alike: same flags
 	return nil
 }
 
@@ -854,7 +854,7 @@ func (r *rankState) gradients() ([]float64, error) {
 	var err error
 	switch {
 	case r.devReduce:
-		loss, err = r.dev.GradReduced(b, r.tr)
+		loss, err = r.dev.GradReduced(b)
 	case r.dev != nil:
 		loss, err = r.dev.Grad(b, vec[1:1+n])
 	default:
