@@ -24,12 +24,13 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 func main() {
 	var (
 		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, failurePatterns string
-		leaderElect, metricsSecure                                                                                                           bool
+		leaderElect, metricsSecure, kueueWorkloads                                                                                           bool
 		metricsCertDir                                                                                                                       string
 		concurrency, burst                                                                                                                   int
 		qps                                                                                                                                  float64
@@ -53,6 +54,7 @@ func main() {
 	flag.IntVar(&hardwareTaint.Namespaces, "hardware-taint-namespaces", 0, "taint a node training.zaya.dev/hardware-suspect:NoSchedule for every workload once jobs of this many namespaces rooted hardware failures (GPU, NIC) on it within --hardware-taint-window; 0 disables it")
 	flag.DurationVar(&hardwareTaint.Window, "hardware-taint-window", 24*time.Hour, "how far back hardware failures count towards --hardware-taint-namespaces")
 	flag.DurationVar(&hardwareTaint.Expiry, "hardware-taint-expiry", 24*time.Hour, "how long a hardware-suspect taint stays before the operator removes it")
+	flag.BoolVar(&kueueWorkloads, "kueue-workloads", false, "run jobs labelled kueue.x-k8s.io/queue-name as Kueue workloads (Kueue's external-framework integration: the operator creates each job's Workload and starts the job on admission); needs Kueue v0.16+ installed with ZayaTrainingJob.v1alpha1.training.zaya.dev in integrations.externalFrameworks (docs/kueue.md)")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "steady client requests per second to the API server")
@@ -66,6 +68,7 @@ func main() {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(trainingv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
 
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
@@ -106,13 +109,14 @@ func main() {
 		}
 	}
 	reconciler := &controllers.ZayaTrainingJobReconciler{
-		Client:        mgr.GetClient(),
-		APIReader:     mgr.GetAPIReader(),
-		Recorder:      mgr.GetEventRecorder("zaya-operator"),
-		Clock:         clock.RealClock{},
-		PodMarkSecret: markSecret,
-		SpareImage:    spareImage,
-		HardwareTaint: hardwareTaint,
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Recorder:       mgr.GetEventRecorder("zaya-operator"),
+		Clock:          clock.RealClock{},
+		PodMarkSecret:  markSecret,
+		SpareImage:     spareImage,
+		HardwareTaint:  hardwareTaint,
+		KueueWorkloads: kueueWorkloads,
 	}
 	if progressInterval > 0 {
 		var proxy *url.URL

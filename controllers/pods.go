@@ -49,6 +49,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	for _, rank := range ranks {
 		eg.Go(func() error {
 			pod := newWorkerPod(p.job, network, rank)
+			p.placeOn(pod, workersPodSet)
 			p.marks.stamp(p.job, pod)
 			err := p.r.Create(ctx, pod)
 			switch {

@@ -207,6 +207,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 			continue
 		}
 		pod := newSparePod(job, i, p.r.spareImage())
+		p.placeOn(pod, sparesPodSet)
 		p.marks.stamp(job, pod)
 		if err := p.r.Create(ctx, pod); err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod

@@ -15,6 +15,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // maxMessageLength bounds condition messages (the API allows 32768; status stays small).
@@ -43,6 +44,13 @@ type pass struct {
 	// happened, and the next pass will not make them again.
 	events  []pendingEvent
 	onStore []func()
+
+	// pods are the job's own pods as the pass found them.
+	pods []corev1.Pod
+	// workload is the job's Kueue Workload (nil without Kueue); place what its admission
+	// adds to the pods of each pod set.
+	workload *kueue.Workload
+	place    map[string]*podPlacement
 }
 
 // pendingEvent is an event waiting for the end of the pass.

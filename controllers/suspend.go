@@ -12,32 +12,41 @@ import (
 
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
-	job := p.job
-	p.r.forgetProgress(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
-	if g := p.goodput(); g != nil && g.Open != nil {
-		p.closeLoss(g, p.now, -1, nil, "suspension") // lost until now: the suspension is no wall time
-	}
-	p.refreshGoodput()
-	active := activePods(pods)
-	if err := p.deletePods(ctx, active, nil); err != nil {
+	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
+	if err := p.stopGang(ctx, pods); err != nil {
 		return err
 	}
-	// Pods created but not yet seen by the cache are deleted or never will be: expecting
-	// them would hold the resumed gang's pods back until the expectations expire.
-	p.r.creations.forget(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	if p.setCondition(trainingv1alpha1.ConditionSuspended, metav1.ConditionTrue, trainingv1alpha1.ReasonSuspended, "spec.suspend is true: no pods run; checkpoints are kept") {
 		p.normal(trainingv1alpha1.ReasonSuspended, "Suspend", "suspended: deleted the worker pods, kept checkpoints")
 		// Pods ran (a start time, or pods whose start was never stored: that pass's status
 		// write lost a conflict with the edit that suspended the job).
-		if job.Status.StartTime != nil || len(active) > 0 {
+		if ran {
 			// Resuming starts a new attempt, so the pods being deleted now never pass for it.
-			job.Status.Restarts++
+			p.job.Status.Restarts++
 		}
 	}
-	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonSuspended, "the job is suspended")
-	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonSuspended, "the job is suspended")
-	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	p.clearCondition(trainingv1alpha1.ConditionQueued, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	for _, c := range []string{trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ConditionRunning, trainingv1alpha1.ConditionWaitingForCapacity} {
+		p.clearCondition(c, trainingv1alpha1.ReasonSuspended, "the job is suspended")
+	}
+	return p.suspendWorkload(ctx, pods)
+}
+
+// stopGang deletes every running pod of the job (each may save on SIGTERM) and closes the
+// run: no ranks ready, no start time, the loss until now counted as the stop's.
+func (p *pass) stopGang(ctx context.Context, pods []corev1.Pod) error {
+	job := p.job
+	p.r.forgetProgress(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
+	if g := p.goodput(); g != nil && g.Open != nil {
+		p.closeLoss(g, p.now, -1, nil, "suspension") // lost until now: the stop is no wall time
+	}
+	p.refreshGoodput()
+	if err := p.deletePods(ctx, activePods(pods), nil); err != nil {
+		return err
+	}
+	// Pods created but not yet seen by the cache are deleted or never will be: expecting
+	// them would hold the next gang's pods back until the expectations expire.
+	p.r.creations.forget(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	job.Status.ReadyNodes = 0
 	job.Status.StartTime = nil
 	return nil

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -34,6 +35,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -65,6 +67,11 @@ type ZayaTrainingJobReconciler struct {
 	// ProgressPollInterval is how often Progress polls a job: a loss waits a few of them for
 	// rank 0 to say it trains again.
 	ProgressPollInterval time.Duration
+
+	// KueueWorkloads runs jobs that name a Kueue queue (label kueue.x-k8s.io/queue-name) as
+	// Kueue workloads: Kueue admits, places and evicts each as one (see kueue_workload.go).
+	// Needs Kueue's CRDs installed and the kind in Kueue's integrations.externalFrameworks.
+	KueueWorkloads bool
 
 	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
 	// operator marks its pods with across restarts; created on first use. Empty keeps the key
@@ -101,10 +108,20 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
+			return ctrl.Result{}, r.releaseOrphanedWorkloads(ctx, req.NamespacedName, "")
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
-	if stored.GetDeletionTimestamp() != nil || !managedByOperator(stored) {
+	if stored.GetDeletionTimestamp() != nil {
+		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
+		return ctrl.Result{}, r.releaseOrphanedWorkloads(ctx, req.NamespacedName, stored.GetUID())
+	}
+	if !managedByOperator(stored) {
+		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
+			if job, _, err := decodeJob(stored); err == nil {
+				return ctrl.Result{}, r.multiKueueManager(ctx, job)
+			}
+		}
 		return ctrl.Result{}, nil
 	}
 	logger := log.FromContext(ctx).WithValues("job", klog.KObj(stored))
@@ -131,12 +148,15 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	own = supervisorExits(own)
 
 	oldStatus := job.Status.DeepCopy()
-	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks}
+	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks, pods: own}
 	if len(dropped) > 0 {
 		p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "reset %s: the stored value could not be read", strings.Join(dropped, ", "))
 		oldStatus = &trainingv1alpha1.ZayaTrainingJobStatus{ObservedGeneration: -1} // write, replacing it
 	}
 	result, err := p.run(ctx, own)
+	if err == nil {
+		err = p.syncWorkload(ctx)
+	}
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)
 	switch {
@@ -174,6 +194,11 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, p.suspend(ctx, pods)
 	}
 	p.resume()
+	if run, err := p.admitted(ctx, pods); err != nil {
+		return p.blocked(ctx, err)
+	} else if !run {
+		return ctrl.Result{}, nil
+	}
 	if err := p.ensureChildren(ctx); err != nil {
 		return p.blocked(ctx, err)
 	}
@@ -370,6 +395,9 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency, RateLimiter: retryRateLimiter()}).
 		Named("zayatrainingjob")
+	if r.KueueWorkloads {
+		b = b.Owns(&kueue.Workload{})
+	}
 	if r.Progress != nil {
 		// The poller wakes a job when its progress says something the job acts on.
 		woken := make(chan event.TypedGenericEvent[reconcile.Request], 1024)

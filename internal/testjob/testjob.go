@@ -75,6 +75,24 @@ func (w *Wrapper) Suspend(s bool) *Wrapper { w.Spec.Suspend = s; return w }
 // ManagedBy sets spec.managedBy.
 func (w *Wrapper) ManagedBy(m string) *Wrapper { w.Spec.ManagedBy = ptr.To(m); return w }
 
+// Label sets a label on the job.
+func (w *Wrapper) Label(k, v string) *Wrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[k] = v
+	return w
+}
+
+// Annotation sets an annotation on the job.
+func (w *Wrapper) Annotation(k, v string) *Wrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[k] = v
+	return w
+}
+
 // RestartMode sets spec.faultTolerance.restartMode.
 func (w *Wrapper) RestartMode(m trainingv1alpha1.RestartMode) *Wrapper {
 	w.Spec.FaultTolerance.RestartMode = m

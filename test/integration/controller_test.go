@@ -59,6 +59,13 @@ var failurePatternsConfigMap = types.NamespacedName{Namespace: "zaya-system", Na
 // startManagerMarking is startManagerWith whose operator keeps its pod-mark key in markSecret.
 func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc, markSecret types.NamespacedName) (stop func()) {
 	t.Helper()
+	return startManagerConfigured(t, cfg, newClient, markSecret, nil)
+}
+
+// startManagerConfigured is startManagerMarking whose reconciler configure changes first.
+func startManagerConfigured(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc, markSecret types.NamespacedName,
+	configure func(*controllers.ZayaTrainingJobReconciler)) (stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:              newClient,
 		Scheme:                 scheme,
@@ -77,6 +84,9 @@ func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewCli
 		Recorder:      mgr.GetEventRecorder("zaya-operator"),
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
+	}
+	if configure != nil {
+		configure(r)
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatalf("setup: %v", err)

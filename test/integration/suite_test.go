@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // Shared waits, as kueue's integration tests use them.
@@ -44,6 +45,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(trainingv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true), zap.Level(zapLevel())))
 
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -51,7 +53,8 @@ func run(m *testing.M) int {
 		_ = os.Setenv("KUBEBUILDER_ASSETS", assets)
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		CRDDirectoryPaths: []string{filepath.Join(repoRoot, "config", "crd", "bases"),
+			filepath.Join(repoRoot, "test", "integration", "testdata", "kueue")},
 		ErrorIfCRDPathMissing: true,
 	}
 	var err error

@@ -1,0 +1,708 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
+)
+
+// A job that names a Kueue queue (label kueue.x-k8s.io/queue-name) while the operator runs
+// with KueueWorkloads is one Kueue workload, as Kueue's own Job is (its external-framework
+// model): the operator creates and owns the job's Workload, runs no pod until Kueue admits
+// it, places the pods where the admission says, stops them when Kueue evicts, and tells
+// Kueue when the gang is ready and when it finished. Gang restarts and in-place recoveries
+// stay inside one admission: the Workload's pod sets depend on the spec alone, never on the
+// attempt, so nothing about a restart asks Kueue for anything.
+
+// RBAC for this lives in config/rbac/kueue_role.yaml (bound only where Kueue is on): the
+// generated role stays exactly what a job without Kueue needs.
+
+const (
+	workersPodSet = "workers"
+	sparesPodSet  = "spares"
+	// podSetsHashAnnotation holds the hash of the pod sets the Workload was made from: a
+	// Workload whose hash is not the job's is replaced (the template changed while suspended).
+	podSetsHashAnnotation = "training.zaya.dev/podsets-hash"
+)
+
+// kueueWorkload reports whether the job is run as a Kueue workload by this operator.
+func (r *ZayaTrainingJobReconciler) kueueWorkload(job metav1.Object) bool {
+	return r.KueueWorkloads && job.GetLabels()[kueue.QueueNameLabel] != ""
+}
+
+// workloadName is the name of the job's Workload: MultiKueue's prebuilt name where it gave
+// one, else the job's name with a hash of its identity (a job recreated under the same name
+// gets a new Workload).
+func workloadName(job *trainingv1alpha1.ZayaTrainingJob) string {
+	if n := prebuiltWorkload(job); n != "" {
+		return n
+	}
+	sum := sha256.Sum256([]byte(job.Name + "\n" + string(job.UID)))
+	base := "zayatrainingjob-" + job.Name
+	if len(base) > 240 {
+		base = base[:240]
+	}
+	return strings.TrimRight(base, "-.") + "-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// prebuiltWorkload is the Workload MultiKueue made for this job in a worker cluster.
+func prebuiltWorkload(job *trainingv1alpha1.ZayaTrainingJob) string {
+	if n := job.Annotations[kueue.PrebuiltWorkloadLabel]; n != "" {
+		return n
+	}
+	return job.Labels[kueue.PrebuiltWorkloadLabel]
+}
+
+// workloadPodSets are the pod sets Kueue admits for the job: its ranks, and its warm spares
+// (they hold GPUs too). Built from the spec alone, as attempt 0 with nothing quarantined.
+func workloadPodSets(job *trainingv1alpha1.ZayaTrainingJob) []kueue.PodSet {
+	base := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: job.ObjectMeta, Spec: job.Spec}
+	rank := newWorkerPod(base, networkEnv(&base.Spec), 0)
+	sets := []kueue.PodSet{{
+		Name:            workersPodSet,
+		Count:           job.Spec.Nodes,
+		Template:        podSetTemplate(rank),
+		TopologyRequest: topologyRequest(job),
+	}}
+	if n := wantedSpares(job); n > 0 {
+		spare := newSparePod(base, 0, DefaultSpareImage)
+		sets = append(sets, kueue.PodSet{Name: sparesPodSet, Count: n, Template: podSetTemplate(spare)})
+	}
+	return sets
+}
+
+// podSetTemplate is a pod as Kueue wants it in a pod set: labels and annotations only in its
+// metadata, no environment (Kueue needs the resources and placement, and a big env would
+// double the Workload's size).
+func podSetTemplate(pod *corev1.Pod) corev1.PodTemplateSpec {
+	spec := *pod.Spec.DeepCopy()
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			list[i].Env, list[i].EnvFrom = nil, nil
+		}
+	}
+	labels := map[string]string{}
+	for k, v := range pod.Labels {
+		if k != trainingv1alpha1.RankLabel && k != trainingv1alpha1.AttemptLabel && k != trainingv1alpha1.SpareLabel {
+			labels[k] = v
+		}
+	}
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: pod.Annotations}, Spec: spec}
+}
+
+// topologyRequest is the job's topology-aware scheduling request, from Kueue's annotations on
+// the job. A ring-attention group that spans nodes is a slice: with a slice topology (the
+// rail block's label, say) and no slice size, the size is the group's node count. The rank
+// is the pod index, so the ranks of a group land in one domain.
+func topologyRequest(job *trainingv1alpha1.ZayaTrainingJob) *kueue.TopologyRequest {
+	a := job.Annotations
+	t := &kueue.TopologyRequest{PodIndexLabel: ptr.To(trainingv1alpha1.RankLabel)}
+	switch {
+	case a[kueue.RequiredTopologyAnnotation] != "":
+		t.Required = ptr.To(a[kueue.RequiredTopologyAnnotation])
+	case a[kueue.PreferredTopologyAnnotation] != "":
+		t.Preferred = ptr.To(a[kueue.PreferredTopologyAnnotation])
+	case a[kueue.UnconstrainedTopologyAnnotation] == "true":
+		t.Unconstrained = ptr.To(true)
+	}
+	if s := a[kueue.SliceRequiredTopologyAnnotation]; s != "" {
+		size, err := strconv.ParseInt(a[kueue.SliceSizeAnnotation], 10, 32)
+		if err != nil || size < 1 {
+			size = int64(ringNodes(job))
+		}
+		t.PodSetSliceRequiredTopology, t.PodSetSliceSize = ptr.To(s), ptr.To(int32(size))
+	}
+	if t.Required == nil && t.Preferred == nil && t.Unconstrained == nil && t.PodSetSliceRequiredTopology == nil {
+		return nil
+	}
+	return t
+}
+
+// ringNodes is how many nodes one ring-attention group spans (1 when it fits in a node).
+func ringNodes(job *trainingv1alpha1.ZayaTrainingJob) int32 {
+	cp, g := max(job.Spec.Parallelism.ContextParallel, 1), max(job.Spec.GPUsPerNode, 1)
+	if cp <= g {
+		return 1
+	}
+	return min((cp+g-1)/g, job.Spec.Nodes)
+}
+
+// newWorkload is the job's Workload: one pod set of `nodes` ranks (and the spares'), owned by
+// the job, held by Kueue's finalizer until the operator says the job is done with it.
+func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) *kueue.Workload {
+	sets := workloadPodSets(job)
+	wl := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            workloadName(job),
+			Namespace:       job.Namespace,
+			Labels:          map[string]string{kueue.JobUIDLabel: string(job.UID)},
+			Annotations:     map[string]string{podSetsHashAnnotation: podSetsHash(sets)},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
+			Finalizers:      []string{kueue.ResourceInUseFinalizer},
+		},
+		Spec: kueue.WorkloadSpec{PodSets: sets, QueueName: job.Labels[kueue.QueueNameLabel]},
+	}
+	if s, err := strconv.ParseInt(job.Labels[kueue.MaxExecTimeLabel], 10, 32); err == nil && s > 0 {
+		wl.Spec.MaximumExecutionTimeSeconds = ptr.To(int32(s))
+	}
+	if prio != nil {
+		wl.Spec.PriorityClassRef, wl.Spec.Priority = prio.ref, ptr.To(prio.value)
+	}
+	return wl
+}
+
+// podSetsHash fingerprints pod sets, to tell when a Workload no longer describes its job.
+func podSetsHash(sets []kueue.PodSet) string {
+	b, _ := json.Marshal(sets)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// workloadPriority is where the job's priority comes from, as Kueue's own jobs take it: a
+// WorkloadPriorityClass named by the job's label, else the template's PriorityClass.
+type workloadPriority struct {
+	ref   *kueue.PriorityClassRef
+	value int32
+}
+
+func (p *pass) workloadPriority(ctx context.Context) (*workloadPriority, error) {
+	if name := p.job.Labels[kueue.PriorityClassLabel]; name != "" {
+		wpc := &kueue.WorkloadPriorityClass{}
+		if err := p.r.Get(ctx, types.NamespacedName{Name: name}, wpc); err != nil {
+			return nil, fmt.Errorf("WorkloadPriorityClass %q (label %s): %w", name, kueue.PriorityClassLabel, err)
+		}
+		return &workloadPriority{&kueue.PriorityClassRef{Group: kueue.GroupVersion.Group, Kind: "WorkloadPriorityClass", Name: name}, wpc.Value}, nil
+	}
+	if name := p.job.Spec.Template.Spec.PriorityClassName; name != "" {
+		pc := &schedulingv1.PriorityClass{}
+		if err := p.r.Get(ctx, types.NamespacedName{Name: name}, pc); err != nil {
+			return nil, fmt.Errorf("PriorityClass %q (template.spec.priorityClassName): %w", name, err)
+		}
+		return &workloadPriority{&kueue.PriorityClassRef{Group: schedulingv1.GroupName, Kind: "PriorityClass", Name: name}, pc.Value}, nil
+	}
+	return nil, nil
+}
+
+// workloadAdmitted reports whether Kueue admitted the Workload and has not evicted it.
+func workloadAdmitted(wl *kueue.Workload) bool {
+	return wl.Status.Admission != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) &&
+		!meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) &&
+		!meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+}
+
+// workloadFor returns the job's Workload, creating it (or replacing one that no longer
+// describes the job) where needed. Nil with no error while a replaced one is still going.
+func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workload, error) {
+	job := p.job
+	wl := &kueue.Workload{}
+	err := p.r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: workloadName(job)}, wl)
+	switch {
+	case apierrors.IsNotFound(err):
+		if prebuiltWorkload(job) != "" {
+			return nil, nil // MultiKueue makes it
+		}
+		prio, err := p.workloadPriority(ctx)
+		if err != nil {
+			return nil, err
+		}
+		wl = newWorkload(job, prio)
+		if err := p.r.Create(ctx, wl); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Workload %s: %w", wl.Name, err)
+		}
+		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonWaitingForKueue, "Create",
+			"created Workload %s in queue %s", wl.Name, wl.Spec.QueueName)
+		return wl, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Workload: %w", err)
+	}
+	if !metav1.IsControlledBy(wl, job) {
+		if prebuiltWorkload(job) == "" || len(wl.OwnerReferences) > 0 && metav1.GetControllerOf(wl) != nil {
+			return nil, &nameConflict{kind: "Workload", name: wl.Name}
+		}
+		// MultiKueue's prebuilt Workload: the job adopts it.
+		if err := p.adoptWorkload(ctx, wl); err != nil {
+			return nil, err
+		}
+	}
+	if !wl.DeletionTimestamp.IsZero() {
+		// Deleted by someone: stop the gang, then let it go; a new one queues the job again.
+		return wl, nil
+	}
+	want := podSetsHash(workloadPodSets(job))
+	if wl.Annotations[podSetsHashAnnotation] != want && prebuiltWorkload(job) == "" {
+		// The template changed (only possible while suspended): the Workload asks for
+		// something else. Stop, then replace it.
+		if len(activePods(pods)) > 0 || len(p.jobPodsLeft(pods)) > 0 {
+			return wl, nil
+		}
+		return nil, p.releaseWorkload(ctx, wl, "", "")
+	}
+	return wl, nil
+}
+
+// adoptWorkload makes MultiKueue's prebuilt Workload the job's own.
+func (p *pass) adoptWorkload(ctx context.Context, wl *kueue.Workload) error {
+	patch := map[string]any{"metadata": map[string]any{
+		"resourceVersion": wl.ResourceVersion,
+		"ownerReferences": append(slices.Clone(wl.OwnerReferences), ownerRef(p.job)),
+		"labels":          map[string]string{kueue.JobUIDLabel: string(p.job.UID)},
+	}}
+	return p.r.patchWorkload(ctx, wl, patch, "")
+}
+
+// jobPodsLeft are the job's pods that still exist and are not finished: what holds devices.
+func (p *pass) jobPodsLeft(pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		if !podFinished(&pods[i]) {
+			out = append(out, &pods[i])
+		}
+	}
+	return out
+}
+
+// admitted runs the Kueue side of a pass and reports whether the gang may run. One that may
+// not (queued, evicted, its Workload going) is stopped, and once none of its pods holds a
+// device, an evicted Workload's quota is handed back.
+func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, error) {
+	if !p.r.kueueWorkload(p.job) {
+		return true, nil
+	}
+	wl, err := p.workloadFor(ctx, pods)
+	if err != nil {
+		return false, err
+	}
+	p.workload = wl
+	if wl != nil && wl.DeletionTimestamp.IsZero() && workloadAdmitted(wl) {
+		place, err := p.placement(ctx, wl)
+		if err != nil {
+			p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidPodTemplate, err.Error())
+			return false, nil
+		}
+		p.place = place
+		p.admittedNow()
+		return true, nil
+	}
+	wasHeld := meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionQueued)
+	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
+	p.holdForKueue(pods, wl)
+	if !wasHeld && ran {
+		p.job.Status.Restarts++ // the next admission starts a new attempt, as a resume does
+	}
+	if err := p.stopGang(ctx, pods); err != nil {
+		return false, err
+	}
+	if wl == nil || len(p.jobPodsLeft(pods)) > 0 {
+		return false, nil
+	}
+	switch {
+	case !wl.DeletionTimestamp.IsZero():
+		return false, p.releaseWorkload(ctx, wl, "", "")
+	case meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) &&
+		meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved):
+		return false, p.r.unsetQuotaReservation(ctx, wl)
+	}
+	return false, nil
+}
+
+// holdForKueue says why the job waits: queued, or stopped by Kueue.
+func (p *pass) holdForKueue(pods []corev1.Pod, wl *kueue.Workload) {
+	msg := "waiting for Kueue to admit the job's Workload"
+	reason := trainingv1alpha1.ReasonWaitingForKueue
+	if wl != nil {
+		msg = fmt.Sprintf("waiting for Kueue to admit Workload %s (queue %s)", wl.Name, wl.Spec.QueueName)
+		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil && c.Status == metav1.ConditionFalse && c.Message != "" {
+			msg += ": " + c.Reason + ": " + c.Message
+		}
+		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
+			reason = "Kueue" + c.Reason
+			msg = fmt.Sprintf("Kueue evicted Workload %s: %s: %s", wl.Name, c.Reason, c.Message)
+		}
+		if !wl.DeletionTimestamp.IsZero() {
+			msg = fmt.Sprintf("Workload %s is being deleted: the gang stops and the job queues again", wl.Name)
+		}
+	}
+	if len(activePods(pods)) > 0 {
+		p.normal(reason, "Stop", "%s: stopping the gang", msg)
+	}
+	p.setCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, reason, truncate(msg))
+	p.clearCondition(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonWaitingForKueue, "the job waits for Kueue")
+	p.clearCondition(trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ReasonWaitingForKueue, "the job waits for Kueue")
+	p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonWaitingForKueue, "the job waits for Kueue")
+}
+
+// admittedNow marks the end of a wait in Kueue's queue. The held job has no start time: its
+// clock (activeDeadlineSeconds) starts now.
+func (p *pass) admittedNow() {
+	c := meta.FindStatusCondition(p.job.Status.Conditions, trainingv1alpha1.ConditionQueued)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return
+	}
+	waited := p.now.Sub(c.LastTransitionTime.Time).Round(1e9)
+	p.setCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionFalse, trainingv1alpha1.ReasonAdmitted,
+		fmt.Sprintf("Kueue admitted Workload %s to ClusterQueue %s after %s", p.workload.Name, p.workload.Status.Admission.ClusterQueue, waited))
+}
+
+// podPlacement is what Kueue's admission adds to a pod set's pods.
+type podPlacement struct {
+	nodeSelector map[string]string
+	tolerations  []corev1.Toleration
+	labels       map[string]string
+	annotations  map[string]string
+	topology     bool // Kueue's topology gate: its ungater picks each rank's domain
+}
+
+// placement reads the admission's flavors (their node labels and tolerations), the
+// admission checks' pod set updates and the topology assignment, for each pod set.
+func (p *pass) placement(ctx context.Context, wl *kueue.Workload) (map[string]*podPlacement, error) {
+	out := map[string]*podPlacement{}
+	for _, a := range wl.Status.Admission.PodSetAssignments {
+		pl := &podPlacement{
+			nodeSelector: map[string]string{}, labels: map[string]string{kueue.PodSetLabel: a.Name},
+			annotations: map[string]string{},
+		}
+		for _, name := range slices.Compact(slices.Sorted(maps.Values(a.Flavors))) {
+			rf := &kueue.ResourceFlavor{}
+			if err := p.r.Get(ctx, types.NamespacedName{Name: name}, rf); err != nil {
+				return nil, fmt.Errorf("ResourceFlavor %s of the admission: %w", name, err)
+			}
+			if err := mergeInto(pl.nodeSelector, rf.Spec.NodeLabels, "ResourceFlavor "+name+" nodeLabels"); err != nil {
+				return nil, err
+			}
+			pl.tolerations = appendNew(pl.tolerations, rf.Spec.Tolerations...)
+		}
+		for _, check := range wl.Status.AdmissionChecks {
+			for _, u := range check.PodSetUpdates {
+				if u.Name != a.Name {
+					continue
+				}
+				what := "admission check " + check.Name
+				if err := errorsJoin(mergeInto(pl.nodeSelector, u.NodeSelector, what+" nodeSelector"),
+					mergeInto(pl.labels, u.Labels, what+" labels"), mergeInto(pl.annotations, u.Annotations, what+" annotations")); err != nil {
+					return nil, err
+				}
+				pl.tolerations = appendNew(pl.tolerations, u.Tolerations...)
+			}
+		}
+		if a.TopologyAssignment != nil {
+			pl.topology = true
+			pl.annotations[kueue.WorkloadAnnotation] = wl.Name
+		}
+		out[a.Name] = pl
+	}
+	return out, nil
+}
+
+func mergeInto(dst, src map[string]string, what string) error {
+	for k, v := range src {
+		if old, ok := dst[k]; ok && old != v {
+			return fmt.Errorf("%s sets %s=%s, but it is already %s", what, k, v, old)
+		}
+		dst[k] = v
+	}
+	return nil
+}
+
+func appendNew(list []corev1.Toleration, add ...corev1.Toleration) []corev1.Toleration {
+	for _, t := range add {
+		if !slices.ContainsFunc(list, func(o corev1.Toleration) bool {
+			return o.MatchToleration(&t) && o.Value == t.Value && o.TolerationSeconds == t.TolerationSeconds
+		}) {
+			list = append(list, t)
+		}
+	}
+	return list
+}
+
+func errorsJoin(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placeOn adds the admission's placement for podSet to a pod the pass creates. A template's
+// own node selector keeps its values: the admission was computed with them.
+func (p *pass) placeOn(pod *corev1.Pod, podSet string) {
+	pl := p.place[podSet]
+	if pl == nil {
+		return
+	}
+	ps := &pod.Spec
+	if len(pl.nodeSelector) > 0 {
+		if ps.NodeSelector == nil {
+			ps.NodeSelector = map[string]string{}
+		}
+		for k, v := range pl.nodeSelector {
+			if _, ok := ps.NodeSelector[k]; !ok {
+				ps.NodeSelector[k] = v
+			}
+		}
+	}
+	ps.Tolerations = appendNew(ps.Tolerations, pl.tolerations...)
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	maps.Copy(pod.Labels, pl.labels)
+	if len(pl.annotations) > 0 {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		maps.Copy(pod.Annotations, pl.annotations)
+	}
+	if pl.topology {
+		// Kueue's ungater serves only pods that say they are topology-aware.
+		switch t := topologyRequest(p.job); {
+		case t != nil && t.Required != nil:
+			pod.Annotations[kueue.RequiredTopologyAnnotation] = *t.Required
+		case t != nil && t.Preferred != nil:
+			pod.Annotations[kueue.PreferredTopologyAnnotation] = *t.Preferred
+		default:
+			pod.Annotations[kueue.UnconstrainedTopologyAnnotation] = "true"
+		}
+		ps.SchedulingGates = append(ps.SchedulingGates, corev1.PodSchedulingGate{Name: kueue.TopologyGate})
+	}
+}
+
+// syncWorkload tells Kueue how the job is doing: PodsReady while it runs, Finished once it
+// ended (then Kueue's finalizer goes: the quota is free).
+func (p *pass) syncWorkload(ctx context.Context) error {
+	if err := p.loadWorkload(ctx); err != nil {
+		return err
+	}
+	wl := p.workload
+	if wl == nil || !wl.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	job := p.job
+	var conds []metav1.Condition
+	if finished(job) {
+		reason, c := kueue.ReasonSucceeded, meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			reason, c = kueue.ReasonFailed, meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
+		}
+		if !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+			conds = append(conds, metav1.Condition{Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: reason, Message: c.Message})
+		}
+	} else if wl.Status.Admission != nil {
+		conds = append(conds, podsReadyCondition(wl, workloadAdmitted(wl) && job.Status.ReadyNodes >= job.Spec.Nodes &&
+			meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionRunning)))
+	}
+	if err := p.r.setWorkloadConditions(ctx, wl, conds...); err != nil {
+		return err
+	}
+	if finished(job) && len(p.jobPodsLeft(p.pods)) == 0 {
+		return p.r.dropFinalizer(ctx, wl)
+	}
+	return nil
+}
+
+// podsReadyCondition is Kueue's PodsReady for the gang: Started the first time every rank is
+// ready, WaitForRecovery while a restart brings it back, Recovered when it is back.
+func podsReadyCondition(wl *kueue.Workload, ready bool) metav1.Condition {
+	old := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadPodsReady)
+	c := metav1.Condition{Type: kueue.WorkloadPodsReady, Status: metav1.ConditionFalse, Reason: kueue.ReasonWaitForStart,
+		Message: "not all ranks are ready"}
+	switch {
+	case ready && old != nil && old.Reason == kueue.ReasonWaitRecovery:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, kueue.ReasonRecovered, "every rank is ready again"
+	case ready && old != nil && old.Status == metav1.ConditionTrue:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, old.Reason, old.Message
+	case ready:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, kueue.ReasonStarted, "every rank is ready"
+	case old != nil && (old.Status == metav1.ConditionTrue || old.Reason == kueue.ReasonWaitRecovery):
+		c.Reason, c.Message = kueue.ReasonWaitRecovery, "the gang restarts: not all ranks are ready"
+	}
+	return c
+}
+
+// setWorkloadConditions writes conditions that changed, keeping every other one.
+func (r *ZayaTrainingJobReconciler) setWorkloadConditions(ctx context.Context, wl *kueue.Workload, conds ...metav1.Condition) error {
+	all := slices.Clone(wl.Status.Conditions)
+	changed := false
+	for _, c := range conds {
+		c.ObservedGeneration = wl.Generation
+		changed = meta.SetStatusCondition(&all, c) || changed
+	}
+	if !changed {
+		return nil
+	}
+	return r.patchWorkload(ctx, wl, map[string]any{
+		"metadata": map[string]any{"resourceVersion": wl.ResourceVersion},
+		"status":   map[string]any{"conditions": all},
+	}, "status")
+}
+
+// unsetQuotaReservation hands an evicted Workload's quota back once its pods are gone, as
+// Kueue's own job controller does: Kueue then requeues it (after its backoff).
+func (r *ZayaTrainingJobReconciler) unsetQuotaReservation(ctx context.Context, wl *kueue.Workload) error {
+	ev := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
+	all := slices.Clone(wl.Status.Conditions)
+	requeued := metav1.ConditionFalse
+	if ev.Reason == kueue.ReasonPreempted || ev.Reason == kueue.ReasonNodeFailures {
+		requeued = metav1.ConditionTrue
+	}
+	for _, c := range []metav1.Condition{
+		{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: kueue.ReasonPending, Message: ev.Message},
+		{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionFalse, Reason: kueue.ReasonNoReservation, Message: "The workload has no reservation"},
+		{Type: kueue.WorkloadRequeued, Status: requeued, Reason: ev.Reason, Message: ev.Message},
+	} {
+		c.ObservedGeneration = wl.Generation
+		meta.SetStatusCondition(&all, c)
+	}
+	if c := meta.FindStatusCondition(all, kueue.WorkloadPodsReady); c != nil {
+		meta.SetStatusCondition(&all, metav1.Condition{Type: kueue.WorkloadPodsReady, Status: metav1.ConditionFalse,
+			Reason: kueue.ReasonWaitForStart, Message: "the workload is not admitted", ObservedGeneration: wl.Generation})
+	}
+	return r.patchWorkload(ctx, wl, map[string]any{
+		"metadata": map[string]any{"resourceVersion": wl.ResourceVersion},
+		"status":   map[string]any{"conditions": all, "admission": nil},
+	}, "status")
+}
+
+// releaseWorkload lets a Workload go: finished (reason, when given) so Kueue frees its quota,
+// its finalizer dropped, and deleted unless that was already asked for.
+func (p *pass) releaseWorkload(ctx context.Context, wl *kueue.Workload, reason, msg string) error {
+	return p.r.releaseWorkload(ctx, wl, reason, msg)
+}
+
+func (r *ZayaTrainingJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workload, reason, msg string) error {
+	if reason != "" && !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+		if err := r.setWorkloadConditions(ctx, wl, metav1.Condition{Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: reason, Message: msg}); err != nil {
+			return err
+		}
+	}
+	if err := r.dropFinalizer(ctx, wl); err != nil {
+		return err
+	}
+	if wl.DeletionTimestamp.IsZero() && reason == "" {
+		if err := r.Delete(ctx, wl, client.Preconditions{UID: &wl.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Workload %s: %w", wl.Name, err)
+		}
+	}
+	return nil
+}
+
+// dropFinalizer removes Kueue's resource-in-use finalizer, which the job's controller owns.
+func (r *ZayaTrainingJobReconciler) dropFinalizer(ctx context.Context, wl *kueue.Workload) error {
+	if !slices.Contains(wl.Finalizers, kueue.ResourceInUseFinalizer) {
+		return nil
+	}
+	rest := slices.DeleteFunc(slices.Clone(wl.Finalizers), func(f string) bool { return f == kueue.ResourceInUseFinalizer })
+	return r.patchWorkload(ctx, wl, map[string]any{
+		"metadata": map[string]any{"resourceVersion": wl.ResourceVersion, "finalizers": rest},
+	}, "")
+}
+
+// patchWorkload merge-patches a Workload (its status when sub is "status"), guarded by the
+// resourceVersion in the patch: fields these types lack are never touched, and a Workload that
+// changed meanwhile is reread by the next pass (its watch event brings one).
+func (r *ZayaTrainingJobReconciler) patchWorkload(ctx context.Context, wl *kueue.Workload, patch map[string]any, sub string) error {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	raw := client.RawPatch(types.MergePatchType, b)
+	if sub == "status" {
+		err = r.Status().Patch(ctx, wl, raw)
+	} else {
+		err = r.Patch(ctx, wl, raw)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("updating Workload %s: %w", wl.Name, err)
+	}
+	return nil
+}
+
+// releaseOrphanedWorkloads lets the Workloads of a job that is gone (or going) go: Finished
+// with OwnerNotFound and unblocked, so neither the quota nor a foreground delete waits on them.
+func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, uid types.UID) error {
+	if !r.KueueWorkloads {
+		return nil
+	}
+	list := &kueue.WorkloadList{}
+	if err := r.List(ctx, list, client.InNamespace(key.Namespace)); err != nil {
+		return fmt.Errorf("listing Workloads: %w", err)
+	}
+	for i := range list.Items {
+		wl := &list.Items[i]
+		owner := metav1.GetControllerOf(wl)
+		if owner == nil || owner.Kind != jobKind || owner.Name != key.Name || (uid != "" && owner.UID != uid) {
+			continue
+		}
+		if err := r.releaseWorkload(ctx, wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// suspendWorkload lets a suspended job's Workload go once none of its pods holds a device: a
+// suspended job holds no quota. Resuming queues it again with a new Workload.
+func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
+	if !p.r.kueueWorkload(p.job) || prebuiltWorkload(p.job) != "" || len(p.jobPodsLeft(pods)) > 0 {
+		return nil
+	}
+	wl := &kueue.Workload{}
+	if err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(wl, p.job) {
+		return nil
+	}
+	return p.releaseWorkload(ctx, wl, "", "")
+}
+
+// multiKueueManager serves a job that MultiKueue runs in a worker cluster (spec.managedBy):
+// here the job only has a Workload for MultiKueue to dispatch. Its pods and status are the
+// worker cluster's; the Workload goes once MultiKueue says it finished.
+func (r *ZayaTrainingJobReconciler) multiKueueManager(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob) error {
+	p := &pass{r: r, job: job, now: r.Clock.Now()}
+	defer p.emit(true)
+	wl, err := p.workloadFor(ctx, nil)
+	if err != nil || wl == nil {
+		return err
+	}
+	if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+		return r.dropFinalizer(ctx, wl)
+	}
+	return nil
+}
+
+// loadWorkload reads the job's own Workload for a pass that did not (a finished job's).
+func (p *pass) loadWorkload(ctx context.Context) error {
+	if p.workload != nil || !p.r.kueueWorkload(p.job) {
+		return nil
+	}
+	wl := &kueue.Workload{}
+	if err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if metav1.IsControlledBy(wl, p.job) {
+		p.workload = wl
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+// The operator's side of Kueue's external-framework integration, with the test playing
+// Kueue: it admits, evicts and readmits the Workload by writing its status as Kueue's
+// scheduler does. hack/kueue-e2e.sh runs the same against a real Kueue.
+
+func startKueueManager(t *testing.T) {
+	t.Helper()
+	startManagerConfigured(t, cfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) { r.KueueWorkloads = true })
+}
+
+// jobWorkload waits for the job's one Workload and returns it.
+func jobWorkload(g Gomega, ns string) *kueue.Workload {
+	var wl *kueue.Workload
+	g.Eventually(func(g Gomega) {
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(1))
+		wl = &list.Items[0]
+	}, timeout, interval).Should(Succeed())
+	return wl
+}
+
+func getWorkload(g Gomega, wl *kueue.Workload) *kueue.Workload {
+	got := &kueue.Workload{}
+	g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(wl), got)).To(Succeed())
+	return got
+}
+
+// patchWorkloadStatus writes a Workload's status as Kueue does (a merge patch here).
+func patchWorkloadStatus(g Gomega, wl *kueue.Workload, status map[string]any) {
+	b, err := json.Marshal(map[string]any{"status": status})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(k8sClient.Status().Patch(context.Background(), wl, rawMergePatch(b))).To(Succeed())
+}
+
+func cond(t, status, reason string) map[string]any {
+	return map[string]any{"type": t, "status": status, "reason": reason, "message": reason, "lastTransitionTime": metav1.Now().UTC().Format("2006-01-02T15:04:05Z")}
+}
+
+// admit plays Kueue's scheduler admitting the Workload with flavor on cluster queue "gpus".
+func admit(g Gomega, wl *kueue.Workload, flavor string, topology bool) {
+	a := map[string]any{"name": "workers", "flavors": map[string]string{"amd.com/gpu": flavor}, "count": wl.Spec.PodSets[0].Count}
+	if topology {
+		a["topologyAssignment"] = map[string]any{"levels": []string{"kubernetes.io/hostname"}, "slices": []any{}}
+	}
+	patchWorkloadStatus(g, wl, map[string]any{
+		"admission":  map[string]any{"clusterQueue": "gpus", "podSetAssignments": []any{a}},
+		"conditions": []any{cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted")},
+	})
+}
+
+func workloadCondition(g Gomega, wl *kueue.Workload, t string) *metav1.Condition {
+	return meta.FindStatusCondition(getWorkload(g, wl).Status.Conditions, t)
+}
+
+func makeFlavor(g Gomega, name string) {
+	rf := &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ResourceFlavorSpec{
+		NodeLabels:  map[string]string{"zaya.dev/pool": name},
+		Tolerations: []corev1.Toleration{{Key: "zaya.dev/reserved", Operator: corev1.TolerationOpEqual, Value: name, Effect: corev1.TaintEffectNoSchedule}},
+	}}
+	err := k8sClient.Create(context.Background(), rf)
+	g.Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
+}
+
+func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+	// Queued: a Workload of the rendered ranks, and no pod before admission.
+	wl := jobWorkload(g, ns)
+	g.Expect(metav1.IsControlledBy(wl, getJob(g, job))).To(BeTrue())
+	g.Expect(wl.Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer))
+	g.Expect(wl.Labels).To(HaveKeyWithValue(kueue.JobUIDLabel, string(getJob(g, job).UID)))
+	g.Expect(wl.Spec.QueueName).To(Equal("team"))
+	g.Expect(wl.Spec.PodSets).To(HaveLen(1))
+	g.Expect(wl.Spec.PodSets[0].Count).To(Equal(int32(2)))
+	g.Expect(wl.Spec.PodSets[0].Template.Spec.Containers[0].Resources.Requests).To(HaveKeyWithValue(corev1.ResourceName("amd.com/gpu"), resource.MustParse("8")))
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).To(BeEmpty()) }, "1s", interval).Should(Succeed())
+	g.Expect(getJob(g, job).Status.StartTime).To(BeNil(), "the queue is no part of the run")
+
+	// Admitted: the ranks start where the flavor says.
+	admit(g, wl, "mi300x-a", false)
+	pods := waitPods(g, ns, "llm", 2)
+	for _, p := range pods {
+		g.Expect(p.Spec.NodeSelector).To(HaveKeyWithValue("zaya.dev/pool", "mi300x-a"))
+		g.Expect(p.Spec.Tolerations).To(ContainElement(HaveField("Key", "zaya.dev/reserved")))
+		g.Expect(p.Labels).To(HaveKeyWithValue(kueue.PodSetLabel, "workers"))
+		g.Expect(p.Spec.SchedulingGates).To(BeEmpty())
+	}
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonAdmitted))
+	}, timeout, interval).Should(Succeed())
+	for _, p := range pods {
+		setPodStatus(g, p, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		c := workloadCondition(g, wl, kueue.WorkloadPodsReady)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(kueue.ReasonStarted))
+	}, timeout, interval).Should(Succeed())
+
+	// A rank fails: the gang restarts inside the admission (same Workload, still admitted).
+	setPodStatus(g, pods["llm-0-1"], failedWith(1))
+	var next map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		next = jobPods(g, ns, "llm")
+		g.Expect(next).To(HaveKey("llm-1-0"))
+		g.Expect(next).To(HaveKey("llm-1-1"))
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := workloadCondition(g, wl, kueue.WorkloadPodsReady)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(kueue.ReasonWaitRecovery))
+	}, timeout, interval).Should(Succeed())
+	now := getWorkload(g, wl)
+	g.Expect(now.UID).To(Equal(wl.UID))
+	g.Expect(now.Status.Admission).NotTo(BeNil())
+	for _, name := range []string{"llm-1-0", "llm-1-1"} {
+		g.Expect(next[name].Spec.NodeSelector).To(HaveKeyWithValue("zaya.dev/pool", "mi300x-a"))
+		setPodStatus(g, next[name], runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		c := workloadCondition(g, wl, kueue.WorkloadPodsReady)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(kueue.ReasonRecovered))
+	}, timeout, interval).Should(Succeed())
+
+	// Kueue preempts: the gang stops, the quota goes back, the job queues; no restart counted.
+	restarts := getJob(g, job).Status.Restarts
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{
+		cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"),
+		cond("PodsReady", "True", "Recovered"), cond("Evicted", "True", "Preempted"),
+	}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).NotTo(HaveKey("llm-1-0"))
+		now := getWorkload(g, wl)
+		g.Expect(now.Status.Admission).To(BeNil())
+		g.Expect(meta.IsStatusConditionFalse(now.Status.Conditions, kueue.WorkloadQuotaReserved)).To(BeTrue())
+		r := meta.FindStatusCondition(now.Status.Conditions, kueue.WorkloadRequeued)
+		g.Expect(r).NotTo(BeNil())
+		g.Expect(r.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(r.Reason).To(Equal("Preempted"))
+		got := getJob(g, job)
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal("KueuePreempted"))
+		g.Expect(got.Status.ReadyNodes).To(BeZero())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(getJob(g, job).Status.Restarts).To(Equal(restarts+1), "the next admission is a new attempt")
+	g.Expect(getJob(g, job).Status.RestartTimes).To(HaveLen(1), "an eviction counts against no budget")
+	g.Expect(getJob(g, job).Status.RecentFailures).To(HaveLen(1), "an eviction is no failure")
+
+	// Readmitted: a new attempt runs to the end; the Workload finishes and lets go.
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{cond("Evicted", "False", "Readmitted"), cond("Requeued", "True", "Preempted")}})
+	admit(g, wl, "mi300x-a", false)
+	attempt := fmt.Sprintf("llm-%d-", restarts+1)
+	pods = waitPods(g, ns, "llm", 2)
+	g.Expect(pods).To(HaveKey(attempt + "0"))
+	setPodStatus(g, pods[attempt+"0"], corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}},
+	}}})
+	g.Eventually(func(g Gomega) {
+		now := getWorkload(g, wl)
+		c := meta.FindStatusCondition(now.Status.Conditions, kueue.WorkloadFinished)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(kueue.ReasonSucceeded))
+		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
+	}, timeout, interval).Should(Succeed())
+}
+
+func TestKueueSuspendReleasesTheQuotaAndDeleteFinishesTheWorkload(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, "mi300x-a", false)
+	waitPods(g, ns, "llm", 2)
+
+	// Suspended: pods go, then the Workload goes (no quota held while suspended).
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+
+	// Resumed: queued again with a new Workload, no pod until it is admitted.
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":false}}`)))).To(Succeed())
+	wl2 := jobWorkload(g, ns)
+	g.Expect(wl2.UID).NotTo(Equal(wl.UID))
+	g.Consistently(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).To(BeEmpty()) }, "1s", interval).Should(Succeed())
+	admit(g, wl2, "mi300x-a", false)
+	waitPods(g, ns, "llm", 2)
+
+	// Deleted: the Workload is finished and let go, so neither quota nor GC waits on it.
+	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		now := getWorkload(g, wl2)
+		c := meta.FindStatusCondition(now.Status.Conditions, kueue.WorkloadFinished)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(kueue.ReasonOwnerNotFound))
+		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
+	}, timeout, interval).Should(Succeed())
+}
+
+func TestKueueTopologyAssignmentGatesRanksForKueuesUngater(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	job := testjob.MakeZayaTrainingJob("ring", ns).Nodes(4).GPUsPerNode(8).ContextParallel(16).
+		Label(kueue.QueueNameLabel, "team").
+		Annotation(kueue.PreferredTopologyAnnotation, "zaya.dev/spine").
+		Annotation(kueue.SliceRequiredTopologyAnnotation, "zaya.dev/rail-block").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	tr := wl.Spec.PodSets[0].TopologyRequest
+	g.Expect(tr).NotTo(BeNil())
+	g.Expect(*tr.Preferred).To(Equal("zaya.dev/spine"))
+	g.Expect(*tr.PodIndexLabel).To(Equal(trainingv1alpha1.RankLabel))
+	g.Expect(*tr.PodSetSliceRequiredTopology).To(Equal("zaya.dev/rail-block"))
+	g.Expect(*tr.PodSetSliceSize).To(Equal(int32(2)), "a ring of 16 GPUs spans 2 nodes: one slice")
+
+	admit(g, wl, "mi300x-a", true)
+	for _, p := range waitPods(g, ns, "ring", 4) {
+		g.Expect(p.Spec.SchedulingGates).To(ContainElement(corev1.PodSchedulingGate{Name: kueue.TopologyGate}))
+		g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.WorkloadAnnotation, wl.Name))
+		g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.PreferredTopologyAnnotation, "zaya.dev/spine"))
+		g.Expect(p.Labels).To(HaveKey(trainingv1alpha1.RankLabel))
+	}
+}
+
+func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	job := testjob.MakeZayaTrainingJob("far", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").ManagedBy(kueue.MultiKueueController).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	g.Expect(metav1.IsControlledBy(wl, getJob(g, job))).To(BeTrue())
+	admit(g, wl, "mi300x-a", false)
+	g.Consistently(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "far")).To(BeEmpty())
+		g.Expect(getJob(g, job).Status.Conditions).To(BeEmpty(), "MultiKueue copies the worker cluster's status")
+	}, "1s", interval).Should(Succeed())
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{cond("Finished", "True", "Succeeded")}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(getWorkload(g, wl).Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
+	}, timeout, interval).Should(Succeed())
+}
+
+func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	// MultiKueue made the Workload in this (worker) cluster and names it on the job.
+	job := testjob.MakeZayaTrainingJob("near", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
+		Annotation(kueue.PrebuiltWorkloadLabel, "far-abc12").Obj()
+	prebuilt := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Name: "far-abc12", Namespace: ns, Finalizers: []string{kueue.ResourceInUseFinalizer}},
+		Spec:       kueue.WorkloadSpec{QueueName: "team", PodSets: []kueue.PodSet{{Name: "workers", Count: 2,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "w"}}}}}}},
+	}
+	g.Expect(k8sClient.Create(ctx, prebuilt)).To(Succeed())
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		wl := getWorkload(g, prebuilt)
+		g.Expect(metav1.IsControlledBy(wl, getJob(g, job))).To(BeTrue())
+		g.Expect(wl.Labels).To(HaveKeyWithValue(kueue.JobUIDLabel, string(getJob(g, job).UID)))
+	}, timeout, interval).Should(Succeed())
+	list := &kueue.WorkloadList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(1), "no Workload of its own")
+	admit(g, getWorkload(g, prebuilt), "mi300x-a", false)
+	waitPods(g, ns, "near", 2)
+}
