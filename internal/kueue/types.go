@@ -170,7 +170,6 @@ type PodSetUpdate struct {
 
 // +kubebuilder:object:root=true
 
-
 // ResourceFlavor is a kind of node: what its pods get to land there.
 type ResourceFlavor struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -195,7 +194,6 @@ type ResourceFlavorList struct {
 }
 
 // +kubebuilder:object:root=true
-
 
 // WorkloadPriorityClass is a priority for workloads only.
 type WorkloadPriorityClass struct {

@@ -307,7 +307,7 @@ func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 		Annotation(kueue.PrebuiltWorkloadLabel, "far-abc12").Obj()
 	prebuilt := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Name: "far-abc12", Namespace: ns, Finalizers: []string{kueue.ResourceInUseFinalizer}},
-		Spec:       kueue.WorkloadSpec{QueueName: "team", PodSets: []kueue.PodSet{{Name: "workers", Count: 2,
+		Spec: kueue.WorkloadSpec{QueueName: "team", PodSets: []kueue.PodSet{{Name: "workers", Count: 2,
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "w"}}}}}}},
 	}
 	g.Expect(k8sClient.Create(ctx, prebuilt)).To(Succeed())
