@@ -317,7 +317,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, error) {
 	case !wl.DeletionTimestamp.IsZero():
 		return false, p.releaseWorkload(ctx, wl, "", "")
 	case meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) &&
-		meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved):
+		(wl.Status.Admission != nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)):
 		return false, p.r.unsetQuotaReservation(ctx, wl)
 	}
 	return false, nil

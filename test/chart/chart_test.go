@@ -680,3 +680,37 @@ func TestChartCanManageTheCRD(t *testing.T) {
 		t.Error("the CRD is a release object by default: helm uninstall would own it")
 	}
 }
+
+// TestKueueOverlayAndChartInstallTheSameKueueIntegration: config/kueue and the chart with
+// kueue.workloads give the operator the flag and the same Kueue rules, and Kueue's controller
+// the same access to jobs; without the value the chart grants nothing of Kueue's.
+func TestKueueOverlayAndChartInstallTheSameKueueIntegration(t *testing.T) {
+	out, err := run(t, tool(t, "kubectl"), "kustomize", filepath.Join(root, "config", "kueue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust := decode(t, out)
+	chart := mustRender(t, "--set", "kueue.workloads=true")
+	for _, objs := range [][]*unstructured.Unstructured{kust, chart} {
+		dep := typed[appsv1.Deployment](t, find(objs, "Deployment", "zaya-system", ""))
+		if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--kueue-workloads") {
+			t.Errorf("the operator runs without --kueue-workloads: %v", dep.Spec.Template.Spec.Containers[0].Args)
+		}
+	}
+	for _, role := range []struct{ kust, chart string }{{"zaya-operator-kueue-role", "zaya-operator-kueue"}, {"zaya-operator-kueue-access", "zaya-operator-kueue-access"}} {
+		krole := typed[rbacv1.ClusterRole](t, find(kust, "ClusterRole", "", role.kust))
+		crole := typed[rbacv1.ClusterRole](t, find(chart, "ClusterRole", "", role.chart))
+		if diff := cmp.Diff(grants(krole.Rules), grants(crole.Rules), cmp.AllowUnexported(grant{})); diff != "" {
+			t.Errorf("%s: kustomize (-) and chart (+) differ:\n%s", role.kust, diff)
+		}
+	}
+	access := typed[rbacv1.ClusterRoleBinding](t, find(chart, "ClusterRoleBinding", "", "zaya-operator-kueue-access"))
+	if s := access.Subjects[0]; s.Name != "kueue-controller-manager" || s.Namespace != "kueue-system" {
+		t.Errorf("Kueue's access is bound to %s/%s, not Kueue's controller", s.Namespace, s.Name)
+	}
+	for _, o := range mustRender(t) {
+		if strings.Contains(o.GetName(), "kueue") {
+			t.Errorf("kueue.workloads=false still renders %s %s", o.GetKind(), o.GetName())
+		}
+	}
+}

@@ -4,14 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
@@ -322,4 +328,65 @@ func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 	g.Expect(list.Items).To(HaveLen(1), "no Workload of its own")
 	admit(g, getWorkload(g, prebuilt), "mi300x-a", false)
 	waitPods(g, ns, "near", 2)
+}
+
+// TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules runs a queued job's life (admission, a
+// restart, eviction, suspension, the end) under the generated role plus
+// config/kueue/operator_role.yaml's, and no more.
+func TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	makeFlavor(g, "mi300x-a")
+
+	var rules []rbacv1.PolicyRule
+	for _, f := range []string{filepath.Join("rbac", "role.yaml"), filepath.Join("kueue", "operator_role.yaml")} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "config", f))
+		g.Expect(err).NotTo(HaveOccurred())
+		role := &rbacv1.ClusterRole{}
+		g.Expect(yaml.Unmarshal([]byte(strings.Split(string(b), "\n---\n")[0]), role)).To(Succeed())
+		g.Expect(role.Rules).NotTo(BeEmpty(), f)
+		rules = append(rules, role.Rules...)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "zaya-kueue-" + ns}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "zaya-operator", Namespace: "zaya-system"}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		g.Expect(k8sClient.Create(ctx, o)).To(Succeed())
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), o) })
+	}
+	podMarkRole(t, g)
+	namespaceRole(t, g, "failure_patterns_role.yaml")
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:zaya-system:zaya-operator",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:zaya-system", "system:authenticated"}}
+	startManagerConfigured(t, opCfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) { r.KueueWorkloads = true })
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.Template.Spec.PriorityClassName = "system-cluster-critical" // read for the Workload's priority
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	g.Expect(wl.Spec.PriorityClassRef).NotTo(BeNil())
+	g.Expect(*wl.Spec.Priority).To(Equal(int32(2000000000)))
+	admit(g, wl, "mi300x-a", false)
+	pods := waitPods(g, ns, "llm", 2)
+	for _, p := range pods {
+		setPodStatus(g, p, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getWorkload(g, wl).Status.Conditions, kueue.WorkloadPodsReady)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{cond("Evicted", "True", "PodsReadyTimeout")}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(getWorkload(g, wl).Status.Admission).To(BeNil())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
 }
