@@ -75,7 +75,8 @@ func splitSpares(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) ([]co
 // wantedSpares is how many spares the job holds: only ranks that restart in place are ever
 // replaced alone.
 func wantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
-	if wantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
+	// A Kueue pod group is the attempt's ranks: a spare would be a pod outside it.
+	if wantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate || podGroupQueued(job) {
 		return 0
 	}
 	return min(max(job.Spec.FaultTolerance.Spares, 0), 16)

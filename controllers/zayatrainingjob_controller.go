@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,13 +109,15 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
-			return ctrl.Result{}, r.releaseOrphanedWorkloads(ctx, req.NamespacedName, "")
+			return ctrl.Result{}, errors.Join(r.releaseOrphanedWorkloads(ctx, req.NamespacedName, ""),
+				r.releaseOrphanedGroupPods(ctx, req.NamespacedName))
 		}
 		return ctrl.Result{}, err
 	}
 	if stored.GetDeletionTimestamp() != nil {
 		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
-		return ctrl.Result{}, r.releaseOrphanedWorkloads(ctx, req.NamespacedName, stored.GetUID())
+		return ctrl.Result{}, errors.Join(r.releaseOrphanedWorkloads(ctx, req.NamespacedName, stored.GetUID()),
+			r.releaseOrphanedGroupPods(ctx, req.NamespacedName))
 	}
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
@@ -157,6 +160,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err == nil {
 		err = p.syncWorkload(ctx)
 	}
+	p.releasePodGroups(ctx, own, p.runningGroup())
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)
 	switch {

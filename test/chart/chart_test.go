@@ -682,7 +682,7 @@ func TestChartCanManageTheCRD(t *testing.T) {
 }
 
 // TestKueueOverlayAndChartInstallTheSameKueueIntegration: config/kueue and the chart with
-// kueue.workloads give the operator the flag and the same Kueue rules, and Kueue's controller
+// kueue.enabled give the operator the flag and the same Kueue rules, and Kueue's controller
 // the same access to jobs; without the value the chart grants nothing of Kueue's.
 func TestKueueOverlayAndChartInstallTheSameKueueIntegration(t *testing.T) {
 	out, err := run(t, tool(t, "kubectl"), "kustomize", filepath.Join(root, "config", "kueue"))
@@ -690,7 +690,7 @@ func TestKueueOverlayAndChartInstallTheSameKueueIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	kust := decode(t, out)
-	chart := mustRender(t, "--set", "kueue.workloads=true")
+	chart := mustRender(t, "--set", "kueue.enabled=true")
 	for _, objs := range [][]*unstructured.Unstructured{kust, chart} {
 		dep := typed[appsv1.Deployment](t, find(objs, "Deployment", "zaya-system", ""))
 		if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--kueue-workloads") {
@@ -710,7 +710,15 @@ func TestKueueOverlayAndChartInstallTheSameKueueIntegration(t *testing.T) {
 	}
 	for _, o := range mustRender(t) {
 		if strings.Contains(o.GetName(), "kueue") {
-			t.Errorf("kueue.workloads=false still renders %s %s", o.GetKind(), o.GetName())
+			t.Errorf("kueue.enabled=false still renders %s %s", o.GetKind(), o.GetName())
 		}
+	}
+	// The pod integration alone: the rules, not the flag.
+	podsOnly := mustRender(t, "--set", "kueue.enabled=true", "--set", "kueue.workloads=false")
+	if dep := typed[appsv1.Deployment](t, find(podsOnly, "Deployment", "zaya-system", "")); slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--kueue-workloads") {
+		t.Error("kueue.workloads=false still runs jobs as Workloads")
+	}
+	if find(podsOnly, "ClusterRole", "", "zaya-operator-kueue") == nil {
+		t.Error("kueue.workloads=false drops the rules the pod integration needs")
 	}
 }

@@ -390,3 +390,90 @@ func TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules(t *testing.T) {
 		g.Expect(list.Items).To(BeEmpty())
 	}, timeout, interval).Should(Succeed())
 }
+
+// addKueuePodFinalizer plays Kueue's pod webhook, which puts its finalizer on every pod of a
+// group it manages.
+func addKueuePodFinalizer(g Gomega, pod *corev1.Pod) {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{kueue.ManagedFinalizer}}})
+	g.Expect(k8sClient.Patch(context.Background(), pod, rawMergePatch(b))).To(Succeed())
+}
+
+// TestKueuePodGroupsNeverBlockARestartOrADelete: with Kueue's pod integration (queue label in
+// the template) each attempt is a group of `nodes` ranks, and the groups the job leaves are let
+// go — not retriable, Kueue's finalizer off the deleted pods — so no restart, suspension or
+// delete waits on them.
+func TestKueuePodGroupsNeverBlockARestartOrADelete(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startManager(t)
+	ctx := context.Background()
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	job.Spec.Template.Labels = map[string]string{kueue.QueueNameLabel: "team", kueue.PodGroupNameLabel: "mine"}
+	job.Spec.Template.Annotations = map[string]string{kueue.PodGroupTotalCount: "5"}
+	job.Spec.FaultTolerance.Spares = 1 // no spare: it would be a pod outside the group
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+	pods := waitPods(g, ns, "llm", 2)
+	group0 := pods["llm-0-0"].Labels[kueue.PodGroupNameLabel]
+	g.Expect(group0).To(HavePrefix("llm-"))
+	g.Expect(group0).To(HaveSuffix("-0"))
+	for _, p := range pods {
+		g.Expect(p.Labels).To(HaveKeyWithValue(kueue.PodGroupNameLabel, group0))
+		g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.PodGroupTotalCount, "2"))
+		g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.PodGroupPodIndexLabel, trainingv1alpha1.RankLabel))
+		addKueuePodFinalizer(g, p)
+		setPodStatus(g, p, runningReady)
+	}
+
+	// A rank fails: the old group is let go and the next attempt is a new group.
+	setPodStatus(g, pods["llm-0-1"], failedWith(1))
+	var next map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		next = jobPods(g, ns, "llm")
+		g.Expect(next).To(HaveKey("llm-1-0"))
+		g.Expect(next).To(HaveKey("llm-1-1"))
+	}, timeout, interval).Should(Succeed())
+	group1 := next["llm-1-0"].Labels[kueue.PodGroupNameLabel]
+	g.Expect(group1).To(HaveSuffix("-1"))
+	for name, p := range next {
+		if p.Labels[kueue.PodGroupNameLabel] == group0 {
+			g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.RetriableInGroup, "false"), name)
+		}
+	}
+
+	// Suspended: the pods go although Kueue's finalizer is on them.
+	for _, name := range []string{"llm-1-0", "llm-1-1"} {
+		addKueuePodFinalizer(g, next[name])
+	}
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for name, p := range jobPods(g, ns, "llm") {
+			g.Expect(p.DeletionTimestamp).To(BeNil(), "%s terminates with finalizers %v", name, p.Finalizers)
+			g.Expect(p.Labels[kueue.PodGroupNameLabel]).NotTo(Equal(group1))
+		}
+	}, timeout, interval).Should(Succeed())
+
+	// Resumed and deleted: the garbage-collected pods do not wait on Kueue's finalizer.
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":false}}`)))).To(Succeed())
+	var last map[string]*corev1.Pod
+	g.Eventually(func(g Gomega) {
+		last = map[string]*corev1.Pod{}
+		for name, p := range jobPods(g, ns, "llm") {
+			if p.DeletionTimestamp == nil && !terminal(p) {
+				last[name] = p
+			}
+		}
+		g.Expect(last).To(HaveLen(2))
+	}, timeout, interval).Should(Succeed())
+	for _, p := range last {
+		addKueuePodFinalizer(g, p)
+	}
+	g.Expect(k8sClient.Delete(ctx, job)).To(Succeed())
+	for _, p := range last {
+		g.Expect(k8sClient.Delete(ctx, p)).To(Succeed()) // envtest runs no garbage collector
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+}

@@ -1,0 +1,137 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
+)
+
+// Kueue's pod integration (plain pod groups), for teams that enable only that: the template
+// carries kueue.x-k8s.io/queue-name and Kueue's pod webhook gates every rank until it admits
+// the group. Each attempt is a group of its own, `nodes` ranks, named after the job and the
+// attempt: Kueue never matches a new attempt's pods to a group it finished, and a count the
+// user wrote cannot disagree with the gang. An attempt the job leaves (a restart, a
+// suspension, the end) is let go: its pods say retriable-in-group "false" so Kueue finishes
+// its group and frees the quota, and Kueue's finalizer is taken off those being deleted, so
+// neither a restart nor a delete waits on it (a pod whose node is gone would hold it forever).
+// The price: every attempt queues again, where the Workload path (kueue_workload.go) keeps
+// restarts inside one admission.
+
+// podGroupQueued reports whether the job's pods are Kueue pod groups.
+func podGroupQueued(job *trainingv1alpha1.ZayaTrainingJob) bool {
+	return job.Spec.Template.Labels[kueue.QueueNameLabel] != ""
+}
+
+// podGroupName is the group of the job's attempt: a label value (63 characters at most), the
+// job's UID in it so a job recreated under the same name starts a group of its own.
+func podGroupName(job *trainingv1alpha1.ZayaTrainingJob, attempt int32) string {
+	sum := sha256.Sum256([]byte(job.UID))
+	suffix := "-" + hex.EncodeToString(sum[:])[:6] + "-" + strconv.FormatInt(int64(attempt), 10)
+	name := job.Name
+	if len(name) > 63-len(suffix) {
+		name = strings.TrimRight(name[:63-len(suffix)], "-.")
+	}
+	return name + suffix
+}
+
+// joinPodGroup makes a rank's pod a member of its attempt's group.
+func joinPodGroup(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, attempt int32) {
+	if !podGroupQueued(job) {
+		return
+	}
+	pod.Labels[kueue.PodGroupNameLabel] = podGroupName(job, attempt)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[kueue.PodGroupTotalCount] = strconv.FormatInt(int64(job.Spec.Nodes), 10)
+	// Topology-aware placement ranks pods by this label: rank r in the r-th slot.
+	pod.Annotations[kueue.PodGroupPodIndexLabel] = trainingv1alpha1.RankLabel
+	delete(pod.Annotations, kueue.RetriableInGroup)
+}
+
+// releasePodGroups lets go of the groups the job no longer runs: every group but the current
+// attempt's, or all of them once the job ended or is suspended (current is ""). Best effort:
+// an error (no RBAC to patch pods, say) is reported and retried, never blocks the pass.
+func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current string) {
+	var failed error
+	for i := range pods {
+		pod := &pods[i]
+		group := pod.Labels[kueue.PodGroupNameLabel]
+		if group == "" || group == current {
+			continue
+		}
+		if err := p.r.letGoOfGroupPod(ctx, pod); err != nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonBlockedByFinalizer, "Patch",
+			"letting Kueue's pod group go: %v (the operator needs patch on pods: config/kueue, or the chart's kueue.enabled)", failed)
+	}
+}
+
+// letGoOfGroupPod marks a pod of a group the job left as not retriable (Kueue then finishes
+// the group once no pod of it runs) and, if it is being deleted, takes Kueue's finalizer off.
+func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod) error {
+	meta := map[string]any{}
+	if pod.Annotations[kueue.RetriableInGroup] != "false" {
+		meta["annotations"] = map[string]string{kueue.RetriableInGroup: "false"}
+	}
+	if !pod.DeletionTimestamp.IsZero() && slices.Contains(pod.Finalizers, kueue.ManagedFinalizer) {
+		meta["finalizers"] = slices.DeleteFunc(slices.Clone(pod.Finalizers), func(f string) bool { return f == kueue.ManagedFinalizer })
+		meta["resourceVersion"] = pod.ResourceVersion
+	}
+	if len(meta) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	err = r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, b))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// releaseOrphanedGroupPods lets go of the pod groups of a job that is gone: its pods, being
+// garbage-collected, would otherwise wait on Kueue's finalizer with the group's quota held.
+func (r *ZayaTrainingJobReconciler) releaseOrphanedGroupPods(ctx context.Context, key types.NamespacedName) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{podOwnerKey: key.Name}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Labels[kueue.PodGroupNameLabel] == "" || pod.Labels[trainingv1alpha1.JobNameLabel] != key.Name {
+			continue
+		}
+		if err := r.letGoOfGroupPod(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runningGroup is the pod group of the attempt the job runs now; "" when it runs none (ended,
+// suspended, or held by Kueue's Workload).
+func (p *pass) runningGroup() string {
+	if finished(p.job) || p.job.Spec.Suspend || !podGroupQueued(p.job) {
+		return ""
+	}
+	return podGroupName(p.job, p.job.Status.Attempt())
+}
