@@ -75,7 +75,7 @@ func prebuiltWorkload(job *trainingv1alpha1.ZayaTrainingJob) string {
 // (they hold GPUs too). Built from the spec alone, as attempt 0 with nothing quarantined.
 func workloadPodSets(job *trainingv1alpha1.ZayaTrainingJob) []kueue.PodSet {
 	base := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: job.ObjectMeta, Spec: job.Spec}
-	rank := newWorkerPod(base, networkEnv(&base.Spec), 0)
+	rank := newWorkerPod(base, nil, 0) // the environment is left out anyway
 	sets := []kueue.PodSet{{
 		Name:            workersPodSet,
 		Count:           job.Spec.Nodes,
@@ -680,6 +680,9 @@ func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
 // here the job only has a Workload for MultiKueue to dispatch. Its pods and status are the
 // worker cluster's; the Workload goes once MultiKueue says it finished.
 func (r *ZayaTrainingJobReconciler) multiKueueManager(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob) error {
+	if errs := trainingv1alpha1.ValidateSpec(&job.Spec); len(errs) > 0 {
+		return nil // refused at apply; one stored before that rule waits for a fix
+	}
 	p := &pass{r: r, job: job, now: r.Clock.Now()}
 	defer p.emit(true)
 	wl, err := p.workloadFor(ctx, nil)
