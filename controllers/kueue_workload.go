@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -287,6 +288,12 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, error) {
 		return true, nil
 	}
 	wl, err := p.workloadFor(ctx, pods)
+	var conflict *nameConflict
+	if err != nil && !errors.As(err, &conflict) {
+		// Say why on the job (a priority class that does not exist, say), not only in the log.
+		p.setCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, trainingv1alpha1.ReasonWaitingForKueue,
+			"cannot queue the job in Kueue: "+err.Error())
+	}
 	if err != nil {
 		return false, err
 	}

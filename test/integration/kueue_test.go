@@ -477,3 +477,29 @@ func TestKueuePodGroupsNeverBlockARestartOrADelete(t *testing.T) {
 		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
 	}, timeout, interval).Should(Succeed())
 }
+
+// TestKueueMissingPriorityClassIsSaidOnTheJob: a WorkloadPriorityClass that does not exist
+// keeps the job out of the queue, says so on the job, and queues it once the class exists.
+func TestKueueMissingPriorityClassIsSaidOnTheJob(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	class := "urgent-" + ns
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Label(kueue.PriorityClassLabel, class).Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(ContainSubstring(class))
+		g.Expect(c.Message).To(ContainSubstring(kueue.PriorityClassLabel))
+	}, timeout, interval).Should(Succeed())
+	wpc := &kueue.WorkloadPriorityClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Value: 5000}
+	g.Expect(k8sClient.Create(ctx, wpc)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), wpc) })
+	wl := jobWorkload(g, ns)
+	g.Expect(*wl.Spec.Priority).To(Equal(int32(5000)))
+	g.Expect(wl.Spec.PriorityClassRef.Kind).To(Equal("WorkloadPriorityClass"))
+	g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+}
