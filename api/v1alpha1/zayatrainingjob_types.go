@@ -105,7 +105,9 @@ type ZayaTrainingJobSpec struct {
 
 	// managedBy names the controller that reconciles this job, as a domain-prefixed path of at
 	// most 63 characters. Unset or "training.zaya.dev/zaya-operator" means this operator; any
-	// other value (for example Kueue's MultiKueue) makes this operator leave the job alone. Immutable.
+	// other value makes this operator leave the job alone, but for "kueue.x-k8s.io/multikueue"
+	// with a Kueue queue label and --kueue-workloads: the job then only gets its Workload
+	// (MultiKueue runs it in a worker cluster, docs/kueue.md). Immutable.
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`
 	// +optional
