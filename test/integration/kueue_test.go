@@ -503,3 +503,62 @@ func TestKueueMissingPriorityClassIsSaidOnTheJob(t *testing.T) {
 	g.Expect(wl.Spec.PriorityClassRef.Kind).To(Equal("WorkloadPriorityClass"))
 	g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
 }
+
+// TestKueueWorkloadDeletedByHandStopsTheGangAndQueuesAgain: a Workload someone deletes takes
+// the admission with it: the gang stops, the finalizer goes once no pod runs, a new Workload
+// queues the job.
+func TestKueueWorkloadDeletedByHandStopsTheGangAndQueuesAgain(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, "mi300x-a", false)
+	waitPods(g, ns, "llm", 2)
+	g.Expect(k8sClient.Delete(ctx, wl)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(1))
+		g.Expect(list.Items[0].UID).NotTo(Equal(wl.UID))
+		g.Expect(list.Items[0].Status.Admission).To(BeNil())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionQueued)).To(BeTrue())
+}
+
+// TestKueueJobCannotTakeAnotherJobsWorkload: a job naming another job's Workload as
+// MultiKueue's prebuilt one gets neither that Workload nor pods, and the other job runs on.
+func TestKueueJobCannotTakeAnotherJobsWorkload(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g, "mi300x-a")
+
+	victim := testjob.MakeZayaTrainingJob("victim", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(ctx, victim)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, "mi300x-a", false)
+	waitPods(g, ns, "victim", 2)
+
+	thief := testjob.MakeZayaTrainingJob("thief", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
+		Annotation(kueue.PrebuiltWorkloadLabel, wl.Name).Obj()
+	g.Expect(k8sClient.Create(ctx, thief)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, thief).Status.Conditions, trainingv1alpha1.ConditionRunning)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonNameConflict))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "thief")).To(BeEmpty())
+		g.Expect(jobPods(g, ns, "victim")).To(HaveLen(2))
+		now := getWorkload(g, wl)
+		g.Expect(metav1.IsControlledBy(now, getJob(g, victim))).To(BeTrue())
+		g.Expect(now.OwnerReferences).To(HaveLen(1))
+	}, "1s", interval).Should(Succeed())
+}
