@@ -62,18 +62,20 @@ func joinPodGroup(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, attemp
 	delete(pod.Annotations, kueue.RetriableInGroup)
 }
 
-// releasePodGroups lets go of the groups the job no longer runs: every group but the current
-// attempt's, or all of them once the job ended or is suspended (current is ""). Best effort:
-// an error (no RBAC to patch pods, say) is reported and retried, never blocks the pass.
+// releasePodGroups lets go of the groups the job no longer runs (every group but current;
+// all of them when current is "": the job ended or is suspended), and takes Kueue's finalizer
+// off every pod of the job being deleted, of the current group too: a rank replaced in place
+// gets a pod of the same name only once the old one is gone. Best effort: an error (no RBAC
+// to patch pods, say) is reported and retried, never blocks the pass.
 func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current string) {
 	var failed error
 	for i := range pods {
 		pod := &pods[i]
 		group := pod.Labels[kueue.PodGroupNameLabel]
-		if group == "" || group == current {
+		if group == "" {
 			continue
 		}
-		if err := p.r.letGoOfGroupPod(ctx, pod); err != nil {
+		if err := p.r.letGoOfGroupPod(ctx, pod, group != current); err != nil {
 			failed = err
 		}
 	}
@@ -83,11 +85,12 @@ func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current 
 	}
 }
 
-// letGoOfGroupPod marks a pod of a group the job left as not retriable (Kueue then finishes
-// the group once no pod of it runs) and, if it is being deleted, takes Kueue's finalizer off.
-func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod) error {
+// letGoOfGroupPod takes Kueue's finalizer off a pod being deleted and, for a pod of a group
+// the job left, marks it not retriable: Kueue then finishes that group once none of its pods
+// runs, and frees its quota.
+func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod, left bool) error {
 	meta := map[string]any{}
-	if pod.Annotations[kueue.RetriableInGroup] != "false" {
+	if left && pod.Annotations[kueue.RetriableInGroup] != "false" {
 		meta["annotations"] = map[string]string{kueue.RetriableInGroup: "false"}
 	}
 	if !pod.DeletionTimestamp.IsZero() && slices.Contains(pod.Finalizers, kueue.ManagedFinalizer) {
@@ -120,7 +123,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedGroupPods(ctx context.Context
 		if pod.Labels[kueue.PodGroupNameLabel] == "" || pod.Labels[trainingv1alpha1.JobNameLabel] != key.Name {
 			continue
 		}
-		if err := r.letGoOfGroupPod(ctx, pod); err != nil {
+		if err := r.letGoOfGroupPod(ctx, pod, true); err != nil {
 			return err
 		}
 	}

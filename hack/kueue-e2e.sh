@@ -119,6 +119,7 @@ install_kueue_api() {
 	# The CRDs whose conversion webhook Kueue's kustomization turns on (patches/webhook_in_*).
 	conversion=$(sed -n 's|^- path: patches/webhook_in_\(.*\)\.yaml$|"\1.kueue.x-k8s.io"|p' \
 		"$KUEUE_SRC/config/components/crd/kustomization.yaml" | paste -sd, -)
+	# shellcheck disable=SC2016 # the $names in single quotes are jq variables
 	kubectl create --dry-run=client -o json -f "$KUEUE_SRC/config/components/crd/bases" |
 		jq --arg url "$url/convert" --arg ca "$ca_bundle" --argjson conv "[$conversion]" '
 			{apiVersion: "v1", kind: "List", items: (if .kind == "List" then .items else [.] end | map(
@@ -131,6 +132,7 @@ install_kueue_api() {
 	kubectl wait --for=condition=Established --timeout=60s -f "$work/crds.json" >/dev/null
 	# Webhook configurations: service references become URLs; the job webhooks (every one
 	# outside kueue.x-k8s.io) skip the system namespaces, as in Kueue's release manifests.
+	# shellcheck disable=SC2016
 	kubectl create --dry-run=client -o json -f "$KUEUE_SRC/config/components/webhook/manifests.yaml" |
 		jq --arg url "$url" --arg ca "$ca_bundle" --argjson ns "$system_namespaces" '
 			{apiVersion: "v1", kind: "List", items: (if .kind == "List" then .items else [.] end | map(
@@ -172,7 +174,7 @@ start_kueue() {
 		-e "s|@HEALTH_PORT@|$health_port|" "$assets/config-$variant.yaml" >"$config"
 	step "starting Kueue ($variant path; log: ${kueue_log#"$root"/})"
 	echo "===== kueue-e2e: $(date -u +%FT%TZ) starting Kueue, $variant path, $config" >>"$kueue_log"
-	KUBECONFIG=$KUBECONFIG "$kueue_bin" --config="$config" --zap-log-level="${KUEUE_LOG_LEVEL:-2}" \
+	"$kueue_bin" --config="$config" --zap-log-level="${KUEUE_LOG_LEVEL:-2}" \
 		>>"$kueue_log" 2>&1 &
 	kueue_pid=$!
 	kueue_variant=$variant
@@ -204,6 +206,7 @@ install_queues() {
 
 # workload_of UID: the name of the Workload owned by the object with that UID.
 workload_of() {
+	# shellcheck disable=SC2016
 	kubectl get workloads -n default -o json |
 		jq -r --arg uid "$1" '.items[] | select(any(.metadata.ownerReferences[]?; .uid == $uid)) | .metadata.name'
 }
