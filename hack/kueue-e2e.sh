@@ -253,24 +253,31 @@ smoke_pod() {
 	echo "smoke passed: gated, Workload $wl admitted, ungated, PodsReady, finished, quota freed"
 }
 
-# ---------------------------------------------------------------------------------------------
-# scenarios VARIANT: PLACEHOLDER for the lead. Runs with Kueue up on the VARIANT path
-# (workload|podgroup), the queues installed, our CRD installed and KUBECONFIG exported. To run
-# the operator use lib.sh's start_operator LOG [FLAG...] (stopped on exit); to switch Kueue's
-# path mid-scenario, start_kueue workload|podgroup (it stops the running one first).
+# scenarios VARIANT: the scenarios of hack/kueue/scenarios.sh for the path (workload|podgroup),
+# with Kueue up on that path, the queues installed, our CRD installed and KUBECONFIG exported.
+# shellcheck source=hack/kueue/scenarios.sh
+source "$assets/scenarios.sh"
+passed=()
 scenarios() {
-	local variant=$1
-	: "no scenarios yet for the $variant path"
+	case $1 in
+	workload) workload_scenarios ;;
+	podgroup) podgroup_scenarios ;;
+	esac
+	# Nothing of this path's jobs may outlive it.
+	kubectl delete ztj -n "$ns" --all --wait=false >/dev/null 2>&1 || true
+	wait_for 60 "no job pod left" eval '[ "$(kubectl get pods -n "$ns" -l training.zaya.dev/job-name -o name | wc -l)" = 0 ]'
 }
-# ---------------------------------------------------------------------------------------------
 
 cleanup() {
 	local rc=$?
 	stop_operator
 	stop_kueue
 	if [ "$rc" -ne 0 ] && [ -s "$kueue_log" ]; then
-		echo "kueue-e2e: failed; the last lines of ${kueue_log#"$root"/}:" >&2
+		echo "kueue-e2e: failed; the jobs, Workloads and pods:" >&2
+		show >&2
+		echo "kueue-e2e: the last lines of ${kueue_log#"$root"/}:" >&2
 		tail -n 30 "$kueue_log" >&2
+		echo "kueue-e2e: the operators' logs: ${work#"$root"/}/operator-*.log" >&2
 	fi
 	if [ "${KEEP_CLUSTER:-}" = 1 ]; then
 		# Without Kueue its fail-closed webhooks would refuse every queued pod.
@@ -321,7 +328,7 @@ main() {
 		scenarios "$v"
 	done
 	stop_kueue
-	step "done: ${variants[*]}"
+	step "done: ${variants[*]}: ${#passed[@]} scenarios passed: ${passed[*]}"
 }
 
 main "$@"
