@@ -78,9 +78,11 @@ func CacheOptions() cache.Options {
 }
 
 // slimPod keeps what the reconciler reads of its pods: metadata, status, the node, the grace
-// period, the pod's restartPolicy and the containers' names and restart rules (whether an exit restarts in place). The rest of the spec (the RCCL environment, probes,
-// volumes, affinity) is most of a worker pod and is never read back: the operator creates and
-// deletes pods but never updates one, so nothing dropped here can be written back.
+// period, the pod's restartPolicy, its scheduling gates (Kueue's admission gate: queued) and the
+// containers' names and restart rules (whether an exit restarts in place). The rest of the spec
+// (the RCCL environment, probes, volumes, affinity) is most of a worker pod and is never read
+// back: the operator creates and deletes pods and patches only their metadata, so nothing
+// dropped here can be written back.
 func slimPod(o any) (any, error) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
@@ -92,7 +94,7 @@ func slimPod(o any) (any, error) {
 		containers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules}
 	}
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
-		RestartPolicy: p.Spec.RestartPolicy, Containers: containers}
+		RestartPolicy: p.Spec.RestartPolicy, Containers: containers, SchedulingGates: p.Spec.SchedulingGates}
 	return p, nil
 }
 

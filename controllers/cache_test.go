@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -72,5 +73,32 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 	out, err = nodes.Transform(node)
 	if err != nil || len(out.(*corev1.Node).ManagedFields) != 0 || len(out.(*corev1.Node).Status.Images) != 0 {
 		t.Errorf("node not slimmed: %v %v", out, err)
+	}
+}
+
+// TestSlimPodKeepsWhatTheReconcilerReads: the cache's pods keep what a pass decides on —
+// Kueue's admission gate among them (Queued) — and drop the bulk.
+func TestSlimPodKeepsWhatTheReconcilerReads(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever,
+		SchedulingGates: []corev1.PodSchedulingGate{{Name: kueueAdmissionGate}},
+		Containers:      []corev1.Container{{Name: "worker", Image: "w", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
+		Volumes:         []corev1.Volume{{Name: "v"}},
+	}}
+	out, err := slimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := out.(*corev1.Pod)
+	job := &trainingv1alpha1.ZayaTrainingJob{}
+	slim.Labels = map[string]string{trainingv1alpha1.AttemptLabel: "0"}
+	if queuedRanks(job, []corev1.Pod{*slim}) != 1 {
+		t.Error("a gated pod from the cache is not queued: the gates were dropped")
+	}
+	if slim.Spec.NodeName != "n1" || slim.Spec.Containers[0].Name != "worker" {
+		t.Errorf("kept too little: %+v", slim.Spec)
+	}
+	if len(slim.Spec.Volumes) > 0 || len(slim.Spec.Containers[0].Env) > 0 {
+		t.Errorf("kept the bulk: %+v", slim.Spec)
 	}
 }
