@@ -62,7 +62,7 @@ docker-build: ## Build the operator image (needs a Docker engine).
 ##@ Test
 
 .PHONY: test
-test: verify lint test-unit test-integration test-min-kube test-e2e test-helm ## Run everything CI runs.
+test: verify lint test-unit test-integration test-min-kube test-e2e test-helm test-kueue ## Run everything CI runs.
 
 .PHONY: verify
 verify: manifests generate ## Fail on stale generated files, formatting or README's make help, and on tracked files that are binary or over 1 MiB without a reason.
@@ -121,6 +121,10 @@ test-min-kube: ## The integration suite on the oldest supported Kubernetes (the 
 .PHONY: test-e2e
 test-e2e: build ## End-to-end tests on a local cluster of fake MI300X nodes (kwok).
 	ZAYA_CLUSTER=zaya-e2e hack/e2e.sh $(GO_TEST_FLAGS)
+
+.PHONY: test-kueue
+test-kueue: build ## Both Kueue paths against a real Kueue built from KUEUE_SRC (a v0.19 checkout); skipped without it.
+	@if [ -n "$${KUEUE_SRC:-}" ]; then hack/kueue-e2e.sh all; else echo "test-kueue: skipped: set KUEUE_SRC to a Kueue source checkout (docs/kueue.md)"; fi
 
 ##@ Run
 

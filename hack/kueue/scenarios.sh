@@ -98,7 +98,7 @@ delete_rank() {
 	local pod
 	pod=$(kubectl get pods -n "$ns" -l "training.zaya.dev/job-name=$1,training.zaya.dev/rank=$2" -o json |
 		jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.name')
-	kubectl delete pod -n "$ns" "$pod" --wait=false >/dev/null
+	kubectl delete pod -n "$ns" "$pod" --wait=false >&2
 	echo "$pod"
 }
 pass() { echo "PASS: $*"; passed+=("$1"); }
@@ -106,6 +106,64 @@ show() {
 	kubectl get ztj -n "$ns" -o custom-columns='JOB:.metadata.name,RESTARTS:.status.restarts,READY:.status.readyNodes,QUEUED:.status.conditions[?(@.type=="Queued")].reason' 2>/dev/null || true
 	kubectl get workloads -n "$ns" 2>/dev/null || true
 	kubectl get pods -n "$ns" -o wide 2>/dev/null | head -20 || true
+	kubectl get events -n "$ns" --sort-by=.lastTimestamp 2>/dev/null | grep -i zayatrainingjob | tail -15 || true
+}
+
+# tas_queue: the fake nodes in rail blocks of two (label zaya.dev/rail-block), a Topology of
+# rail blocks and hosts, and LocalQueue tas whose flavor uses it.
+tas_queue() {
+	local nodes i=0 node
+	nodes=$(kubectl get nodes -l type=kwok -o jsonpath='{.items[*].metadata.name}')
+	for node in $nodes; do
+		kubectl label node "$node" --overwrite "zaya.dev/rail-block=block-$((i / 2))" >/dev/null
+		i=$((i + 1))
+	done
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {name: rails}
+spec:
+  levels:
+  - nodeLabel: zaya.dev/rail-block
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: mi300x-tas}
+spec:
+  nodeLabels: {amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM}
+  topologyName: rails
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: tas}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, amd.com/gpu, amd.com/nic]
+    flavors:
+    - name: mi300x-tas
+      resources:
+      - {name: cpu, nominalQuota: "400"}
+      - {name: memory, nominalQuota: 3400Gi}
+      - {name: amd.com/gpu, nominalQuota: "16"}
+      - {name: amd.com/nic, nominalQuota: "16"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: tas, namespace: $ns}
+spec: {clusterQueue: tas}
+YAML
+	kubectl wait --for=condition=Active --timeout=30s clusterqueue/tas >/dev/null
+}
+
+# same_block JOB: the job's live pods are all in one rail block.
+same_block() {
+	local blocks
+	blocks=$(kubectl get pods -n "$ns" -l "training.zaya.dev/job-name=$1" -o json |
+		jq -r '.items[] | select(.metadata.deletionTimestamp == null and .status.phase != "Failed" and .status.phase != "Succeeded") | .spec.nodeName' |
+		xargs -r -n1 kubectl get node -o jsonpath='{.metadata.labels.zaya\.dev/rail-block}{"\n"}' | sort -u)
+	[ "$(wc -l <<<"$blocks")" = 1 ] && [ -n "$blocks" ]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -195,49 +253,7 @@ YAML
 	# ranks placed by Kueue's ungater, and a restart placed again inside the admission.
 	kubectl delete ztj -n "$ns" a b --wait=false >/dev/null
 	wait_for 60 "jobs a and b gone" eval 'no_pods a && no_pods b'
-	local nodes i=0 node
-	nodes=$(kubectl get nodes -l type=kwok -o jsonpath='{.items[*].metadata.name}')
-	for node in $nodes; do
-		kubectl label node "$node" --overwrite "zaya.dev/rail-block=block-$((i / 2))" >/dev/null
-		i=$((i + 1))
-	done
-	kubectl apply -f - >/dev/null <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Topology
-metadata: {name: rails}
-spec:
-  levels:
-  - nodeLabel: zaya.dev/rail-block
-  - nodeLabel: kubernetes.io/hostname
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: mi300x-tas}
-spec:
-  nodeLabels: {amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM}
-  topologyName: rails
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: tas}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, amd.com/gpu, amd.com/nic]
-    flavors:
-    - name: mi300x-tas
-      resources:
-      - {name: cpu, nominalQuota: "400"}
-      - {name: memory, nominalQuota: 3400Gi}
-      - {name: amd.com/gpu, nominalQuota: "16"}
-      - {name: amd.com/nic, nominalQuota: "16"}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: tas, namespace: $ns}
-spec: {clusterQueue: tas}
-YAML
-	kubectl wait --for=condition=Active --timeout=30s clusterqueue/tas >/dev/null
+	tas_queue
 	kubectl apply -f - >/dev/null <<YAML
 apiVersion: training.zaya.dev/v1alpha1
 kind: ZayaTrainingJob
@@ -255,25 +271,18 @@ spec:
       terminationGracePeriodSeconds: 1
       containers: [{name: worker, image: zaya-worker:kueue-e2e}]
 YAML
-	same_block() {
-		local blocks
-		blocks=$(kubectl get pods -n "$ns" -l training.zaya.dev/job-name=ring -o json |
-			jq -r '.items[] | select(.metadata.deletionTimestamp == null) | .spec.nodeName' |
-			xargs -r -n1 kubectl get node -o jsonpath='{.metadata.labels.zaya\.dev/rail-block}{"\n"}' | sort -u)
-		[ "$(wc -l <<<"$blocks")" = 1 ] && [ -n "$blocks" ]
-	}
 	wait_for 90 "ring job running" running ring 2
 	local hostsel
 	hostsel=$(kubectl get pods -n "$ns" -l training.zaya.dev/job-name=ring -o jsonpath='{range .items[*]}{.metadata.labels.training\.zaya\.dev/rank}={.spec.nodeSelector.kubernetes\.io/hostname} {end}')
 	[ -n "${hostsel//[ =0-9]/}" ] || die "Kueue's ungater placed no ring rank (node selectors: $hostsel)"
-	same_block || die "the ring's ranks are in different rail blocks"
+	same_block ring || die "the ring's ranks are in different rail blocks"
 	local r_wl
 	r_wl=$(wl ring)
 	before=$(attempt ring)
 	echo "deleted $(delete_rank ring 0)"
 	wait_for 60 "ring's next attempt" attempt_above ring "$before"
 	wait_for 90 "ring running again, placed by Kueue" running ring 2
-	same_block || die "the restarted ring's ranks are in different rail blocks"
+	same_block ring || die "the restarted ring's ranks are in different rail blocks"
 	wl_admitted "$r_wl" || die "the ring's restart cost its admission"
 	pass "topology" "ring in one rail block (ranks by index: $hostsel), restart re-placed inside the admission"
 	kubectl delete ztj -n "$ns" ring --wait=false >/dev/null
@@ -354,5 +363,39 @@ YAML
 	wait_for 60 "empty ClusterQueue mi300x" cq_empty
 	pass "delete" "deleted jobs leave no pod and no admitted workload"
 	kubectl patch clusterqueue mi300x --type=json -p '[{"op":"remove","path":"/spec/preemption"}]' >/dev/null 2>&1 || true
+
+	# 7. Topology: the group's ranks, indexed by rank, kept in one rail block; a restart's new
+	# group placed again.
+	tas_queue
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: training.zaya.dev/v1alpha1
+kind: ZayaTrainingJob
+metadata: {name: ring, namespace: $ns}
+spec:
+  nodes: 2
+  parallelism: {contextParallel: 16}
+  faultTolerance: {maxRestarts: 50, restartMode: Recreate, terminatingTimeout: 10s}
+  template:
+    metadata:
+      labels: {kueue.x-k8s.io/queue-name: tas}
+      annotations: {kueue.x-k8s.io/podset-required-topology: zaya.dev/rail-block}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: worker, image: zaya-worker:kueue-e2e}]
+YAML
+	wait_for 90 "ring job running" running ring 2
+	local index
+	index=$(kubectl get pods -n "$ns" -l training.zaya.dev/job-name=ring -o jsonpath='{range .items[*]}{.metadata.labels.training\.zaya\.dev/rank}={.metadata.labels.kueue\.x-k8s\.io/pod-group-pod-index} {end}')
+	[ "$index" = "0=0 1=1 " ] || die "Kueue's pod index is not the rank: $index"
+	same_block ring || die "the ring's ranks are in different rail blocks"
+	before=$(attempt ring)
+	echo "deleted $(delete_rank ring 0)"
+	wait_for 60 "ring's next attempt" attempt_above ring "$before"
+	wait_for 90 "ring running again" running ring 2
+	same_block ring || die "the restarted ring's ranks are in different rail blocks"
+	wait_for 60 "no pod stuck on Kueue's finalizer" no_stuck_pods
+	pass "topology" "a group in one rail block, pod index = rank ($index), its restart's group placed again"
+	kubectl delete ztj -n "$ns" ring --wait=false >/dev/null
+	wait_for 60 "ring gone" no_pods ring
 	stop_operator
 }

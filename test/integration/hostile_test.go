@@ -162,7 +162,7 @@ var hostileInputs = []hostile{
 	{input: "unknown straggler action", stage: atApply, patch: `spec: {faultTolerance: {stragglers: {action: Kill}}}`, want: []string{"spec.faultTolerance.stragglers.action", "Unsupported value"}},
 	{input: "unknown in-place mechanism", stage: atApply, patch: `spec: {faultTolerance: {inPlaceMechanism: Magic}}`, want: []string{"spec.faultTolerance.inPlaceMechanism", "Unsupported value"}},
 	{input: "template's Kueue pod group disagrees with the gang", stage: handled,
-		patch: `spec: {template: {metadata: {labels: {kueue.x-k8s.io/queue-name: team, kueue.x-k8s.io/pod-group-name: other-job}, annotations: {kueue.x-k8s.io/pod-group-total-count: "99", kueue.x-k8s.io/retriable-in-group: "false"}}}}`,
+		patch:  `spec: {template: {metadata: {labels: {kueue.x-k8s.io/queue-name: team, kueue.x-k8s.io/pod-group-name: other-job}, annotations: {kueue.x-k8s.io/pod-group-total-count: "99", kueue.x-k8s.io/retriable-in-group: "false"}}}}`,
 		result: "runs as a group of its own attempt with the job's node count; the template's group name, count and retriable mark are replaced",
 		check: func(g Gomega, pods map[string]*corev1.Pod) {
 			for _, p := range pods {

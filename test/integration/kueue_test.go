@@ -63,9 +63,12 @@ func cond(t, status, reason string) map[string]any {
 	return map[string]any{"type": t, "status": status, "reason": reason, "message": reason, "lastTransitionTime": metav1.Now().UTC().Format("2006-01-02T15:04:05Z")}
 }
 
-// admit plays Kueue's scheduler admitting the Workload with flavor on cluster queue "gpus".
-func admit(g Gomega, wl *kueue.Workload, flavor string, topology bool) {
-	a := map[string]any{"name": "workers", "flavors": map[string]string{"amd.com/gpu": flavor}, "count": wl.Spec.PodSets[0].Count}
+// testFlavor is the ResourceFlavor the tests' admissions name.
+const testFlavor = "mi300x-a"
+
+// admit plays Kueue's scheduler admitting the Workload with testFlavor on cluster queue "gpus".
+func admit(g Gomega, wl *kueue.Workload, topology bool) {
+	a := map[string]any{"name": "workers", "flavors": map[string]string{"amd.com/gpu": testFlavor}, "count": wl.Spec.PodSets[0].Count}
 	if topology {
 		a["topologyAssignment"] = map[string]any{"levels": []string{"kubernetes.io/hostname"}, "slices": []any{}}
 	}
@@ -79,10 +82,10 @@ func workloadCondition(g Gomega, wl *kueue.Workload, t string) *metav1.Condition
 	return meta.FindStatusCondition(getWorkload(g, wl).Status.Conditions, t)
 }
 
-func makeFlavor(g Gomega, name string) {
-	rf := &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ResourceFlavorSpec{
-		NodeLabels:  map[string]string{"zaya.dev/pool": name},
-		Tolerations: []corev1.Toleration{{Key: "zaya.dev/reserved", Operator: corev1.TolerationOpEqual, Value: name, Effect: corev1.TaintEffectNoSchedule}},
+func makeFlavor(g Gomega) {
+	rf := &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: testFlavor}, Spec: kueue.ResourceFlavorSpec{
+		NodeLabels:  map[string]string{"zaya.dev/pool": testFlavor},
+		Tolerations: []corev1.Toleration{{Key: "zaya.dev/reserved", Operator: corev1.TolerationOpEqual, Value: testFlavor, Effect: corev1.TaintEffectNoSchedule}},
 	}}
 	err := k8sClient.Create(context.Background(), rf)
 	g.Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
@@ -93,7 +96,7 @@ func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -116,7 +119,7 @@ func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
 	g.Expect(getJob(g, job).Status.StartTime).To(BeNil(), "the queue is no part of the run")
 
 	// Admitted: the ranks start where the flavor says.
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	pods := waitPods(g, ns, "llm", 2)
 	for _, p := range pods {
 		g.Expect(p.Spec.NodeSelector).To(HaveKeyWithValue("zaya.dev/pool", "mi300x-a"))
@@ -192,7 +195,7 @@ func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
 
 	// Readmitted: a new attempt runs to the end; the Workload finishes and lets go.
 	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{cond("Evicted", "False", "Readmitted"), cond("Requeued", "True", "Preempted")}})
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	attempt := fmt.Sprintf("llm-%d-", restarts+1)
 	pods = waitPods(g, ns, "llm", 2)
 	g.Expect(pods).To(HaveKey(attempt + "0"))
@@ -214,12 +217,12 @@ func TestKueueSuspendReleasesTheQuotaAndDeleteFinishesTheWorkload(t *testing.T) 
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	wl := jobWorkload(g, ns)
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	waitPods(g, ns, "llm", 2)
 
 	// Suspended: pods go, then the Workload goes (no quota held while suspended).
@@ -236,7 +239,7 @@ func TestKueueSuspendReleasesTheQuotaAndDeleteFinishesTheWorkload(t *testing.T) 
 	wl2 := jobWorkload(g, ns)
 	g.Expect(wl2.UID).NotTo(Equal(wl.UID))
 	g.Consistently(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).To(BeEmpty()) }, "1s", interval).Should(Succeed())
-	admit(g, wl2, "mi300x-a", false)
+	admit(g, wl2, false)
 	waitPods(g, ns, "llm", 2)
 
 	// Deleted: the Workload is finished and let go, so neither quota nor GC waits on it.
@@ -255,7 +258,7 @@ func TestKueueTopologyAssignmentGatesRanksForKueuesUngater(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("ring", ns).Nodes(4).GPUsPerNode(8).ContextParallel(16).
 		Label(kueue.QueueNameLabel, "team").
@@ -270,7 +273,7 @@ func TestKueueTopologyAssignmentGatesRanksForKueuesUngater(t *testing.T) {
 	g.Expect(*tr.PodSetSliceRequiredTopology).To(Equal("zaya.dev/rail-block"))
 	g.Expect(*tr.PodSetSliceSize).To(Equal(int32(2)), "a ring of 16 GPUs spans 2 nodes: one slice")
 
-	admit(g, wl, "mi300x-a", true)
+	admit(g, wl, true)
 	for _, p := range waitPods(g, ns, "ring", 4) {
 		g.Expect(p.Spec.SchedulingGates).To(ContainElement(corev1.PodSchedulingGate{Name: kueue.TopologyGate}))
 		g.Expect(p.Annotations).To(HaveKeyWithValue(kueue.WorkloadAnnotation, wl.Name))
@@ -284,13 +287,13 @@ func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("far", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").ManagedBy(kueue.MultiKueueController).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	wl := jobWorkload(g, ns)
 	g.Expect(metav1.IsControlledBy(wl, getJob(g, job))).To(BeTrue())
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	g.Consistently(func(g Gomega) {
 		g.Expect(jobPods(g, ns, "far")).To(BeEmpty())
 		g.Expect(getJob(g, job).Status.Conditions).To(BeEmpty(), "MultiKueue copies the worker cluster's status")
@@ -306,7 +309,7 @@ func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	// MultiKueue made the Workload in this (worker) cluster and names it on the job.
 	job := testjob.MakeZayaTrainingJob("near", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
@@ -326,7 +329,7 @@ func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 	list := &kueue.WorkloadList{}
 	g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 	g.Expect(list.Items).To(HaveLen(1), "no Workload of its own")
-	admit(g, getWorkload(g, prebuilt), "mi300x-a", false)
+	admit(g, getWorkload(g, prebuilt), false)
 	waitPods(g, ns, "near", 2)
 }
 
@@ -337,7 +340,7 @@ func TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	var rules []rbacv1.PolicyRule
 	for _, f := range []string{filepath.Join("rbac", "role.yaml"), filepath.Join("kueue", "operator_role.yaml")} {
@@ -371,7 +374,7 @@ func TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules(t *testing.T) {
 	wl := jobWorkload(g, ns)
 	g.Expect(wl.Spec.PriorityClassRef).NotTo(BeNil())
 	g.Expect(*wl.Spec.Priority).To(Equal(int32(2000000000)))
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	pods := waitPods(g, ns, "llm", 2)
 	for _, p := range pods {
 		setPodStatus(g, p, runningReady)
@@ -512,12 +515,12 @@ func TestKueueWorkloadDeletedByHandStopsTheGangAndQueuesAgain(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	wl := jobWorkload(g, ns)
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	waitPods(g, ns, "llm", 2)
 	g.Expect(k8sClient.Delete(ctx, wl)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -538,12 +541,12 @@ func TestKueueJobCannotTakeAnotherJobsWorkload(t *testing.T) {
 	ns := newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g, "mi300x-a")
+	makeFlavor(g)
 
 	victim := testjob.MakeZayaTrainingJob("victim", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, victim)).To(Succeed())
 	wl := jobWorkload(g, ns)
-	admit(g, wl, "mi300x-a", false)
+	admit(g, wl, false)
 	waitPods(g, ns, "victim", 2)
 
 	thief := testjob.MakeZayaTrainingJob("thief", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
