@@ -109,6 +109,18 @@ show() {
 	kubectl get events -n "$ns" --sort-by=.lastTimestamp 2>/dev/null | grep -i zayatrainingjob | tail -15 || true
 }
 
+# allow_preemption: WorkloadPriorityClass high, and ClusterQueue mi300x preempting lower
+# priorities for it.
+allow_preemption() {
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+YAML
+	kubectl patch clusterqueue mi300x --type=merge -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' >/dev/null
+}
+
 # tas_queue: the fake nodes in rail blocks of two (label zaya.dev/rail-block), a Topology of
 # rail blocks and hosts, and LocalQueue tas whose flavor uses it.
 tas_queue() {
@@ -189,9 +201,11 @@ workload_scenarios() {
 
 	# 2. Gang restart (a rank deleted, restartMode Recreate): inside the admission.
 	before=$(attempt a)
+	local t0=$SECONDS
 	echo "deleted $(delete_rank a 1)"
 	wait_for 60 "job a's next attempt" attempt_above a "$before"
 	wait_for 60 "job a running again" running a 2
+	echo "measured: workload path, rank deleted -> gang running again: $((SECONDS - t0))s"
 	[ "$(wl a)" = "$a_wl" ] && [ "$(wl_uid "$a_wl")" = "$a_uid" ] || die "job a's Workload changed across a gang restart"
 	wl_admitted "$a_wl" || die "Workload $a_wl lost its admission in a gang restart"
 	[ "$(wl_condition "$a_wl" Evicted)" != True ] || die "Workload $a_wl was evicted by a gang restart"
@@ -221,13 +235,7 @@ workload_scenarios() {
 	pass "suspend-resume" "suspended a held no quota (b ran); resumed a queued"
 
 	# 5. Preemption: c (priority high) takes b's quota; b stops, hands the quota back, queues.
-	kubectl apply -f - >/dev/null <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
-YAML
-	kubectl patch clusterqueue mi300x --type=merge -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' >/dev/null
+	allow_preemption
 	local b_restarts_before
 	b_restarts_before=$(kubectl get ztj -n "$ns" b -o jsonpath='{.status.restartTimes}' | jq 'length')
 	ztj c 2 workload high
@@ -307,10 +315,12 @@ podgroup_scenarios() {
 
 	# 2. Gang restart: a new group; the old one's pods do not stick on Kueue's finalizer.
 	before=$(attempt a)
+	local t0=$SECONDS
 	echo "deleted $(delete_rank a 1)"
 	wait_for 60 "job a's next attempt" attempt_above a "$before"
 	wait_for 60 "no pod stuck on Kueue's finalizer" no_stuck_pods
 	wait_for 90 "a gang running (a's new group or b)" eval 'running a 2 || running b 2'
+	echo "measured: pod-group path, rank deleted -> a gang running again: $((SECONDS - t0))s"
 	pass "gang-restart" "attempt $before -> $(attempt a): old group let go, no stuck pod, a gang runs"
 
 	# 3. Worker crash.
@@ -334,13 +344,7 @@ podgroup_scenarios() {
 	pass "suspend-resume" "suspended $run freed its group's quota ($other ran); resumed $run queued"
 
 	# 5. Preemption: c's pods (priority high) preempt the running group.
-	kubectl apply -f - >/dev/null <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
-YAML
-	kubectl patch clusterqueue mi300x --type=merge -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' >/dev/null
+	allow_preemption
 	local budget
 	budget=$(kubectl get ztj -n "$ns" "$other" -o jsonpath='{.status.restartTimes}' | jq 'length')
 	before=$(attempt "$other")

@@ -78,6 +78,20 @@ func admit(g Gomega, wl *kueue.Workload, topology bool) {
 	})
 }
 
+// admittedJob creates a 2-node job in queue "team" under an operator with KueueWorkloads,
+// admits its Workload and waits for its pods.
+func admittedJob(t *testing.T, g *WithT, ns, name string) (*trainingv1alpha1.ZayaTrainingJob, *kueue.Workload) {
+	t.Helper()
+	startKueueManager(t)
+	makeFlavor(g)
+	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, false)
+	waitPods(g, ns, name, 2)
+	return job, wl
+}
+
 func workloadCondition(g Gomega, wl *kueue.Workload, t string) *metav1.Condition {
 	return meta.FindStatusCondition(getWorkload(g, wl).Status.Conditions, t)
 }
@@ -215,15 +229,8 @@ func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
 func TestKueueSuspendReleasesTheQuotaAndDeleteFinishesTheWorkload(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g)
-
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	wl := jobWorkload(g, ns)
-	admit(g, wl, false)
-	waitPods(g, ns, "llm", 2)
+	job, wl := admittedJob(t, g, ns, "llm")
 
 	// Suspended: pods go, then the Workload goes (no quota held while suspended).
 	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
@@ -513,15 +520,8 @@ func TestKueueMissingPriorityClassIsSaidOnTheJob(t *testing.T) {
 func TestKueueWorkloadDeletedByHandStopsTheGangAndQueuesAgain(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g)
-
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	wl := jobWorkload(g, ns)
-	admit(g, wl, false)
-	waitPods(g, ns, "llm", 2)
+	job, wl := admittedJob(t, g, ns, "llm")
 	g.Expect(k8sClient.Delete(ctx, wl)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
@@ -539,15 +539,8 @@ func TestKueueWorkloadDeletedByHandStopsTheGangAndQueuesAgain(t *testing.T) {
 func TestKueueJobCannotTakeAnotherJobsWorkload(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
 	ctx := context.Background()
-	makeFlavor(g)
-
-	victim := testjob.MakeZayaTrainingJob("victim", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	g.Expect(k8sClient.Create(ctx, victim)).To(Succeed())
-	wl := jobWorkload(g, ns)
-	admit(g, wl, false)
-	waitPods(g, ns, "victim", 2)
+	victim, wl := admittedJob(t, g, ns, "victim")
 
 	thief := testjob.MakeZayaTrainingJob("thief", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
 		Annotation(kueue.PrebuiltWorkloadLabel, wl.Name).Obj()
