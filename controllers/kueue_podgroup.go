@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -104,7 +105,9 @@ func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *co
 	if err != nil {
 		return err
 	}
-	err = r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, b))
+	// A fresh object: pod may be the cache's own copy, which the reply must not overwrite.
+	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
+	err = r.Patch(ctx, target, client.RawPatch(types.MergePatchType, b))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("pod %s: %w", pod.Name, err)
 	}

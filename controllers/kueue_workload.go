@@ -11,14 +11,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -170,9 +173,31 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 	return wl
 }
 
-// podSetsHash fingerprints pod sets, to tell when a Workload no longer describes its job.
+// podSetsHash fingerprints what Kueue admits pod sets on: their names and counts, topology
+// requests, and each template's resources and placement. Nothing else of the job (probes,
+// fault tolerance, the environment) moves a job out of its Workload.
 func podSetsHash(sets []kueue.PodSet) string {
-	b, _ := json.Marshal(sets)
+	type shape struct {
+		Name     string
+		Count    int32
+		Topology *kueue.TopologyRequest
+		Spec     corev1.PodSpec
+	}
+	shapes := make([]shape, len(sets))
+	for i, ps := range sets {
+		t := &ps.Template.Spec
+		spec := corev1.PodSpec{NodeSelector: t.NodeSelector, Affinity: t.Affinity, Tolerations: t.Tolerations,
+			PriorityClassName: t.PriorityClassName, RuntimeClassName: t.RuntimeClassName, Overhead: t.Overhead,
+			TopologySpreadConstraints: t.TopologySpreadConstraints, ResourceClaims: t.ResourceClaims}
+		for _, c := range t.InitContainers {
+			spec.InitContainers = append(spec.InitContainers, corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy})
+		}
+		for _, c := range t.Containers {
+			spec.Containers = append(spec.Containers, corev1.Container{Name: c.Name, Resources: c.Resources})
+		}
+		shapes[i] = shape{ps.Name, ps.Count, ps.TopologyRequest, spec}
+	}
+	b, _ := json.Marshal(shapes)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }
@@ -209,16 +234,53 @@ func workloadAdmitted(wl *kueue.Workload) bool {
 		!meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
 }
 
+// kueueInputError is a job's Kueue label or annotation that cannot be used: the job waits,
+// saying which and why, until it is fixed.
+type kueueInputError struct{ msg string }
+
+func (e *kueueInputError) Error() string { return e.msg }
+
+// kueueInputs checks what the job asks of Kueue beyond its queue.
+func kueueInputs(job *trainingv1alpha1.ZayaTrainingJob) error {
+	if v, ok := job.Labels[kueue.MaxExecTimeLabel]; ok {
+		if s, err := strconv.ParseInt(v, 10, 32); err != nil || s < 1 {
+			return &kueueInputError{fmt.Sprintf("label %s: %q is not a whole number of seconds from 1 to 2147483647", kueue.MaxExecTimeLabel, v)}
+		}
+	}
+	if v, ok := job.Annotations[kueue.SliceSizeAnnotation]; ok {
+		if s, err := strconv.ParseInt(v, 10, 32); err != nil || s < 1 || s > int64(job.Spec.Nodes) {
+			return &kueueInputError{fmt.Sprintf("annotation %s: %q is not a slice size from 1 to spec.nodes (%d)", kueue.SliceSizeAnnotation, v, job.Spec.Nodes)}
+		}
+	}
+	if podGroupQueued(job) {
+		return &kueueInputError{fmt.Sprintf("the job is queued twice: label %s on the job (a Kueue workload) and in spec.template.metadata.labels (Kueue pod groups); keep one", kueue.QueueNameLabel)}
+	}
+	return nil
+}
+
 // workloadFor returns the job's Workload, creating it (or replacing one that no longer
-// describes the job) where needed. Nil with no error while a replaced one is still going.
+// describes the job and holds no quota) where needed. Nil with no error while there is none
+// to run under: one being replaced, MultiKueue's not made yet.
 func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workload, error) {
 	job := p.job
+	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	wl := &kueue.Workload{}
 	err := p.r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: workloadName(job)}, wl)
+	if gone, ok := p.r.goneWorkloads.Load(key); ok {
+		if err == nil && gone == wl.UID {
+			return nil, nil // deleted by the operator; the cache has yet to see it go
+		}
+		p.r.goneWorkloads.Delete(key)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
+		// What the job asks of Kueue is checked when its Workload is made: a later edit
+		// never stops a gang that runs under one.
+		if err := kueueInputs(job); err != nil {
+			return nil, err
+		}
 		if prebuiltWorkload(job) != "" {
-			return nil, nil // MultiKueue makes it
+			return nil, &kueueInputError{fmt.Sprintf("waiting for MultiKueue's Workload %s (annotation %s)", prebuiltWorkload(job), kueue.PrebuiltWorkloadLabel)}
 		}
 		prio, err := p.workloadPriority(ctx)
 		if err != nil {
@@ -235,10 +297,9 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		return nil, fmt.Errorf("reading Workload: %w", err)
 	}
 	if !metav1.IsControlledBy(wl, job) {
-		if prebuiltWorkload(job) == "" || len(wl.OwnerReferences) > 0 && metav1.GetControllerOf(wl) != nil {
+		if prebuiltWorkload(job) == "" {
 			return nil, &nameConflict{kind: "Workload", name: wl.Name}
 		}
-		// MultiKueue's prebuilt Workload: the job adopts it.
 		if err := p.adoptWorkload(ctx, wl); err != nil {
 			return nil, err
 		}
@@ -247,11 +308,11 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		// Deleted by someone: stop the gang, then let it go; a new one queues the job again.
 		return wl, nil
 	}
-	want := podSetsHash(workloadPodSets(job))
-	if wl.Annotations[podSetsHashAnnotation] != want && prebuiltWorkload(job) == "" {
-		// The template changed (only possible while suspended): the Workload asks for
-		// something else. Stop, then replace it.
-		if len(activePods(pods)) > 0 || len(p.jobPodsLeft(pods)) > 0 {
+	if prebuiltWorkload(job) == "" && wl.Annotations[podSetsHashAnnotation] != podSetsHash(workloadPodSets(job)) && !holdsQuota(wl) {
+		// The job asks for something else now (its template, changed while suspended, or its
+		// spares) and nothing runs under the old request: replace it. One holding quota stays
+		// until the job stops; the gang never grows past it (spares are capped by it).
+		if len(p.jobPodsLeft(pods)) > 0 {
 			return wl, nil
 		}
 		return nil, p.releaseWorkload(ctx, wl, "", "")
@@ -259,14 +320,64 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 	return wl, nil
 }
 
-// adoptWorkload makes MultiKueue's prebuilt Workload the job's own.
+// holdsQuota reports whether Kueue reserved quota for the Workload.
+func holdsQuota(wl *kueue.Workload) bool {
+	return wl.Status.Admission != nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+}
+
+// adoptWorkload makes MultiKueue's prebuilt Workload the job's own. Only one nobody owns, made
+// for no other job, and asking for what this job asks for: a tenant naming another
+// workload's Workload (a pod group's, say) must not run under its admission.
 func (p *pass) adoptWorkload(ctx context.Context, wl *kueue.Workload) error {
+	if len(wl.OwnerReferences) > 0 || (wl.Labels[kueue.JobUIDLabel] != "" && wl.Labels[kueue.JobUIDLabel] != string(p.job.UID)) {
+		return &nameConflict{kind: "Workload", name: wl.Name}
+	}
+	live := &kueue.Workload{}
+	if err := p.r.apiReader().Get(ctx, client.ObjectKeyFromObject(wl), live); err != nil {
+		return fmt.Errorf("reading Workload %s: %w", wl.Name, err)
+	}
+	if !samePodSets(live.Spec.PodSets, workloadPodSets(p.job)) {
+		return &kueueInputError{fmt.Sprintf("MultiKueue's Workload %s (annotation %s) asks for other pods than the job's: its pod sets differ in names, counts or resources",
+			wl.Name, kueue.PrebuiltWorkloadLabel)}
+	}
 	patch := map[string]any{"metadata": map[string]any{
 		"resourceVersion": wl.ResourceVersion,
-		"ownerReferences": append(slices.Clone(wl.OwnerReferences), ownerRef(p.job)),
+		"ownerReferences": []metav1.OwnerReference{ownerRef(p.job)},
 		"labels":          map[string]string{kueue.JobUIDLabel: string(p.job.UID)},
 	}}
-	return p.r.patchWorkload(ctx, wl, patch, "")
+	if err := p.r.patchWorkload(ctx, wl, patch, ""); err != nil {
+		return err
+	}
+	wl.OwnerReferences = []metav1.OwnerReference{ownerRef(p.job)}
+	return nil
+}
+
+// samePodSets reports whether two lists of pod sets ask for the same pods: names, counts and
+// each template's summed requests.
+func samePodSets(a, b []kueue.PodSet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Count != b[i].Count ||
+			!apiequality.Semantic.DeepEqual(podRequests(&a[i].Template.Spec), podRequests(&b[i].Template.Spec)) {
+			return false
+		}
+	}
+	return true
+}
+
+// podRequests sums a pod's containers' requests.
+func podRequests(spec *corev1.PodSpec) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, c := range spec.Containers {
+		for name, q := range c.Resources.Requests {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+	return out
 }
 
 // jobPodsLeft are the job's pods that still exist and are not finished: what holds devices.
@@ -280,59 +391,130 @@ func (p *pass) jobPodsLeft(pods []corev1.Pod) []*corev1.Pod {
 	return out
 }
 
+// inKueue reports whether the job runs under a Workload of this operator's: it names a queue,
+// or it still owns the Workload it was queued with (the label removed from a queued or
+// running job does not let it past Kueue).
+func (p *pass) inKueue(ctx context.Context) bool {
+	if p.kueueChecked {
+		return p.kueueManaged
+	}
+	p.kueueChecked = true
+	switch {
+	case !p.r.KueueWorkloads:
+	case p.r.kueueWorkload(p.job):
+		p.kueueManaged = true
+	default:
+		wl := &kueue.Workload{}
+		err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl)
+		p.kueueManaged = err == nil && metav1.IsControlledBy(wl, p.job)
+	}
+	return p.kueueManaged
+}
+
 // admitted runs the Kueue side of a pass and reports whether the gang may run. One that may
 // not (queued, evicted, its Workload going) is stopped, and once none of its pods holds a
 // device, an evicted Workload's quota is handed back.
-func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, error) {
-	if !p.r.kueueWorkload(p.job) {
-		return true, nil
+func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Result, error) {
+	if !p.inKueue(ctx) {
+		return true, ctrl.Result{}, nil
 	}
 	wl, err := p.workloadFor(ctx, pods)
 	var conflict *nameConflict
-	if err != nil && !errors.As(err, &conflict) {
+	var input *kueueInputError
+	why := ""
+	switch {
+	case errors.As(err, &input):
+		why = input.msg // held, saying why, until the job is edited
+	case errors.As(err, &conflict):
+		return false, ctrl.Result{}, err
+	case err != nil:
 		// Say why on the job (a priority class that does not exist, say), not only in the log.
 		p.setCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, trainingv1alpha1.ReasonWaitingForKueue,
 			"cannot queue the job in Kueue: "+err.Error())
-	}
-	if err != nil {
-		return false, err
+		return false, ctrl.Result{}, err
 	}
 	p.workload = wl
 	if wl != nil && wl.DeletionTimestamp.IsZero() && workloadAdmitted(wl) {
 		place, err := p.placement(ctx, wl)
-		if err != nil {
-			p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonInvalidPodTemplate, err.Error())
-			return false, nil
+		var clash *placementConflict
+		switch {
+		case errors.As(err, &clash):
+			p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "Kueue's admission cannot be applied to the pods: "+err.Error())
+			return false, ctrl.Result{}, nil
+		case err != nil:
+			p.placeErr = err // no pod is made until it reads; the gang that runs is still looked after
 		}
 		p.place = place
 		p.admittedNow()
-		return true, nil
+		return true, ctrl.Result{}, nil
 	}
 	wasHeld := meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionQueued)
 	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
-	p.holdForKueue(pods, wl)
+	p.holdForKueue(pods, wl, why)
 	if !wasHeld && ran {
 		p.job.Status.Restarts++ // the next admission starts a new attempt, as a resume does
 	}
 	if err := p.stopGang(ctx, pods); err != nil {
-		return false, err
+		return false, ctrl.Result{}, err
 	}
-	if wl == nil || len(p.jobPodsLeft(pods)) > 0 {
-		return false, nil
+	if wl == nil {
+		return false, ctrl.Result{}, nil
+	}
+	// Quota goes back only once no pod holds a device; a pod on a lost node is force-deleted
+	// after terminatingTimeout rather than holding it forever.
+	next, err := p.clearStuck(ctx, terminatingPods(pods))
+	if err != nil || len(p.jobPodsLeft(pods)) > 0 {
+		return false, ctrl.Result{RequeueAfter: next}, err
 	}
 	switch {
 	case !wl.DeletionTimestamp.IsZero():
-		return false, p.releaseWorkload(ctx, wl, "", "")
-	case meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) &&
-		(wl.Status.Admission != nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)):
-		return false, p.r.unsetQuotaReservation(ctx, wl)
+	case meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) && holdsQuota(wl):
+	default:
+		return false, ctrl.Result{}, nil
 	}
-	return false, nil
+	// The cache may not have seen pods created moments ago: ask the API server.
+	if live, err := p.livePods(ctx); err != nil || live > 0 {
+		return false, ctrl.Result{RequeueAfter: time.Second}, err
+	}
+	if !wl.DeletionTimestamp.IsZero() {
+		return false, ctrl.Result{}, p.releaseWorkload(ctx, wl, "", "")
+	}
+	return false, ctrl.Result{}, p.r.unsetQuotaReservation(ctx, wl)
+}
+
+// terminatingPods are the job's pods being deleted that have not stopped.
+func terminatingPods(pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		if !pods[i].DeletionTimestamp.IsZero() && !podFinished(&pods[i]) {
+			out = append(out, &pods[i])
+		}
+	}
+	return out
+}
+
+// livePods counts the job's pods that have not stopped, as the API server has them.
+func (p *pass) livePods(ctx context.Context) (int, error) {
+	pods := &corev1.PodList{}
+	if err := p.r.apiReader().List(ctx, pods, client.InNamespace(p.job.Namespace),
+		client.MatchingLabels{trainingv1alpha1.JobNameLabel: p.job.Name}); err != nil {
+		return 0, fmt.Errorf("listing the job's pods: %w", err)
+	}
+	n := 0
+	for i := range pods.Items {
+		if metav1.IsControlledBy(&pods.Items[i], p.job) && !podFinished(&pods.Items[i]) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // holdForKueue says why the job waits: queued, or stopped by Kueue.
-func (p *pass) holdForKueue(pods []corev1.Pod, wl *kueue.Workload) {
+func (p *pass) holdForKueue(pods []corev1.Pod, wl *kueue.Workload, why string) {
 	msg := "waiting for Kueue to admit the job's Workload"
+	if why != "" {
+		msg = "cannot queue the job in Kueue: " + why
+	}
 	reason := trainingv1alpha1.ReasonWaitingForKueue
 	if wl != nil {
 		msg = fmt.Sprintf("waiting for Kueue to admit Workload %s (queue %s)", wl.Name, wl.Spec.QueueName)
@@ -370,6 +552,7 @@ func (p *pass) admittedNow() {
 
 // podPlacement is what Kueue's admission adds to a pod set's pods.
 type podPlacement struct {
+	count        int32 // how many pods of the set Kueue admitted
 	nodeSelector map[string]string
 	tolerations  []corev1.Toleration
 	labels       map[string]string
@@ -385,6 +568,14 @@ func (p *pass) placement(ctx context.Context, wl *kueue.Workload) (map[string]*p
 		pl := &podPlacement{
 			nodeSelector: map[string]string{}, labels: map[string]string{kueue.PodSetLabel: a.Name},
 			annotations: map[string]string{},
+		}
+		for _, ps := range wl.Spec.PodSets {
+			if ps.Name == a.Name {
+				pl.count = ps.Count
+			}
+		}
+		if a.Count != nil {
+			pl.count = *a.Count
 		}
 		for _, name := range slices.Compact(slices.Sorted(maps.Values(a.Flavors))) {
 			rf := &kueue.ResourceFlavor{}
@@ -415,13 +606,21 @@ func (p *pass) placement(ctx context.Context, wl *kueue.Workload) (map[string]*p
 		}
 		out[a.Name] = pl
 	}
+	if out[workersPodSet] == nil {
+		return nil, &placementConflict{fmt.Sprintf("Workload %s was admitted without pod set %q", wl.Name, workersPodSet)}
+	}
 	return out, nil
 }
+
+// placementConflict is an admission whose placement contradicts itself or the template.
+type placementConflict struct{ msg string }
+
+func (e *placementConflict) Error() string { return e.msg }
 
 func mergeInto(dst, src map[string]string, what string) error {
 	for k, v := range src {
 		if old, ok := dst[k]; ok && old != v {
-			return fmt.Errorf("%s sets %s=%s, but it is already %s", what, k, v, old)
+			return &placementConflict{fmt.Sprintf("%s sets %s=%s, but it is already %s", what, k, v, old)}
 		}
 		dst[k] = v
 	}
@@ -590,7 +789,14 @@ func (r *ZayaTrainingJobReconciler) unsetQuotaReservation(ctx context.Context, w
 // releaseWorkload lets a Workload go: finished (reason, when given) so Kueue frees its quota,
 // its finalizer dropped, and deleted unless that was already asked for.
 func (p *pass) releaseWorkload(ctx context.Context, wl *kueue.Workload, reason, msg string) error {
-	return p.r.releaseWorkload(ctx, wl, reason, msg)
+	if err := p.r.releaseWorkload(ctx, wl, reason, msg); err != nil {
+		return err
+	}
+	if reason == "" {
+		// Gone, though the cache may hold it a moment longer: never run under it again.
+		p.r.goneWorkloads.Store(types.NamespacedName{Namespace: p.job.Namespace, Name: p.job.Name}, wl.UID)
+	}
+	return nil
 }
 
 func (r *ZayaTrainingJobReconciler) releaseWorkload(ctx context.Context, wl *kueue.Workload, reason, msg string) error {
@@ -657,7 +863,8 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	for i := range list.Items {
 		wl := &list.Items[i]
 		owner := metav1.GetControllerOf(wl)
-		if owner == nil || owner.Kind != jobKind || owner.Name != key.Name || (uid != "" && owner.UID != uid) {
+		if owner == nil || owner.Kind != jobKind || owner.Name != key.Name || (uid != "" && owner.UID != uid) ||
+			!strings.HasPrefix(owner.APIVersion, trainingv1alpha1.GroupVersion.Group+"/") {
 			continue
 		}
 		if err := r.releaseWorkload(ctx, wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {
@@ -670,7 +877,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 // suspendWorkload lets a suspended job's Workload go once none of its pods holds a device: a
 // suspended job holds no quota. Resuming queues it again with a new Workload.
 func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
-	if !p.r.kueueWorkload(p.job) || prebuiltWorkload(p.job) != "" || len(p.jobPodsLeft(pods)) > 0 {
+	if !p.inKueue(ctx) || prebuiltWorkload(p.job) != "" || len(p.jobPodsLeft(pods)) > 0 {
 		return nil
 	}
 	wl := &kueue.Workload{}
@@ -704,7 +911,7 @@ func (r *ZayaTrainingJobReconciler) multiKueueManager(ctx context.Context, job *
 
 // loadWorkload reads the job's own Workload for a pass that did not (a finished job's).
 func (p *pass) loadWorkload(ctx context.Context) error {
-	if p.workload != nil || !p.r.kueueWorkload(p.job) {
+	if p.workload != nil || !p.inKueue(ctx) {
 		return nil
 	}
 	wl := &kueue.Workload{}

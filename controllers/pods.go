@@ -40,6 +40,9 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	if len(ranks) == 0 {
 		return recheck, nil
 	}
+	if p.placeErr != nil {
+		return recheck, fmt.Errorf("placing the pods where Kueue admitted them: %w", p.placeErr)
+	}
 	network := networkEnv(&p.job.Spec)
 	var created atomic.Int32
 	var mu sync.Mutex

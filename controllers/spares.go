@@ -169,6 +169,15 @@ func (p *pass) quarantined(node string) bool {
 func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 	job := p.job
 	want := wantedSpares(job)
+	if p.place != nil {
+		// Under Kueue: no more spares than its admission counted (the job's spares may have
+		// grown since), none while the placement cannot be read.
+		if pl := p.place[sparesPodSet]; pl != nil && p.placeErr == nil {
+			want = min(want, pl.count)
+		} else {
+			want = 0
+		}
+	}
 	if g.unschedulable > 0 {
 		want = 0 // the gang first
 	}

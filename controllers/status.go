@@ -51,6 +51,10 @@ type pass struct {
 	// adds to the pods of each pod set.
 	workload *kueue.Workload
 	place    map[string]*podPlacement
+	// placeErr keeps pods from being made while the admission's placement cannot be read.
+	placeErr error
+	// kueueManaged memoizes inKueue.
+	kueueChecked, kueueManaged bool
 }
 
 // pendingEvent is an event waiting for the end of the pass.

@@ -79,12 +79,13 @@ type ZayaTrainingJobReconciler struct {
 	// in memory: pods that existed before the process started are then trusted.
 	PodMarkSecret types.NamespacedName
 
-	lastWrite sync.Map  // types.NamespacedName → time.Time of the job's last status write
-	tooLarge  sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
-	creations creations // pods created but not yet in the cache
-	marks     markKeys
-	rules     rulesSupport                      // whether the API server keeps container restart rules
-	patterns  atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
+	lastWrite     sync.Map  // types.NamespacedName → time.Time of the job's last status write
+	goneWorkloads sync.Map  // types.NamespacedName → the UID of the job's Workload the operator deleted
+	tooLarge      sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
+	creations     creations // pods created but not yet in the cache
+	marks         markKeys
+	rules         rulesSupport                      // whether the API server keeps container restart rules
+	patterns      atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), but for a live get of
@@ -109,6 +110,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
+			r.goneWorkloads.Delete(req.NamespacedName)
 			return ctrl.Result{}, errors.Join(r.releaseOrphanedWorkloads(ctx, req.NamespacedName, ""),
 				r.releaseOrphanedGroupPods(ctx, req.NamespacedName))
 		}
@@ -198,10 +200,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, p.suspend(ctx, pods)
 	}
 	p.resume()
-	if run, err := p.admitted(ctx, pods); err != nil {
+	if run, res, err := p.admitted(ctx, pods); err != nil {
 		return p.blocked(ctx, err)
 	} else if !run {
-		return ctrl.Result{}, nil
+		return soonest(res, p.requeueForDeadline()), nil
 	}
 	if err := p.ensureChildren(ctx); err != nil {
 		return p.blocked(ctx, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -313,20 +315,36 @@ func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
 
 func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 	g := NewWithT(t)
-	ns := newNamespace(t)
+	manager, ns := newNamespace(t), newNamespace(t)
 	startKueueManager(t)
 	ctx := context.Background()
 	makeFlavor(g)
 
-	// MultiKueue made the Workload in this (worker) cluster and names it on the job.
-	job := testjob.MakeZayaTrainingJob("near", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
-		Annotation(kueue.PrebuiltWorkloadLabel, "far-abc12").Obj()
+	// MultiKueue copies the manager cluster's Workload (the operator's own, for the job there)
+	// into the worker cluster and names it on the job's copy.
+	far := testjob.MakeZayaTrainingJob("near", manager).Nodes(2).Label(kueue.QueueNameLabel, "team").ManagedBy(kueue.MultiKueueController).Obj()
+	g.Expect(k8sClient.Create(ctx, far)).To(Succeed())
+	original := jobWorkload(g, manager)
 	prebuilt := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Name: "far-abc12", Namespace: ns, Finalizers: []string{kueue.ResourceInUseFinalizer}},
-		Spec: kueue.WorkloadSpec{QueueName: "team", PodSets: []kueue.PodSet{{Name: "workers", Count: 2,
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "w"}}}}}}},
+		Spec:       kueue.WorkloadSpec{QueueName: "team", PodSets: original.Spec.PodSets},
 	}
 	g.Expect(k8sClient.Create(ctx, prebuilt)).To(Succeed())
+
+	// A copy asking for other pods is refused, naming the annotation.
+	other := testjob.MakeZayaTrainingJob("other", ns).Nodes(4).Label(kueue.QueueNameLabel, "team").
+		Annotation(kueue.PrebuiltWorkloadLabel, prebuilt.Name).Obj()
+	g.Expect(k8sClient.Create(ctx, other)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, other).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(ContainSubstring(kueue.PrebuiltWorkloadLabel))
+		g.Expect(getWorkload(g, prebuilt).OwnerReferences).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8sClient.Delete(ctx, other)).To(Succeed())
+
+	job := testjob.MakeZayaTrainingJob("near", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").
+		Annotation(kueue.PrebuiltWorkloadLabel, prebuilt.Name).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		wl := getWorkload(g, prebuilt)
@@ -557,4 +575,88 @@ func TestKueueJobCannotTakeAnotherJobsWorkload(t *testing.T) {
 		g.Expect(metav1.IsControlledBy(now, getJob(g, victim))).To(BeTrue())
 		g.Expect(now.OwnerReferences).To(HaveLen(1))
 	}, "1s", interval).Should(Succeed())
+}
+
+// TestKueueEvictedGangOnALostNodeHandsTheQuotaBackAfterTerminatingTimeout: pods whose kubelet
+// never confirms their deletion (envtest has none: a lost node) are force-deleted after
+// terminatingTimeout, and only then does the quota go back.
+func TestKueueEvictedGangOnALostNodeHandsTheQuotaBackAfterTerminatingTimeout(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g)
+	node := makeReadyNode(g, ns+"-lost")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.FaultTolerance.TerminatingTimeout = &metav1.Duration{Duration: 2 * time.Second}
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1) // due 1 s + 2 s after the delete
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, false)
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node)
+	}
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{
+		cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"), cond("Evicted", "True", "NodeFailures"),
+	}})
+	g.Eventually(func(g Gomega) {
+		for _, p := range jobPods(g, ns, "llm") {
+			g.Expect(p.DeletionTimestamp).NotTo(BeNil())
+		}
+	}, timeout, interval).Should(Succeed())
+	g.Expect(getWorkload(g, wl).Status.Admission).NotTo(BeNil(), "quota handed back while pods still hold the devices")
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+		g.Expect(getWorkload(g, wl).Status.Admission).To(BeNil())
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestKueueQueuedJobCannotSlipPastKueue: removing the queue label from a queued job does
+// not let it past Kueue, a bad Kueue label keeps it out of the queue naming the label, and
+// spares added to an admitted job never outgrow the admission.
+func TestKueueQueuedJobCannotSlipPastKueue(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startKueueManager(t)
+	ctx := context.Background()
+	makeFlavor(g)
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":null}}}`)))).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty())
+		g.Expect(getWorkload(g, wl).UID).To(Equal(wl.UID))
+	}, "2s", interval).Should(Succeed())
+
+	bad := testjob.MakeZayaTrainingJob("bad", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Label(kueue.MaxExecTimeLabel, "soon").Obj()
+	g.Expect(k8sClient.Create(ctx, bad)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, bad).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(ContainSubstring(kueue.MaxExecTimeLabel))
+		g.Expect(c.Message).To(ContainSubstring(`"soon"`))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(jobPods(g, ns, "bad")).To(BeEmpty())
+
+	// Admitted without spares; spares added since get no pod outside the admission, and the
+	// Workload stays (its admission is the job's until it stops).
+	admit(g, wl, false)
+	node := makeReadyNode(g, ns+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node) // spares come once every rank is placed
+	}
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"faultTolerance":{"spares":2}}}`)))).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2))
+		g.Expect(getWorkload(g, wl).UID).To(Equal(wl.UID))
+	}, "2s", interval).Should(Succeed())
 }
