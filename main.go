@@ -74,6 +74,9 @@ func main() {
 	cfg.QPS, cfg.Burst = float32(qps), burst
 
 	cacheOpts := controllers.CacheOptions()
+	if kueueWorkloads {
+		cacheOpts.ByObject[&kueue.Workload{}] = cache.ByObject{Transform: kueue.SlimWorkload}
+	}
 	if namespaces != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for ns := range strings.SplitSeq(namespaces, ",") {

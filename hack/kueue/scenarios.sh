@@ -68,6 +68,10 @@ condition() {
 	got=$(kubectl get ztj -n "$ns" "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}/{.status.conditions[?(@.type==\"$2\")].reason}")
 	[ "${got%%/*}" = True ] && { [ -z "${3:-}" ] || [ "${got#*/}" = "$3" ]; }
 }
+# queued_says NAME TEXT: the job's Queued message holds TEXT.
+queued_says() {
+	[[ "$(kubectl get ztj -n "$ns" "$1" -o jsonpath='{.status.conditions[?(@.type=="Queued")].message}')" == *"$2"* ]]
+}
 # wl NAME: the Workload the job owns (workload path), "" if none.
 wl() {
 	local uid
@@ -257,7 +261,28 @@ workload_scenarios() {
 	wait_for 90 "a queued job admitted after c's delete" eval 'running a 2 || running b 2'
 	pass "delete" "c deleted: Workload $c_wl released, a queued job runs"
 
-	# 7. Topology: nodes in two rail blocks; a ring of 16 GPUs (2 nodes) kept in one block, its
+	# 7. Kueue down: its pod webhook fails closed, so a restart's pods wait (FailedCreate) and a
+	# new job cannot be queued (its Workload is refused); both go on once Kueue is back, the
+	# restart still inside its admission.
+	local up=a
+	running a 2 || up=b
+	local up_wl
+	up_wl=$(wl "$up")
+	stop_kueue
+	before=$(attempt "$up")
+	echo "deleted $(delete_rank "$up" 0)"
+	wait_for 60 "job $up's next attempt" attempt_above "$up" "$before"
+	wait_for 60 "FailedCreate for job $up" eval 'kubectl get events -n "$ns" --field-selector "involvedObject.name=$up,reason=FailedCreate" -o name | grep -q .'
+	ztj d 1 workload
+	wait_for 60 "job d saying it cannot be queued" queued_says d "cannot queue"
+	start_kueue workload
+	wait_for 90 "job $up running again" running "$up" 2
+	wl_admitted "$up_wl" || die "job $up lost its admission while Kueue was down"
+	wait_for 60 "job d's Workload" has_wl d
+	pass "kueue-down" "pods of $up's restart refused until Kueue was back (FailedCreate), then ran inside the same admission; d queued once Kueue answered"
+	kubectl delete ztj -n "$ns" d --wait=false >/dev/null
+
+	# 8. Topology: nodes in two rail blocks; a ring of 16 GPUs (2 nodes) kept in one block, its
 	# ranks placed by Kueue's ungater, and a restart placed again inside the admission.
 	kubectl delete ztj -n "$ns" a b --wait=false >/dev/null
 	wait_for 60 "jobs a and b gone" eval 'no_pods a && no_pods b'

@@ -210,3 +210,16 @@ type WorkloadPriorityClassList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []WorkloadPriorityClass `json:"items"`
 }
+
+// SlimWorkload is a cache transform: the operator reads a cached Workload's metadata, status
+// and pod set names and counts, never the pod templates, which are most of its size. (It
+// reads a Workload's templates, a prebuilt one's, from the API server.)
+func SlimWorkload(o any) (any, error) {
+	if wl, ok := o.(*Workload); ok {
+		wl.ManagedFields = nil
+		for i := range wl.Spec.PodSets {
+			wl.Spec.PodSets[i].Template = corev1.PodTemplateSpec{}
+		}
+	}
+	return o, nil
+}

@@ -14,11 +14,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -66,10 +68,12 @@ func startManagerMarking(t *testing.T, cfg *rest.Config, newClient client.NewCli
 func startManagerConfigured(t *testing.T, cfg *rest.Config, newClient client.NewClientFunc, markSecret types.NamespacedName,
 	configure func(*controllers.ZayaTrainingJobReconciler)) (stop func()) {
 	t.Helper()
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.ByObject[&kueue.Workload{}] = cache.ByObject{Transform: kueue.SlimWorkload} // as main.go with --kueue-workloads
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:              newClient,
 		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  cacheOpts,
 		Client:                 controllers.ClientOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
