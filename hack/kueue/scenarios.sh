@@ -205,11 +205,12 @@ workload_scenarios() {
 
 	# 2. Gang restart (a rank deleted, restartMode Recreate): inside the admission.
 	before=$(attempt a)
-	local t0=$SECONDS
+	local t0
+	t0=$(date +%s%N)
 	echo "deleted $(delete_rank a 1)"
 	wait_for 60 "job a's next attempt" attempt_above a "$before"
 	wait_for 60 "job a running again" running a 2
-	echo "measured: workload path, rank deleted -> gang running again: $((SECONDS - t0))s"
+	echo "measured: workload path, rank deleted -> gang running again: $((($(date +%s%N) - t0) / 1000000)) ms"
 	[ "$(wl a)" = "$a_wl" ] && [ "$(wl_uid "$a_wl")" = "$a_uid" ] || die "job a's Workload changed across a gang restart"
 	wl_admitted "$a_wl" || die "Workload $a_wl lost its admission in a gang restart"
 	[ "$(wl_condition "$a_wl" Evicted)" != True ] || die "Workload $a_wl was evicted by a gang restart"
@@ -340,12 +341,13 @@ podgroup_scenarios() {
 
 	# 2. Gang restart: a new group; the old one's pods do not stick on Kueue's finalizer.
 	before=$(attempt a)
-	local t0=$SECONDS
+	local t0
+	t0=$(date +%s%N)
 	echo "deleted $(delete_rank a 1)"
 	wait_for 60 "job a's next attempt" attempt_above a "$before"
 	wait_for 60 "no pod stuck on Kueue's finalizer" no_stuck_pods
 	wait_for 90 "a gang running (a's new group or b)" eval 'running a 2 || running b 2'
-	echo "measured: pod-group path, rank deleted -> a gang running again: $((SECONDS - t0))s"
+	echo "measured: pod-group path, rank deleted -> a gang running again: $((($(date +%s%N) - t0) / 1000000)) ms"
 	pass "gang-restart" "attempt $before -> $(attempt a): old group let go, no stuck pod, a gang runs"
 
 	# 3. Worker crash.
