@@ -146,6 +146,29 @@ install_kueue_api() {
 	kubectl apply -f "$work/webhooks.json" >/dev/null
 }
 
+# kueue_identity: Kueue runs as its service account would in the cluster: its release RBAC and,
+# on ZayaTrainingJobs, only config/kueue/kueue_access_role.yaml (what docs/kueue.md grants), so
+# a grant that falls short fails the run. Writes the kubeconfig Kueue uses: the admin's,
+# impersonating kueue-system/kueue-controller-manager.
+kueue_identity() {
+	local dir="$work/rbac"
+	mkdir -p "$dir"
+	cat >"$dir/kustomization.yaml" <<-YAML
+		namespace: kueue-system
+		namePrefix: kueue-
+		resources:
+		- $(realpath --relative-to="$dir" "$KUEUE_SRC/config/components/rbac")
+	YAML
+	kubectl kustomize --load-restrictor LoadRestrictionsNone "$dir" >"$dir/kueue-rbac.yaml"
+	kubectl apply --server-side --force-conflicts -f "$dir/kueue-rbac.yaml" >/dev/null
+	kubectl apply -f "$root/config/kueue/kueue_access_role.yaml" >/dev/null
+	# shellcheck disable=SC2016
+	kubectl config view --raw --minify -o json | jq '.users[0].user += {
+		as: "system:serviceaccount:kueue-system:kueue-controller-manager",
+		"as-groups": ["system:serviceaccounts", "system:serviceaccounts:kueue-system", "system:authenticated"]}' \
+		>"$work/kueue-kubeconfig.yaml"
+}
+
 # kueue_serves: Kueue is ready and its webhooks answer through the API server: a server-side
 # dry run of a ClusterQueue passes its mutating and validating webhooks, one of a v1beta1
 # LocalQueue its conversion webhook (stored as v1beta2).
@@ -174,7 +197,7 @@ start_kueue() {
 		-e "s|@HEALTH_PORT@|$health_port|" "$assets/config-$variant.yaml" >"$config"
 	step "starting Kueue ($variant path; log: ${kueue_log#"$root"/})"
 	echo "===== kueue-e2e: $(date -u +%FT%TZ) starting Kueue, $variant path, $config" >>"$kueue_log"
-	"$kueue_bin" --config="$config" --zap-log-level="${KUEUE_LOG_LEVEL:-2}" \
+	KUBECONFIG="$work/kueue-kubeconfig.yaml" "$kueue_bin" --config="$config" --zap-log-level="${KUEUE_LOG_LEVEL:-2}" \
 		>>"$kueue_log" 2>&1 &
 	kueue_pid=$!
 	kueue_variant=$variant
@@ -320,6 +343,7 @@ main() {
 	metrics_certs
 	install_kueue_api
 	install_crd
+	kueue_identity
 	local v
 	for v in "${variants[@]}"; do
 		start_kueue "$v"
