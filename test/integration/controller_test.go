@@ -69,7 +69,13 @@ func startManagerConfigured(t *testing.T, cfg *rest.Config, newClient client.New
 	configure func(*controllers.ZayaTrainingJobReconciler)) (stop func()) {
 	t.Helper()
 	cacheOpts := controllers.CacheOptions()
-	cacheOpts.ByObject[&kueue.Workload{}] = cache.ByObject{Transform: kueue.SlimWorkload} // as main.go with --kueue-workloads
+	if probe := (&controllers.ZayaTrainingJobReconciler{}); configure != nil {
+		if configure(probe); probe.KueueWorkloads {
+			// As main.go with --kueue-workloads (which needs Kueue's CRDs: not every API
+			// server of the suite has them).
+			cacheOpts.ByObject[&kueue.Workload{}] = cache.ByObject{Transform: kueue.SlimWorkload}
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient:              newClient,
 		Scheme:                 scheme,
