@@ -4,10 +4,12 @@
 # cluster, as the operator does in hack/e2e.sh: its webhooks (admission and the CRD conversion
 # webhook) are reached at https://127.0.0.1:$KUEUE_WEBHOOK_PORT with a throwaway CA made here,
 # not through a Service.
-#   KUEUE_SRC=/path/to/kueue hack/kueue-e2e.sh [workload|podgroup|all]   (default all)
+#   KUEUE_SRC=/path/to/kueue hack/kueue-e2e.sh [workload|podgroup|multikueue|all]   (default all)
 # workload: Kueue config hack/kueue/config-workload.yaml (pod integration + ZayaTrainingJob as an
 #   external framework); podgroup: hack/kueue/config-podgroup.yaml (pod integration only);
-#   all: one, then the other, restarting Kueue in between.
+#   multikueue: hack/kueue/config-multikueue.yaml in this cluster, dispatching to a second
+#   (worker) cluster with its own Kueue and operator (hack/kueue/multikueue.sh);
+#   all: each in turn, restarting Kueue in between. Scenarios: hack/kueue/scenarios.sh.
 # KUEUE_SRC  a Kueue v0.19.x checkout (required: its CRDs and webhook manifests are applied).
 # KUEUE_BIN  a manager binary to use instead of building one (default: bin/kueue-<commit>).
 # KEEP_CLUSTER=1 leaves the cluster running (Kueue stopped, its webhooks removed).
@@ -280,11 +282,14 @@ smoke_pod() {
 # with Kueue up on that path, the queues installed, our CRD installed and KUBECONFIG exported.
 # shellcheck source=hack/kueue/scenarios.sh
 source "$assets/scenarios.sh"
+# shellcheck source=hack/kueue/multikueue.sh
+source "$assets/multikueue.sh"
 passed=()
 scenarios() {
 	case $1 in
 	workload) workload_scenarios ;;
 	podgroup) podgroup_scenarios ;;
+	multikueue) multikueue_scenarios ;;
 	esac
 	# Nothing of this path's jobs may outlive it.
 	kubectl delete ztj -n "$ns" --all --wait=false >/dev/null 2>&1 || true
@@ -293,6 +298,7 @@ scenarios() {
 
 cleanup() {
 	local rc=$?
+	stop_worker
 	stop_operator
 	stop_kueue
 	if [ "$rc" -ne 0 ] && [ -s "$kueue_log" ]; then
@@ -322,8 +328,8 @@ cleanup() {
 main() {
 	local variants
 	case ${1:-all} in
-	workload | podgroup) variants=("$1") ;;
-	all) variants=(workload podgroup) ;;
+	workload | podgroup | multikueue) variants=("$1") ;;
+	all) variants=(workload podgroup multikueue) ;;
 	*)
 		sed -n '2,16p' "$0" >&2
 		exit 2
