@@ -64,6 +64,10 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 	if r, ok := disruptionReasons[pod.Status.Reason]; ok {
 		return disruption(r)
 	}
+	if pod.Annotations[vanishedAnnotation] != "" {
+		f.Message = truncate(fmt.Sprintf("rank %d (pod %s) vanished while the gang ran: deleted at once (forced, or its Node object removed)", *f.Rank, pod.Name))
+		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
+	}
 	if !pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodFailed {
 		f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)

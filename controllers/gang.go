@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -115,6 +117,53 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		}
 	}
 	return g
+}
+
+// vanishedAnnotation marks the stand-in for a rank's pod that went away unseen.
+const vanishedAnnotation = "training.zaya.dev/vanished"
+
+// noticeVanished counts as deleted under the running gang each rank whose pod is gone without
+// the operator having seen it go: a force delete, or its Node object removed (the pod garbage
+// collector deletes such pods at once). The stored status had every rank ready and no
+// replacement under way, so no rank can be missing: making one again alone, in the same
+// attempt, would leave its peers waiting on a collective with a stranger.
+func (g *gang) noticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) {
+	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
+		return
+	}
+	going := make(map[int32]bool, len(g.disrupted))
+	for _, pod := range g.disrupted {
+		if r, ok := podRank(pod); ok {
+			going[r] = true
+		}
+	}
+	attempt := job.Status.Attempt()
+	for r, pod := range g.ranks {
+		if pod != nil || going[int32(r)] {
+			continue
+		}
+		name := podName(job, attempt, int32(r))
+		g.disrupted = append(g.disrupted, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: job.Namespace, UID: types.UID("vanished-" + name),
+			Labels: map[string]string{
+				trainingv1alpha1.JobNameLabel: job.Name,
+				trainingv1alpha1.RankLabel:    strconv.Itoa(r),
+				trainingv1alpha1.AttemptLabel: strconv.FormatInt(int64(attempt), 10),
+			},
+			Annotations:       map[string]string{vanishedAnnotation: "true"},
+			DeletionTimestamp: &metav1.Time{Time: now},
+		}})
+	}
+}
+
+// vanishedPod is the stand-in noticeVanished made for rank, if it made one.
+func (g gang) vanishedPod(rank int32) *corev1.Pod {
+	for _, pod := range g.disrupted {
+		if r, ok := podRank(pod); ok && r == rank && pod.Annotations[vanishedAnnotation] != "" {
+			return pod
+		}
+	}
+	return nil
 }
 
 // unschedulableMessage names the lowest unschedulable rank and why the scheduler left it.

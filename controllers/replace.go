@@ -92,6 +92,9 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 	var names []string
 	for _, r := range ranks {
 		pod := g.ranks[r]
+		if pod == nil {
+			pod = g.vanishedPod(r)
+		}
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue
 		}

@@ -223,6 +223,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
 	gang := classify(job, ranks)
+	gang.noticeVanished(job, p.now)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.
 		return append(gang.exitMessages(), podMessages(slices.Concat(gang.stale, gang.draining, gang.previous), evidenceChecks)...)

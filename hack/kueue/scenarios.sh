@@ -103,9 +103,8 @@ rank_uid() {
 	kubectl get pods -n "$ns" -l "training.zaya.dev/job-name=$1,training.zaya.dev/rank=$2" -o json |
 		jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.uid'
 }
-# renewed NAME RANK UID: the rank has a live pod other than UID. (kwok removes a deleted pod at
-# once, so the operator may see a rank's pod gone rather than going: it then makes the rank's
-# pod again in the same attempt instead of restarting the gang. Either stays in the admission.)
+# renewed NAME RANK UID: the rank has a live pod other than UID: a restart (or, in place, a
+# replacement) gave it a new one.
 renewed() {
 	local now
 	now=$(rank_uid "$1" "$2")

@@ -1,0 +1,60 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+func TestNoticeVanishedOnlyWhereEveryRankRan(t *testing.T) {
+	now := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	rank0 := func(job *trainingv1alpha1.ZayaTrainingJob) corev1.Pod { return *newWorkerPod(job, nil, 0) }
+	for _, tc := range []struct {
+		name  string
+		ready int32
+		edit  func(*trainingv1alpha1.ZayaTrainingJob, *[]corev1.Pod)
+		want  []string // names of the vanished stand-ins
+	}{
+		{name: "all ranks were ready, rank 1 gone", ready: 2, want: []string{"llm-0-1"}},
+		{name: "the gang was still starting", ready: 1},
+		{name: "a replacement under way", ready: 2, edit: func(j *trainingv1alpha1.ZayaTrainingJob, _ *[]corev1.Pod) {
+			j.Status.Replacing = []trainingv1alpha1.ReplacedPod{{Rank: 1, UID: "u"}}
+		}},
+		{name: "rank 1 seen terminating", ready: 2, edit: func(j *trainingv1alpha1.ZayaTrainingJob, pods *[]corev1.Pod) {
+			p := *newWorkerPod(j, nil, 1)
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+			*pods = append(*pods, p)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
+			job.Status.ReadyNodes = tc.ready
+			pods := []corev1.Pod{rank0(job)}
+			if tc.edit != nil {
+				tc.edit(job, &pods)
+			}
+			g := classify(job, pods)
+			before := len(g.disrupted)
+			g.noticeVanished(job, now)
+			var got []string
+			for _, p := range g.disrupted[before:] {
+				got = append(got, p.Name)
+				v := judge(&job.Spec, p, now, 0)
+				if v.failure.Reason != trainingv1alpha1.FailureReasonPodDeleted || *v.failure.Rank != 1 {
+					t.Errorf("judged %s %v, want PodDeleted of rank 1", v.failure.Reason, v.failure.Rank)
+				}
+				if g.vanishedPod(1) != p {
+					t.Error("the stand-in is not found for its rank")
+				}
+			}
+			if len(got) != len(tc.want) || (len(got) > 0 && got[0] != tc.want[0]) {
+				t.Errorf("vanished %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
