@@ -81,30 +81,9 @@ manager_queues() {
 		spec:
 		  controllerName: kueue.x-k8s.io/multikueue
 		  parameters: {apiGroup: kueue.x-k8s.io, kind: MultiKueueConfig, name: mk}
-		---
-		apiVersion: kueue.x-k8s.io/v1beta2
-		kind: ClusterQueue
-		metadata: {name: mk}
-		spec:
-		  namespaceSelector: {}
-		  admissionChecksStrategy: {admissionChecks: [{name: multikueue}]}
-		  resourceGroups:
-		  - coveredResources: [cpu, memory, amd.com/gpu, amd.com/nic]
-		    flavors:
-		    - name: mi300x
-		      resources:
-		      - {name: cpu, nominalQuota: "400"}
-		      - {name: memory, nominalQuota: 3400Gi}
-		      - {name: amd.com/gpu, nominalQuota: "16"}
-		      - {name: amd.com/nic, nominalQuota: "16"}
-		---
-		apiVersion: kueue.x-k8s.io/v1beta2
-		kind: LocalQueue
-		metadata: {name: mk, namespace: $ns}
-		spec: {clusterQueue: mk}
 	YAML
 	wait_for 60 "MultiKueueCluster worker1 Active" eval '[ "$(kubectl get multikueuecluster worker1 -o jsonpath="{.status.conditions[?(@.type==\"Active\")].status}")" = True ]'
-	kubectl wait --for=condition=Active --timeout=60s clusterqueue/mk >/dev/null
+	queue mk mi300x multikueue
 }
 
 multikueue_scenarios() {

@@ -137,6 +137,36 @@ YAML
 	kubectl patch clusterqueue mi300x --type=merge -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' >/dev/null
 }
 
+# queue NAME FLAVOR [ADMISSION_CHECK]: ClusterQueue NAME with two nodes' worth of FLAVOR (16
+# GPUs; every resource a worker pod requests covered) and LocalQueue NAME on it.
+queue() {
+	local checks=""
+	[ -n "${3:-}" ] && checks="admissionChecksStrategy: {admissionChecks: [{name: $3}]}"
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $1}
+spec:
+  namespaceSelector: {}
+  $checks
+  resourceGroups:
+  - coveredResources: [cpu, memory, amd.com/gpu, amd.com/nic]
+    flavors:
+    - name: $2
+      resources:
+      - {name: cpu, nominalQuota: "400"}
+      - {name: memory, nominalQuota: 3400Gi}
+      - {name: amd.com/gpu, nominalQuota: "16"}
+      - {name: amd.com/nic, nominalQuota: "16"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: $1, namespace: $ns}
+spec: {clusterQueue: $1}
+YAML
+	kubectl wait --for=condition=Active --timeout=60s "clusterqueue/$1" >/dev/null
+}
+
 # tas_queue: the fake nodes in rail blocks of two (label zaya.dev/rail-block), a Topology of
 # rail blocks and hosts, and LocalQueue tas whose flavor uses it.
 tas_queue() {
@@ -161,28 +191,8 @@ metadata: {name: mi300x-tas}
 spec:
   nodeLabels: {amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM}
   topologyName: rails
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: tas}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, amd.com/gpu, amd.com/nic]
-    flavors:
-    - name: mi300x-tas
-      resources:
-      - {name: cpu, nominalQuota: "400"}
-      - {name: memory, nominalQuota: 3400Gi}
-      - {name: amd.com/gpu, nominalQuota: "16"}
-      - {name: amd.com/nic, nominalQuota: "16"}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: tas, namespace: $ns}
-spec: {clusterQueue: tas}
 YAML
-	kubectl wait --for=condition=Active --timeout=30s clusterqueue/tas >/dev/null
+	queue tas mi300x-tas
 }
 
 # same_block JOB: the job's live pods are all in one rail block.

@@ -20,26 +20,9 @@ import (
 func TestARankWhosePodVanishesRestartsTheGang(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	stop := startStoppableManager(t)
-	ctx := context.Background()
-	node := makeReadyNode(g, ns+"-n")
-	t.Cleanup(func() {
-		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	})
-
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).RestartMode(trainingv1alpha1.RestartModeRecreate).Obj()
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	pods := waitPods(g, ns, "llm", 2)
-	for _, p := range pods {
-		bindAndRun(g, p, node)
-	}
-	g.Eventually(func(g Gomega) {
-		g.Expect(getJob(g, job).Status.ReadyNodes).To(Equal(int32(2)))
-	}, timeout, interval).Should(Succeed())
-
-	stop()
-	g.Expect(k8sClient.Delete(ctx, pods["llm-0-1"], client.GracePeriodSeconds(0))).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).NotTo(HaveKey("llm-0-1")) }, timeout, interval).Should(Succeed())
+	stop, pods := readyGangUnderStoppableOperator(t, g, job)
+	vanishUnseen(g, stop, pods["llm-0-1"])
 	startManager(t)
 	g.Eventually(func(g Gomega) {
 		got := getJob(g, job)
@@ -60,29 +43,11 @@ func TestARankWhosePodVanishesRestartsTheGang(t *testing.T) {
 func TestARankWhosePodVanishesIsReplacedInPlace(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	stop := startStoppableManager(t)
-	ctx := context.Background()
-	node := makeReadyNode(g, ns+"-n")
-	t.Cleanup(func() {
-		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	})
-
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	pods := waitPods(g, ns, "llm", 2)
-	for _, p := range pods {
-		bindAndRun(g, p, node)
-	}
-	g.Eventually(func(g Gomega) {
-		got := getJob(g, job)
-		g.Expect(got.Status.ReadyNodes).To(Equal(int32(2)))
-		g.Expect(got.Status.RestartMechanism).To(Equal(trainingv1alpha1.RestartMechanismRestartRules))
-	}, timeout, interval).Should(Succeed())
-
-	stop()
+	stop, pods := readyGangUnderStoppableOperator(t, g, job)
+	g.Expect(getJob(g, job).Status.RestartMechanism).To(Equal(trainingv1alpha1.RestartMechanismRestartRules))
 	old := pods["llm-0-1"].UID
-	g.Expect(k8sClient.Delete(ctx, pods["llm-0-1"], client.GracePeriodSeconds(0))).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).NotTo(HaveKey("llm-0-1")) }, timeout, interval).Should(Succeed())
+	vanishUnseen(g, stop, pods["llm-0-1"])
 	startManager(t)
 	g.Eventually(func(g Gomega) {
 		got := getJob(g, job)
@@ -93,5 +58,35 @@ func TestARankWhosePodVanishesIsReplacedInPlace(t *testing.T) {
 		g.Expect(now).To(HaveKey("llm-0-1"))
 		g.Expect(now["llm-0-1"].UID).NotTo(Equal(old))
 		g.Expect(now["llm-0-0"].UID).To(Equal(pods["llm-0-0"].UID), "the peer restarts in its pod")
+	}, timeout, interval).Should(Succeed())
+}
+
+// readyGangUnderStoppableOperator runs job's 2 ranks on a node until the stored status has them
+// ready, under an operator the caller can stop.
+func readyGangUnderStoppableOperator(t *testing.T, g *WithT, job *trainingv1alpha1.ZayaTrainingJob) (func(), map[string]*corev1.Pod) {
+	t.Helper()
+	stop := startStoppableManager(t)
+	ctx := context.Background()
+	node := makeReadyNode(g, job.Namespace+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	pods := waitPods(g, job.Namespace, job.Name, 2)
+	for _, p := range pods {
+		bindAndRun(g, p, node)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(getJob(g, job).Status.ReadyNodes).To(Equal(int32(2)))
+	}, timeout, interval).Should(Succeed())
+	return stop, pods
+}
+
+// vanishUnseen removes pod while no operator runs.
+func vanishUnseen(g *WithT, stop func(), pod *corev1.Pod) {
+	stop()
+	g.Expect(k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, pod.Namespace, pod.Labels[trainingv1alpha1.JobNameLabel])).NotTo(HaveKey(pod.Name))
 	}, timeout, interval).Should(Succeed())
 }
