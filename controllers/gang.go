@@ -138,6 +138,25 @@ func (g *gang) noticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Ti
 		}
 	}
 	attempt := job.Status.Attempt()
+	// The loss is as old as the first worker exit since the last failure: peers that stopped
+	// over the missing rank restarted after it, and an in-place restart timed from now would
+	// never count them back.
+	at, since := now, job.Status.StartTime
+	if f := job.Status.LastFailure; f != nil {
+		since = &f.Time
+	}
+	for _, pod := range g.ranks {
+		if pod == nil {
+			continue
+		}
+		if s := workerStatus(pod); s != nil {
+			for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+				if t != nil && t.FinishedAt.Time.Before(at) && (since == nil || t.FinishedAt.After(since.Time)) {
+					at = t.FinishedAt.Time
+				}
+			}
+		}
+	}
 	for r, pod := range g.ranks {
 		if pod != nil || going[int32(r)] {
 			continue
@@ -151,15 +170,16 @@ func (g *gang) noticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Ti
 				trainingv1alpha1.AttemptLabel: strconv.FormatInt(int64(attempt), 10),
 			},
 			Annotations:       map[string]string{vanishedAnnotation: "true"},
-			DeletionTimestamp: &metav1.Time{Time: now},
+			DeletionTimestamp: &metav1.Time{Time: at},
 		}})
 	}
 }
 
-// vanishedPod is the stand-in noticeVanished made for rank, if it made one.
-func (g gang) vanishedPod(rank int32) *corev1.Pod {
+// disruptedPod is rank's pod deleted under the gang (still terminating, or noticeVanished's
+// stand-in), if there is one.
+func (g gang) disruptedPod(rank int32) *corev1.Pod {
 	for _, pod := range g.disrupted {
-		if r, ok := podRank(pod); ok && r == rank && pod.Annotations[vanishedAnnotation] != "" {
+		if r, ok := podRank(pod); ok && r == rank {
 			return pod
 		}
 	}

@@ -236,7 +236,10 @@ func workloadAdmitted(wl *kueue.Workload) bool {
 
 // kueueInputError is a job's Kueue label or annotation that cannot be used: the job waits,
 // saying which and why, until it is fixed.
-type kueueInputError struct{ msg string }
+type kueueInputError struct {
+	msg   string
+	retry time.Duration // look again after this long (0: at the job's next edit)
+}
 
 func (e *kueueInputError) Error() string { return e.msg }
 
@@ -244,16 +247,16 @@ func (e *kueueInputError) Error() string { return e.msg }
 func kueueInputs(job *trainingv1alpha1.ZayaTrainingJob) error {
 	if v, ok := job.Labels[kueue.MaxExecTimeLabel]; ok {
 		if s, err := strconv.ParseInt(v, 10, 32); err != nil || s < 1 {
-			return &kueueInputError{fmt.Sprintf("label %s: %q is not a whole number of seconds from 1 to 2147483647", kueue.MaxExecTimeLabel, v)}
+			return &kueueInputError{msg: fmt.Sprintf("label %s: %q is not a whole number of seconds from 1 to 2147483647", kueue.MaxExecTimeLabel, v)}
 		}
 	}
 	if v, ok := job.Annotations[kueue.SliceSizeAnnotation]; ok {
 		if s, err := strconv.ParseInt(v, 10, 32); err != nil || s < 1 || s > int64(job.Spec.Nodes) {
-			return &kueueInputError{fmt.Sprintf("annotation %s: %q is not a slice size from 1 to spec.nodes (%d)", kueue.SliceSizeAnnotation, v, job.Spec.Nodes)}
+			return &kueueInputError{msg: fmt.Sprintf("annotation %s: %q is not a slice size from 1 to spec.nodes (%d)", kueue.SliceSizeAnnotation, v, job.Spec.Nodes)}
 		}
 	}
 	if podGroupQueued(job) {
-		return &kueueInputError{fmt.Sprintf("the job is queued twice: label %s on the job (a Kueue workload) and in spec.template.metadata.labels (Kueue pod groups); keep one", kueue.QueueNameLabel)}
+		return &kueueInputError{msg: fmt.Sprintf("the job is queued twice: label %s on the job (a Kueue workload) and in spec.template.metadata.labels (Kueue pod groups); keep one", kueue.QueueNameLabel)}
 	}
 	return nil
 }
@@ -280,7 +283,8 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 			return nil, err
 		}
 		if prebuiltWorkload(job) != "" {
-			return nil, &kueueInputError{fmt.Sprintf("waiting for MultiKueue's Workload %s (annotation %s)", prebuiltWorkload(job), kueue.PrebuiltWorkloadLabel)}
+			// Not owned by the job yet, so its arrival wakes nothing: look again.
+			return nil, &kueueInputError{msg: fmt.Sprintf("waiting for MultiKueue's Workload %s (annotation %s)", prebuiltWorkload(job), kueue.PrebuiltWorkloadLabel), retry: 5 * time.Second}
 		}
 		prio, err := p.workloadPriority(ctx)
 		if err != nil {
@@ -337,7 +341,7 @@ func (p *pass) adoptWorkload(ctx context.Context, wl *kueue.Workload) error {
 		return fmt.Errorf("reading Workload %s: %w", wl.Name, err)
 	}
 	if !samePodSets(live.Spec.PodSets, workloadPodSets(p.job)) {
-		return &kueueInputError{fmt.Sprintf("MultiKueue's Workload %s (annotation %s) asks for other pods than the job's: its pod sets differ in names, counts or resources",
+		return &kueueInputError{msg: fmt.Sprintf("MultiKueue's Workload %s (annotation %s) asks for other pods than the job's: its pod sets differ in names, counts or resources",
 			wl.Name, kueue.PrebuiltWorkloadLabel)}
 	}
 	patch := map[string]any{"metadata": map[string]any{
@@ -421,10 +425,10 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 	wl, err := p.workloadFor(ctx, pods)
 	var conflict *nameConflict
 	var input *kueueInputError
-	why := ""
+	why, retry := "", time.Duration(0)
 	switch {
 	case errors.As(err, &input):
-		why = input.msg // held, saying why, until the job is edited
+		why, retry = input.msg, input.retry // held, saying why
 	case errors.As(err, &conflict):
 		return false, ctrl.Result{}, err
 	case err != nil:
@@ -443,6 +447,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 			return false, ctrl.Result{}, nil
 		case err != nil:
 			p.placeErr = err // no pod is made until it reads; the gang that runs is still looked after
+			place = map[string]*podPlacement{}
 		}
 		p.place = place
 		p.admittedNow()
@@ -458,7 +463,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 		return false, ctrl.Result{}, err
 	}
 	if wl == nil {
-		return false, ctrl.Result{}, nil
+		return false, ctrl.Result{RequeueAfter: retry}, nil
 	}
 	// Quota goes back only once no pod holds a device; a pod on a lost node is force-deleted
 	// after terminatingTimeout rather than holding it forever.
@@ -502,7 +507,9 @@ func (p *pass) livePods(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for i := range pods.Items {
-		if metav1.IsControlledBy(&pods.Items[i], p.job) && !podFinished(&pods.Items[i]) {
+		// The operator's own pods only: one forged with the job's owner is never deleted, so
+		// it must not hold the quota either.
+		if p.marks.made(p.job.UID, &pods.Items[i]) && !podFinished(&pods.Items[i]) {
 			n++
 		}
 	}

@@ -93,7 +93,7 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 	for _, r := range ranks {
 		pod := g.ranks[r]
 		if pod == nil {
-			pod = g.vanishedPod(r)
+			pod = g.disruptedPod(r) // deleted under the gang: its UID is what the replacement waits out
 		}
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue

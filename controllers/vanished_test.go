@@ -48,7 +48,7 @@ func TestNoticeVanishedOnlyWhereEveryRankRan(t *testing.T) {
 				if v.failure.Reason != trainingv1alpha1.FailureReasonPodDeleted || *v.failure.Rank != 1 {
 					t.Errorf("judged %s %v, want PodDeleted of rank 1", v.failure.Reason, v.failure.Rank)
 				}
-				if g.vanishedPod(1) != p {
+				if g.disruptedPod(1) != p {
 					t.Error("the stand-in is not found for its rank")
 				}
 			}
@@ -56,5 +56,24 @@ func TestNoticeVanishedOnlyWhereEveryRankRan(t *testing.T) {
 				t.Errorf("vanished %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestVanishedRankIsTimedFromItsPeersExit: the loss is as old as the first worker exit since
+// the gang started (peers stop over the missing rank and restart in place before the operator
+// notices), so an in-place restart counts them back.
+func TestVanishedRankIsTimedFromItsPeersExit(t *testing.T) {
+	now := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
+	job.Status.ReadyNodes = 2
+	job.Status.StartTime = &metav1.Time{Time: now.Add(-time.Hour)}
+	peer := *newWorkerPod(job, nil, 0)
+	exit := now.Add(-30 * time.Second)
+	peer.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", RestartCount: 1,
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 75, FinishedAt: metav1.Time{Time: exit}}}}}
+	g := classify(job, []corev1.Pod{peer})
+	g.noticeVanished(job, now)
+	if len(g.disrupted) != 1 || !g.disrupted[0].DeletionTimestamp.Time.Equal(exit) {
+		t.Fatalf("stand-ins %v, want one timed %s", g.disrupted, exit)
 	}
 }
