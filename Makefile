@@ -111,7 +111,7 @@ test-integration: ## Integration tests on a real kube-apiserver and etcd (envtes
 
 # What needs a Kubernetes newer than the oldest supported: container restart rules (1.34+) for
 # in-place restarts, and the feature gates that switch them off.
-NEEDS_NEWER_KUBE = TestInPlaceRestartSurvivesAnOperatorRestart|TestStalledInPlaceRestartIsEscalated|TestANodeReplacementSurvivesAnOperatorRestartAndAProcessFault|TestAnAPIServerThatDropsRestartRulesIsFoundBeforeThePodsAreMade|TestOperatorNeedsExactlyTheGeneratedRBAC
+NEEDS_NEWER_KUBE = TestInPlaceRestartSurvivesAnOperatorRestart|TestARankWhosePodVanishesIsReplacedInPlace|TestStalledInPlaceRestartIsEscalated|TestANodeReplacementSurvivesAnOperatorRestartAndAProcessFault|TestAnAPIServerThatDropsRestartRulesIsFoundBeforeThePodsAreMade|TestOperatorNeedsExactlyTheGeneratedRBAC
 
 .PHONY: test-min-kube
 test-min-kube: ## The integration suite on the oldest supported Kubernetes (the chart's kubeVersion), less what needs a newer one.
