@@ -36,14 +36,14 @@ import (
 // stay inside one admission: the Workload's pod sets depend on the spec alone, never on the
 // attempt, so nothing about a restart asks Kueue for anything.
 
-// RBAC for this lives in config/rbac/kueue_role.yaml (bound only where Kueue is on): the
+// RBAC for this lives in config/kueue/operator_role.yaml (bound only where Kueue is on): the
 // generated role stays exactly what a job without Kueue needs.
 
 const (
 	workersPodSet = "workers"
 	sparesPodSet  = "spares"
-	// podSetsHashAnnotation holds the hash of the pod sets the Workload was made from: a
-	// Workload whose hash is not the job's is replaced (the template changed while suspended).
+	// podSetsHashAnnotation holds the hash of the pod sets the Workload was made from: one
+	// whose hash is not the job's, and that holds no quota, is replaced.
 	podSetsHashAnnotation = "training.zaya.dev/podsets-hash"
 )
 
@@ -312,7 +312,8 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		// Deleted by someone: stop the gang, then let it go; a new one queues the job again.
 		return wl, nil
 	}
-	if prebuiltWorkload(job) == "" && wl.Annotations[podSetsHashAnnotation] != podSetsHash(workloadPodSets(job)) && !holdsQuota(wl) {
+	// (Rendered only while no quota is held: not on every pass of a running gang.)
+	if prebuiltWorkload(job) == "" && !holdsQuota(wl) && wl.Annotations[podSetsHashAnnotation] != podSetsHash(workloadPodSets(job)) {
 		// The job asks for something else now (its template, changed while suspended, or its
 		// spares) and nothing runs under the old request: replace it. One holding quota stays
 		// until the job stops; the gang never grows past it (spares are capped by it).
@@ -600,7 +601,7 @@ func (p *pass) placement(ctx context.Context, wl *kueue.Workload) (map[string]*p
 					continue
 				}
 				what := "admission check " + check.Name
-				if err := errorsJoin(mergeInto(pl.nodeSelector, u.NodeSelector, what+" nodeSelector"),
+				if err := errors.Join(mergeInto(pl.nodeSelector, u.NodeSelector, what+" nodeSelector"),
 					mergeInto(pl.labels, u.Labels, what+" labels"), mergeInto(pl.annotations, u.Annotations, what+" annotations")); err != nil {
 					return nil, err
 				}
@@ -608,8 +609,18 @@ func (p *pass) placement(ctx context.Context, wl *kueue.Workload) (map[string]*p
 			}
 		}
 		if a.TopologyAssignment != nil {
+			// Kueue's ungater serves only pods that say they are topology-aware, and finds
+			// them by their Workload.
 			pl.topology = true
 			pl.annotations[kueue.WorkloadAnnotation] = wl.Name
+			switch t := topologyRequest(p.job); {
+			case t != nil && t.Required != nil:
+				pl.annotations[kueue.RequiredTopologyAnnotation] = *t.Required
+			case t != nil && t.Preferred != nil:
+				pl.annotations[kueue.PreferredTopologyAnnotation] = *t.Preferred
+			default:
+				pl.annotations[kueue.UnconstrainedTopologyAnnotation] = "true"
+			}
 		}
 		out[a.Name] = pl
 	}
@@ -645,15 +656,6 @@ func appendNew(list []corev1.Toleration, add ...corev1.Toleration) []corev1.Tole
 	return list
 }
 
-func errorsJoin(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // placeOn adds the admission's placement for podSet to a pod the pass creates. A template's
 // own node selector keeps its values: the admission was computed with them.
 func (p *pass) placeOn(pod *corev1.Pod, podSet string) {
@@ -684,15 +686,6 @@ func (p *pass) placeOn(pod *corev1.Pod, podSet string) {
 		maps.Copy(pod.Annotations, pl.annotations)
 	}
 	if pl.topology {
-		// Kueue's ungater serves only pods that say they are topology-aware.
-		switch t := topologyRequest(p.job); {
-		case t != nil && t.Required != nil:
-			pod.Annotations[kueue.RequiredTopologyAnnotation] = *t.Required
-		case t != nil && t.Preferred != nil:
-			pod.Annotations[kueue.PreferredTopologyAnnotation] = *t.Preferred
-		default:
-			pod.Annotations[kueue.UnconstrainedTopologyAnnotation] = "true"
-		}
 		ps.SchedulingGates = append(ps.SchedulingGates, corev1.PodSchedulingGate{Name: kueue.TopologyGate})
 	}
 }
@@ -869,9 +862,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	}
 	for i := range list.Items {
 		wl := &list.Items[i]
-		owner := metav1.GetControllerOf(wl)
-		if owner == nil || owner.Kind != jobKind || owner.Name != key.Name || (uid != "" && owner.UID != uid) ||
-			!strings.HasPrefix(owner.APIVersion, trainingv1alpha1.GroupVersion.Group+"/") {
+		if name, ok := owningJob(wl); !ok || name != key.Name || (uid != "" && metav1.GetControllerOf(wl).UID != uid) {
 			continue
 		}
 		if err := r.releaseWorkload(ctx, wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {

@@ -156,7 +156,7 @@ func TestPlacementAddsToThePodWithoutOverridingTheTemplate(t *testing.T) {
 		nodeSelector: map[string]string{"pool": "flavor", "gpu": "mi300x"},
 		tolerations:  []corev1.Toleration{{Key: "reserved", Operator: corev1.TolerationOpExists}},
 		labels:       map[string]string{kueue.PodSetLabel: workersPodSet},
-		annotations:  map[string]string{kueue.WorkloadAnnotation: "wl"},
+		annotations:  map[string]string{kueue.WorkloadAnnotation: "wl", kueue.UnconstrainedTopologyAnnotation: "true"},
 		topology:     true,
 	}}}
 	pod := newWorkerPod(job, nil, 1)
