@@ -169,9 +169,14 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	case apierrors.IsNotFound(werr):
 		return ctrl.Result{}, err // deleted meanwhile (or by this pass, after its TTL)
 	case apierrors.IsConflict(werr):
-		// A newer version is on its way through the watch; it triggers the next pass.
+		// A newer version is on its way through the watch and triggers the next pass. Not
+		// every 409 comes with one (a webhook's or a proxy's refusal, a watch that lost the
+		// event): the pass's decision would then wait for an unrelated event, so look again.
 		logger.V(1).Info("status update conflicted, waiting for the newer version")
-		return ctrl.Result{}, err
+		if err != nil {
+			return ctrl.Result{}, err // retried anyway
+		}
+		return ctrl.Result{RequeueAfter: statusConflictRecheck}, nil
 	case objectTooLarge(werr):
 		r.statusTooLarge(ctx, job, werr)
 		return ctrl.Result{}, nil
@@ -361,6 +366,10 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 	}
 	return &verdict{failure: *f, counted: true}, 0, nil
 }
+
+// statusConflictRecheck is how soon a job whose status write conflicted is looked at again if no
+// newer version has brought a pass before.
+const statusConflictRecheck = time.Second
 
 // maxRetryBackoff caps the wait before a job whose passes keep failing (API errors) is tried
 // again: client-go's default grows to 1,000 s, so a flaky API server could hold a broken

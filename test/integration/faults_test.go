@@ -7,18 +7,22 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/flakyapi"
@@ -56,6 +60,11 @@ func TestJobSurvivesAFaultyAPIServer(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(proxy.Close)
 	writes := flakyapi.NewInterceptor(flakyapi.ClientFaults{}, seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("faults the proxy made: %v; the client: %v", proxy.Counts(), writes.Counts())
+		}
+	})
 	startManagerWith(t, proxy.Config(), func(c *rest.Config, o client.Options) (client.Client, error) {
 		wc, err := client.NewWithWatch(c, o)
 		if err != nil {
@@ -77,6 +86,7 @@ func TestJobSurvivesAFaultyAPIServer(t *testing.T) {
 		})
 	}
 	inv := watchInvariants(t, ns, "llm", 2)
+	explainOnFailure(t, ns, "llm")
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).NewCheckpoint("10Gi", "").Obj()
 	ft := &job.Spec.FaultTolerance
@@ -294,4 +304,48 @@ func watchInvariants(t *testing.T, ns, job string, nodes int) *invariants {
 // terminal: the pod's containers are done (a failed rank is kept for its logs).
 func terminal(p *corev1.Pod) bool {
 	return slices.Contains([]corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, p.Status.Phase)
+}
+
+// TestAStatusConflictWithNoNewerVersionIsLookedAtAgain refuses the write of a restart decision
+// with a 409 that no newer version follows (as a webhook or a proxy may): no event would bring
+// the next pass, so the operator must look again by itself, not wait for an unrelated change.
+func TestAStatusConflictWithNoNewerVersionIsLookedAtAgain(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	var refuse atomic.Int32 // status writes of the job still to refuse
+	startManagerWith(t, cfg, func(c *rest.Config, o client.Options) (client.Client, error) {
+		wc, err := client.NewWithWatch(c, o)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(wc, interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if _, isJob := obj.(*trainingv1alpha1.ZayaTrainingJob); isJob && sub == "status" && refuse.Add(-1) >= 0 {
+					return apierrors.NewConflict(schema.GroupResource{Group: trainingv1alpha1.GroupVersion.Group, Resource: "zayatrainingjobs"},
+						obj.GetName(), fmt.Errorf("refused by the test"))
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		}), nil
+	})
+	explainOnFailure(t, ns, "llm")
+
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	pods := waitPods(g, ns, "llm", 2)
+	for _, p := range pods {
+		setPodStatus(g, p, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+
+	refuse.Store(1)
+	setPodStatus(g, pods["llm-0-1"], failedWith(1))
+	g.Eventually(func(g Gomega) {
+		g.Expect(refuse.Load()).To(BeNumerically("<", 0), "the decision's write was not refused")
+		g.Expect(getJob(g, job).Status.Restarts).To(Equal(int32(1)))
+	}, timeout, interval).Should(Succeed(), "the restart decided in the refused write was never written")
 }

@@ -2,12 +2,15 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +52,38 @@ var runningReady = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []core
 	{Type: corev1.PodReady, Status: corev1.ConditionTrue},
 	{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 }}
+
+// explainOnFailure logs, if the test fails, what the job and its pods looked like at the end
+// and the job's events: the state a flaky run in CI left, where no debugger can go.
+func explainOnFailure(t *testing.T, ns, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		job := &trainingv1alpha1.ZayaTrainingJob{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
+			t.Logf("job %s/%s: %v", ns, name, err)
+			return
+		}
+		status, _ := json.MarshalIndent(job.Status, "", "  ")
+		t.Logf("job %s/%s generation %d, status:\n%s", ns, name, job.Generation, status)
+		pods := &corev1.PodList{}
+		_ = k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: name})
+		for _, p := range pods.Items {
+			t.Logf("pod %s rv %s phase %s node %q deleting %v finalizers %v", p.Name, p.ResourceVersion,
+				p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp, p.Finalizers)
+		}
+		events := &eventsv1.EventList{}
+		_ = k8sClient.List(ctx, events, client.InNamespace(ns))
+		sort.Slice(events.Items, func(i, j int) bool {
+			return events.Items[i].CreationTimestamp.Before(&events.Items[j].CreationTimestamp)
+		})
+		for _, e := range events.Items {
+			t.Logf("event %s %s %s: %s", e.CreationTimestamp.Format(time.TimeOnly), e.Regarding.Name, e.Reason, e.Note)
+		}
+	})
+}
 
 func getJob(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
 	got := &trainingv1alpha1.ZayaTrainingJob{}
