@@ -45,6 +45,12 @@ const (
 	// podSetsHashAnnotation holds the hash of the pod sets the Workload was made from: one
 	// whose hash is not the job's, and that holds no quota, is replaced.
 	podSetsHashAnnotation = "training.zaya.dev/podsets-hash"
+	// workersHashAnnotation is the hash of the ranks' pod set alone: an admission for other
+	// ranks (the job reshaped while suspended) is never run under, quota or not.
+	workersHashAnnotation = "training.zaya.dev/workers-hash"
+	// jobGenerationAnnotation is the job's generation the Workload was made for: while it is
+	// the job's, nothing Kueue admits on changed and no pod is rendered to check.
+	jobGenerationAnnotation = "training.zaya.dev/job-generation"
 )
 
 // kueueWorkload reports whether the job is run as a Kueue workload by this operator.
@@ -158,7 +164,8 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 			Name:            workloadName(job),
 			Namespace:       job.Namespace,
 			Labels:          map[string]string{kueue.JobUIDLabel: string(job.UID)},
-			Annotations:     map[string]string{podSetsHashAnnotation: podSetsHash(sets)},
+			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), workersHashAnnotation: podSetsHash(sets[:1]),
+				jobGenerationAnnotation: strconv.FormatInt(job.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
 			Finalizers:      []string{kueue.ResourceInUseFinalizer},
 		},
@@ -267,8 +274,15 @@ func kueueInputs(job *trainingv1alpha1.ZayaTrainingJob) error {
 func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workload, error) {
 	job := p.job
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
-	wl := &kueue.Workload{}
-	err := p.r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: workloadName(job)}, wl)
+	wl, err := p.ownWorkload(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case wl == nil:
+		// None yet: made under the name the job's labels give now.
+		wl = &kueue.Workload{}
+		err = p.r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: workloadName(job)}, wl)
+	}
 	if gone, ok := p.r.goneWorkloads.Load(key); ok {
 		if err == nil && gone == wl.UID {
 			return nil, nil // deleted by the operator; the cache has yet to see it go
@@ -292,6 +306,10 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		}
 		wl = newWorkload(job, prio)
 		if err := p.r.Create(ctx, wl); err != nil && !apierrors.IsAlreadyExists(err) {
+			if refusedForGood(err) {
+				// Asked again, the answer would be the same: say why, look again slowly.
+				return nil, &kueueInputError{msg: truncate(fmt.Sprintf("creating Workload %s: %v", wl.Name, err)), retry: time.Minute}
+			}
 			return nil, fmt.Errorf("creating Workload %s: %w", wl.Name, err)
 		}
 		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonWaitingForKueue, "Create",
@@ -312,17 +330,58 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		// Deleted by someone: stop the gang, then let it go; a new one queues the job again.
 		return wl, nil
 	}
-	// (Rendered only while no quota is held: not on every pass of a running gang.)
-	if prebuiltWorkload(job) == "" && !holdsQuota(wl) && wl.Annotations[podSetsHashAnnotation] != podSetsHash(workloadPodSets(job)) {
-		// The job asks for something else now (its template, changed while suspended, or its
-		// spares) and nothing runs under the old request: replace it. One holding quota stays
-		// until the job stops; the gang never grows past it (spares are capped by it).
-		if len(p.jobPodsLeft(pods)) > 0 {
-			return wl, nil
+	// Rendered only once the job's spec changed since the Workload was made: not on every
+	// pass of a running gang.
+	if wl.Annotations[podSetsHashAnnotation] != "" && wl.Annotations[jobGenerationAnnotation] != strconv.FormatInt(job.Generation, 10) {
+		sets := workloadPodSets(job)
+		// Ranks of another shape (nodes, GPUs, template: edited while suspended, resumed
+		// before the old pods were gone) never run under the old admission. Otherwise the
+		// job asks for something else (its spares): a Workload holding quota stays until
+		// the job stops, the spares capped by it; one holding none is replaced.
+		p.reshaped = wl.Annotations[workersHashAnnotation] != podSetsHash(sets[:1])
+		if p.reshaped || (!holdsQuota(wl) && wl.Annotations[podSetsHashAnnotation] != podSetsHash(sets)) {
+			if len(p.jobPodsLeft(pods)) > 0 {
+				return wl, nil
+			}
+			p.reshaped = false
+			return nil, p.releaseWorkload(ctx, wl, "", "")
 		}
-		return nil, p.releaseWorkload(ctx, wl, "", "")
 	}
 	return wl, nil
+}
+
+// refusedForGood reports whether the API server refused a write for what it holds (invalid,
+// too large, forbidden), not for a passing reason.
+func refusedForGood(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsRequestEntityTooLargeError(err) || objectTooLarge(err)
+}
+
+// ownWorkload is the Workload the job controls, whatever its labels say now: the name is
+// fixed when it is made, so a label or annotation edited later (a prebuilt name added, the
+// queue label removed) neither takes the job past Kueue nor orphans its admission.
+func (p *pass) ownWorkload(ctx context.Context) (*kueue.Workload, error) {
+	if p.ownedChecked {
+		return p.owned, nil
+	}
+	list := &kueue.WorkloadList{}
+	if err := p.r.List(ctx, list, client.InNamespace(p.job.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing Workloads: %w", err)
+	}
+	name := workloadName(p.job)
+	for i := range list.Items {
+		wl := &list.Items[i]
+		if !metav1.IsControlledBy(wl, p.job) {
+			continue
+		}
+		// One not being deleted first, then the one the labels name.
+		if o := p.owned; o == nil || (!o.DeletionTimestamp.IsZero() && wl.DeletionTimestamp.IsZero()) ||
+			(o.DeletionTimestamp.IsZero() == wl.DeletionTimestamp.IsZero() && wl.Name == name) {
+			p.owned = wl
+		}
+	}
+	p.ownedChecked = true
+	return p.owned, nil
 }
 
 // holdsQuota reports whether Kueue reserved quota for the Workload.
@@ -409,9 +468,8 @@ func (p *pass) inKueue(ctx context.Context) bool {
 	case p.r.kueueWorkload(p.job):
 		p.kueueManaged = true
 	default:
-		wl := &kueue.Workload{}
-		err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl)
-		p.kueueManaged = err == nil && metav1.IsControlledBy(wl, p.job)
+		wl, err := p.ownWorkload(ctx)
+		p.kueueManaged = err == nil && wl != nil
 	}
 	return p.kueueManaged
 }
@@ -439,7 +497,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 		return false, ctrl.Result{}, err
 	}
 	p.workload = wl
-	if wl != nil && wl.DeletionTimestamp.IsZero() && workloadAdmitted(wl) {
+	if wl != nil && wl.DeletionTimestamp.IsZero() && workloadAdmitted(wl) && !p.reshaped {
 		place, err := p.placement(ctx, wl)
 		var clash *placementConflict
 		switch {
@@ -535,6 +593,9 @@ func (p *pass) holdForKueue(pods []corev1.Pod, wl *kueue.Workload, why string) {
 		}
 		if !wl.DeletionTimestamp.IsZero() {
 			msg = fmt.Sprintf("Workload %s is being deleted: the gang stops and the job queues again", wl.Name)
+		}
+		if p.reshaped {
+			msg = fmt.Sprintf("the job's ranks changed while it was suspended: Workload %s admitted the old ones, and is replaced once their pods are gone", wl.Name)
 		}
 	}
 	if len(activePods(pods)) > 0 {
@@ -875,15 +936,12 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 // suspendWorkload lets a suspended job's Workload go once none of its pods holds a device: a
 // suspended job holds no quota. Resuming queues it again with a new Workload.
 func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
-	if !p.inKueue(ctx) || prebuiltWorkload(p.job) != "" || len(p.jobPodsLeft(pods)) > 0 {
+	if !p.inKueue(ctx) || len(p.jobPodsLeft(pods)) > 0 {
 		return nil
 	}
-	wl := &kueue.Workload{}
-	if err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !metav1.IsControlledBy(wl, p.job) {
-		return nil
+	wl, err := p.ownWorkload(ctx)
+	if err != nil || wl == nil || wl.Annotations[podSetsHashAnnotation] == "" {
+		return err // MultiKueue's prebuilt one is its manager's to end
 	}
 	return p.releaseWorkload(ctx, wl, "", "")
 }
@@ -912,12 +970,7 @@ func (p *pass) loadWorkload(ctx context.Context) error {
 	if p.workload != nil || !p.inKueue(ctx) {
 		return nil
 	}
-	wl := &kueue.Workload{}
-	if err := p.r.Get(ctx, types.NamespacedName{Namespace: p.job.Namespace, Name: workloadName(p.job)}, wl); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if metav1.IsControlledBy(wl, p.job) {
-		p.workload = wl
-	}
-	return nil
+	wl, err := p.ownWorkload(ctx)
+	p.workload = wl
+	return err
 }

@@ -53,8 +53,13 @@ type pass struct {
 	place    map[string]*podPlacement
 	// placeErr keeps pods from being made while the admission's placement cannot be read.
 	placeErr error
-	// kueueManaged memoizes inKueue.
+	// kueueManaged memoizes inKueue, owned ownWorkload.
 	kueueChecked, kueueManaged bool
+	ownedChecked               bool
+	owned                      *kueue.Workload
+	// reshaped: the job's ranks no longer are what its Workload admitted (edited while
+	// suspended); the gang may not run under it.
+	reshaped bool
 }
 
 // pendingEvent is an event waiting for the end of the pass.

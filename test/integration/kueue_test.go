@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -659,4 +660,84 @@ func TestKueueQueuedJobCannotSlipPastKueue(t *testing.T) {
 		g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2))
 		g.Expect(getWorkload(g, wl).UID).To(Equal(wl.UID))
 	}, "2s", interval).Should(Succeed())
+}
+
+// TestKueueAPrebuiltNameAddedLaterCannotTakeTheJobPastKueue: a running job whose queue label
+// is swapped for a prebuilt Workload's name keeps its own Workload: Kueue's eviction still
+// stops the gang, and suspending still lets its quota go.
+func TestKueueAPrebuiltNameAddedLaterCannotTakeTheJobPastKueue(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	job, wl := admittedJob(t, g, ns, "llm")
+
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":null},`+
+		`"annotations":{"kueue.x-k8s.io/prebuilt-workload-name":"elsewhere"}}}`)))).To(Succeed())
+	g.Consistently(func(g Gomega) { g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2)) }, "1s", interval).Should(Succeed())
+
+	patchWorkloadStatus(g, wl, map[string]any{"conditions": []any{
+		cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted"), cond("Evicted", "True", "Preempted"),
+	}})
+	g.Eventually(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(BeEmpty(), "the gang ran on past Kueue's eviction")
+		g.Expect(getWorkload(g, wl).Status.Admission).To(BeNil(), "the evicted Workload kept its quota")
+	}, timeout, interval).Should(Succeed())
+
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(wl), &kueue.Workload{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the suspended job's Workload stayed: %v", err)
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission: suspended, grown from 2
+// to 4 ranks and resumed while its old pods still stop, the job makes no pod under the
+// admission for 2; once they are gone its Workload is replaced by one asking for 4.
+func TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	startKueueManager(t)
+	makeFlavor(g)
+	node := makeReadyNode(g, ns+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600) // its pods stop slowly
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, false)
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node) // bound: no kubelet confirms their end, so they stay terminating
+	}
+
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, p := range jobPods(g, ns, "llm") {
+			g.Expect(p.DeletionTimestamp).NotTo(BeNil())
+		}
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"nodes":4}}`)))).To(Succeed())
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":false}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(ContainSubstring("changed while it was suspended"))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2), "a pod was made under the admission for the old shape")
+	}, "2s", interval).Should(Succeed())
+
+	for _, p := range jobPods(g, ns, "llm") { // the kubelet confirms at last
+		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(1))
+		g.Expect(list.Items[0].UID).NotTo(Equal(wl.UID))
+		g.Expect(list.Items[0].Spec.PodSets[0].Count).To(Equal(int32(4)))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(jobPods(g, ns, "llm")).To(BeEmpty(), "pods came before the new Workload was admitted")
 }
