@@ -61,6 +61,11 @@ func joinPodGroup(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, attemp
 	// Topology-aware placement ranks pods by this label: rank r in the r-th slot.
 	pod.Annotations[kueue.PodGroupPodIndexLabel] = trainingv1alpha1.RankLabel
 	delete(pod.Annotations, kueue.RetriableInGroup)
+	// The group's life is the operator's: a serving group outlives its pods (a left attempt
+	// would keep its quota), a prebuilt Workload's admission is not the attempt's.
+	delete(pod.Annotations, kueue.PodGroupServing)
+	delete(pod.Annotations, kueue.PrebuiltWorkloadLabel)
+	delete(pod.Labels, kueue.PrebuiltWorkloadLabel)
 }
 
 // releasePodGroups lets go of the groups the job no longer runs (every group but current;

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -161,9 +162,9 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 	sets := workloadPodSets(job)
 	wl := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            workloadName(job),
-			Namespace:       job.Namespace,
-			Labels:          map[string]string{kueue.JobUIDLabel: string(job.UID)},
+			Name:      workloadName(job),
+			Namespace: job.Namespace,
+			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID)},
 			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), workersHashAnnotation: podSetsHash(sets[:1]),
 				jobGenerationAnnotation: strconv.FormatInt(job.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
@@ -252,6 +253,9 @@ func (e *kueueInputError) Error() string { return e.msg }
 
 // kueueInputs checks what the job asks of Kueue beyond its queue.
 func kueueInputs(job *trainingv1alpha1.ZayaTrainingJob) error {
+	if q := job.Labels[kueue.QueueNameLabel]; q != "" && len(validation.IsDNS1123Subdomain(q)) > 0 {
+		return &kueueInputError{msg: fmt.Sprintf("label %s: %q is not a LocalQueue name (a lowercase RFC 1123 subdomain)", kueue.QueueNameLabel, q)}
+	}
 	if v, ok := job.Labels[kueue.MaxExecTimeLabel]; ok {
 		if s, err := strconv.ParseInt(v, 10, 32); err != nil || s < 1 {
 			return &kueueInputError{msg: fmt.Sprintf("label %s: %q is not a whole number of seconds from 1 to 2147483647", kueue.MaxExecTimeLabel, v)}
@@ -911,26 +915,71 @@ func (r *ZayaTrainingJobReconciler) patchWorkload(ctx context.Context, wl *kueue
 	return nil
 }
 
-// releaseOrphanedWorkloads lets the Workloads of a job that is gone (or going) go: Finished
-// with OwnerNotFound and unblocked, so neither the quota nor a foreground delete waits on them.
-func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, uid types.UID) error {
+// releaseOrphanedWorkloads lets the Workloads of a job that is gone (or going) go once none of
+// its pods holds a device: Finished with OwnerNotFound and unblocked, so neither the quota nor
+// a foreground delete waits on them longer than the pods do. A pod past its deletion's due
+// time by terminatingTimeout's default is on a lost node and holds nothing back.
+func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, uid types.UID) (time.Duration, error) {
 	if !r.KueueWorkloads {
-		return nil
+		return 0, nil
 	}
 	list := &kueue.WorkloadList{}
 	if err := r.List(ctx, list, client.InNamespace(key.Namespace)); err != nil {
-		return fmt.Errorf("listing Workloads: %w", err)
+		return 0, fmt.Errorf("listing Workloads: %w", err)
 	}
+	var next time.Duration
 	for i := range list.Items {
 		wl := &list.Items[i]
 		if name, ok := owningJob(wl); !ok || name != key.Name || (uid != "" && metav1.GetControllerOf(wl).UID != uid) {
 			continue
 		}
+		held, wait, err := r.orphanPodsHold(ctx, key, metav1.GetControllerOf(wl).UID)
+		if err != nil {
+			return 0, err
+		}
+		if held {
+			if wait > 0 && (next == 0 || wait < next) {
+				next = wait
+			}
+			continue // their deletion (or the time it is due) brings the next look
+		}
 		if err := r.releaseWorkload(ctx, wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return next, nil
+}
+
+// orphanPodsHold reports whether pods of the job of uid still hold devices, and when to look
+// again if only the clock can change that.
+func (r *ZayaTrainingJobReconciler) orphanPodsHold(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, time.Duration, error) {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{podOwnerKey: key.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, 0, fmt.Errorf("listing pods: %w", err)
+	}
+	now := r.Clock.Now()
+	held, next := false, time.Duration(0)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != uid || podFinished(pod) {
+			continue
+		}
+		if pod.DeletionTimestamp.IsZero() {
+			// The garbage collector's to delete, or, under a foreground delete, the
+			// operator's: the job waits on it.
+			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return false, 0, fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+			}
+			return true, 0, nil
+		}
+		if wait := pod.DeletionTimestamp.Add(trainingv1alpha1.DefaultTerminatingTimeout).Sub(now); wait > 0 {
+			held = true
+			if next == 0 || wait < next {
+				next = wait
+			}
+		}
+	}
+	return held, next, nil
 }
 
 // suspendWorkload lets a suspended job's Workload go once none of its pods holds a device: a

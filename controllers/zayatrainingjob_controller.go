@@ -111,15 +111,13 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
 			r.goneWorkloads.Delete(req.NamespacedName)
-			return ctrl.Result{}, errors.Join(r.releaseOrphanedWorkloads(ctx, req.NamespacedName, ""),
-				r.releaseOrphanedGroupPods(ctx, req.NamespacedName))
+			return r.releaseOrphaned(ctx, req.NamespacedName, "")
 		}
 		return ctrl.Result{}, err
 	}
 	if stored.GetDeletionTimestamp() != nil {
 		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
-		return ctrl.Result{}, errors.Join(r.releaseOrphanedWorkloads(ctx, req.NamespacedName, stored.GetUID()),
-			r.releaseOrphanedGroupPods(ctx, req.NamespacedName))
+		return r.releaseOrphaned(ctx, req.NamespacedName, stored.GetUID())
 	}
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
@@ -184,6 +182,16 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", werr)
 	}
 	return soonest(result, ctrl.Result{RequeueAfter: wait}), err
+}
+
+// releaseOrphaned lets Kueue's hold on a job that is gone (or going) go: its Workloads once
+// its pods are, its pod groups at once.
+func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, uid types.UID) (ctrl.Result, error) {
+	wait, err := r.releaseOrphanedWorkloads(ctx, key, uid)
+	if err = errors.Join(err, r.releaseOrphanedGroupPods(ctx, key)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // run is the list of steps of one pass.

@@ -49,6 +49,7 @@ const (
 	PodGroupTotalCount    = "kueue.x-k8s.io/pod-group-total-count"
 	PodGroupPodIndexLabel = "kueue.x-k8s.io/pod-group-pod-index-label"
 	RetriableInGroup      = "kueue.x-k8s.io/retriable-in-group"
+	PodGroupServing       = "kueue.x-k8s.io/pod-group-serving"
 	AdmissionGate         = "kueue.x-k8s.io/admission"
 )
 

@@ -162,13 +162,17 @@ var hostileInputs = []hostile{
 	{input: "unknown straggler action", stage: atApply, patch: `spec: {faultTolerance: {stragglers: {action: Kill}}}`, want: []string{"spec.faultTolerance.stragglers.action", "Unsupported value"}},
 	{input: "unknown in-place mechanism", stage: atApply, patch: `spec: {faultTolerance: {inPlaceMechanism: Magic}}`, want: []string{"spec.faultTolerance.inPlaceMechanism", "Unsupported value"}},
 	{input: "template's Kueue pod group disagrees with the gang", stage: handled,
-		patch:  `spec: {template: {metadata: {labels: {kueue.x-k8s.io/queue-name: team, kueue.x-k8s.io/pod-group-name: other-job}, annotations: {kueue.x-k8s.io/pod-group-total-count: "99", kueue.x-k8s.io/retriable-in-group: "false"}}}}`,
-		result: "runs as a group of its own attempt with the job's node count; the template's group name, count and retriable mark are replaced",
+		patch: `spec: {template: {metadata: {labels: {kueue.x-k8s.io/queue-name: team, kueue.x-k8s.io/pod-group-name: other-job, kueue.x-k8s.io/prebuilt-workload-name: theirs}, ` +
+			`annotations: {kueue.x-k8s.io/pod-group-total-count: "99", kueue.x-k8s.io/retriable-in-group: "false", kueue.x-k8s.io/pod-group-serving: "true", kueue.x-k8s.io/prebuilt-workload-name: theirs}}}}`,
+		result: "runs as a group of its own attempt with the job's node count; the template's group name, count, retriable mark, serving mode and prebuilt Workload are replaced or dropped",
 		check: func(g Gomega, pods map[string]*corev1.Pod) {
 			for _, p := range pods {
 				g.Expect(p.Labels["kueue.x-k8s.io/pod-group-name"]).NotTo(Equal("other-job"))
 				g.Expect(p.Annotations).To(HaveKeyWithValue("kueue.x-k8s.io/pod-group-total-count", fmt.Sprint(len(pods))))
-				g.Expect(p.Annotations).NotTo(HaveKey("kueue.x-k8s.io/retriable-in-group"))
+				for _, k := range []string{"kueue.x-k8s.io/retriable-in-group", "kueue.x-k8s.io/pod-group-serving", "kueue.x-k8s.io/prebuilt-workload-name"} {
+					g.Expect(p.Annotations).NotTo(HaveKey(k))
+				}
+				g.Expect(p.Labels).NotTo(HaveKey("kueue.x-k8s.io/prebuilt-workload-name"))
 			}
 		}},
 	{input: "template annotation claims a supervisor's restart rule", stage: handled, patch: `spec: {template: {metadata: {annotations: {training.zaya.dev/restart-exit-codes: "NotIn:0"}}}}`,

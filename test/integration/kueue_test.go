@@ -644,6 +644,15 @@ func TestKueueQueuedJobCannotSlipPastKueue(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring(`"soon"`))
 	}, timeout, interval).Should(Succeed())
 	g.Expect(jobPods(g, ns, "bad")).To(BeEmpty())
+	// A label value Kueue's Workload would refuse as a queue name, named before Kueue does.
+	badQueue := testjob.MakeZayaTrainingJob("bad-queue", ns).Nodes(2).Label(kueue.QueueNameLabel, "Team_A").Obj()
+	g.Expect(k8sClient.Create(ctx, badQueue)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, badQueue).Status.Conditions, trainingv1alpha1.ConditionQueued)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(ContainSubstring(`"Team_A" is not a LocalQueue name`))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(jobPods(g, ns, "bad-queue")).To(BeEmpty())
 
 	// Admitted without spares; spares added since get no pod outside the admission, and the
 	// Workload stays (its admission is the job's until it stops).
@@ -740,4 +749,51 @@ func TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission(t *testing
 		g.Expect(list.Items[0].Spec.PodSets[0].Count).To(Equal(int32(4)))
 	}, timeout, interval).Should(Succeed())
 	g.Expect(jobPods(g, ns, "llm")).To(BeEmpty(), "pods came before the new Workload was admitted")
+}
+
+// TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods: a job deleted while its pods take their
+// time to stop keeps its Workload's quota until they are gone.
+func TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	startKueueManager(t)
+	makeFlavor(g)
+	node := makeReadyNode(g, ns+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600)
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, false)
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node)
+	}
+
+	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		pods := jobPods(g, ns, "llm")
+		g.Expect(pods).To(HaveLen(2))
+		for _, p := range pods {
+			g.Expect(p.DeletionTimestamp).NotTo(BeNil())
+		}
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		now := getWorkload(g, wl)
+		g.Expect(now.Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while the pods still stop")
+		g.Expect(meta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadFinished)).To(BeFalse())
+	}, "2s", interval).Should(Succeed())
+
+	for _, p := range jobPods(g, ns, "llm") { // the kubelet confirms
+		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		now := getWorkload(g, wl)
+		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
+		c := meta.FindStatusCondition(now.Status.Conditions, kueue.WorkloadFinished)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(kueue.ReasonOwnerNotFound))
+	}, timeout, interval).Should(Succeed())
 }
