@@ -743,15 +743,25 @@ func (p *pass) placeOn(pod *corev1.Pod, podSet string) {
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	maps.Copy(pod.Labels, pl.labels)
+	copyNotOurs(pod.Labels, pl.labels)
 	if len(pl.annotations) > 0 {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		maps.Copy(pod.Annotations, pl.annotations)
+		copyNotOurs(pod.Annotations, pl.annotations)
 	}
 	if pl.topology {
 		ps.SchedulingGates = append(ps.SchedulingGates, corev1.PodSchedulingGate{Name: kueue.TopologyGate})
+	}
+}
+
+// copyNotOurs copies an admission's labels or annotations, but never over the operator's own
+// (rank, attempt, job name, the pod's mark): the pod would stop being the rank it is.
+func copyNotOurs(dst, src map[string]string) {
+	for k, v := range src {
+		if !strings.HasPrefix(k, trainingv1alpha1.GroupVersion.Group+"/") {
+			dst[k] = v
+		}
 	}
 }
 

@@ -155,11 +155,14 @@ func TestPlacementAddsToThePodWithoutOverridingTheTemplate(t *testing.T) {
 	p := &pass{job: job, place: map[string]*podPlacement{workersPodSet: {
 		nodeSelector: map[string]string{"pool": "flavor", "gpu": "mi300x"},
 		tolerations:  []corev1.Toleration{{Key: "reserved", Operator: corev1.TolerationOpExists}},
-		labels:       map[string]string{kueue.PodSetLabel: workersPodSet},
-		annotations:  map[string]string{kueue.WorkloadAnnotation: "wl", kueue.UnconstrainedTopologyAnnotation: "true"},
-		topology:     true,
+		// An admission check's pod set updates may not rename the rank or forge its mark.
+		labels: map[string]string{kueue.PodSetLabel: workersPodSet, trainingv1alpha1.RankLabel: "0"},
+		annotations: map[string]string{kueue.WorkloadAnnotation: "wl", kueue.UnconstrainedTopologyAnnotation: "true",
+			trainingv1alpha1.PodMarkAnnotation: "forged"},
+		topology: true,
 	}}}
 	pod := newWorkerPod(job, nil, 1)
+	pod.Annotations = map[string]string{trainingv1alpha1.PodMarkAnnotation: "mark"}
 	p.placeOn(pod, workersPodSet)
 	p.placeOn(pod, sparesPodSet) // no admission for it: nothing added
 	if pod.Spec.NodeSelector["pool"] != "mine" || pod.Spec.NodeSelector["gpu"] != "mi300x" {
@@ -173,6 +176,9 @@ func TestPlacementAddsToThePodWithoutOverridingTheTemplate(t *testing.T) {
 	}
 	if len(pod.Spec.SchedulingGates) != 1 || pod.Spec.SchedulingGates[0].Name != kueue.TopologyGate {
 		t.Errorf("gates %v", pod.Spec.SchedulingGates)
+	}
+	if pod.Labels[trainingv1alpha1.RankLabel] != "1" || pod.Annotations[trainingv1alpha1.PodMarkAnnotation] != "mark" {
+		t.Errorf("the admission overwrote the operator's own keys: %v %v", pod.Labels, pod.Annotations)
 	}
 }
 
