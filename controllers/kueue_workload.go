@@ -1008,20 +1008,31 @@ func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
 // multiKueueManager serves a job that MultiKueue runs in a worker cluster (spec.managedBy):
 // here the job only has a Workload for MultiKueue to dispatch. Its pods and status are the
 // worker cluster's; the Workload goes once MultiKueue says it finished.
-func (r *ZayaTrainingJobReconciler) multiKueueManager(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob) error {
+func (r *ZayaTrainingJobReconciler) multiKueueManager(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob) (ctrl.Result, error) {
 	if errs := trainingv1alpha1.ValidateSpec(&job.Spec); len(errs) > 0 {
-		return nil // refused at apply; one stored before that rule waits for a fix
+		return ctrl.Result{}, nil // refused at apply; one stored before that rule waits for a fix
 	}
 	p := &pass{r: r, job: job, now: r.Clock.Now()}
 	defer p.emit(true)
 	wl, err := p.workloadFor(ctx, nil)
-	if err != nil || wl == nil {
-		return err
+	var input *kueueInputError
+	var conflict *nameConflict
+	switch {
+	case errors.As(err, &input), errors.As(err, &conflict):
+		// The job's status is the worker cluster's to write: an event says why, and the job
+		// is looked at again slowly rather than retried as an API error.
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonWaitingForKueue, "Queue", "cannot queue the job in Kueue: %v", err)
+		if input != nil && input.retry > 0 {
+			return ctrl.Result{RequeueAfter: input.retry}, nil
+		}
+		return ctrl.Result{RequeueAfter: time.Minute}, nil
+	case err != nil || wl == nil:
+		return ctrl.Result{}, err
 	}
 	if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
-		return r.dropFinalizer(ctx, wl)
+		return ctrl.Result{}, r.dropFinalizer(ctx, wl)
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // loadWorkload reads the job's own Workload for a pass that did not (a finished job's).

@@ -122,7 +122,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
 			if job, _, err := decodeJob(stored); err == nil {
-				return ctrl.Result{}, r.multiKueueManager(ctx, job)
+				return r.multiKueueManager(ctx, job)
 			}
 		}
 		return ctrl.Result{}, nil

@@ -312,6 +312,14 @@ func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(getWorkload(g, wl).Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
 	}, timeout, interval).Should(Succeed())
+
+	// One that cannot be queued says why in an event (its status is the worker cluster's).
+	bad := testjob.MakeZayaTrainingJob("bad", ns).Nodes(2).Label(kueue.QueueNameLabel, "Team_A").ManagedBy(kueue.MultiKueueController).Obj()
+	g.Expect(k8sClient.Create(ctx, bad)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(eventNotes(g, ns, "bad", trainingv1alpha1.ReasonWaitingForKueue)).To(ContainElement(ContainSubstring(`"Team_A" is not a LocalQueue name`)))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(getJob(g, bad).Status.Conditions).To(BeEmpty())
 }
 
 func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
