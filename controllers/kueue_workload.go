@@ -46,9 +46,9 @@ const (
 	// podSetsHashAnnotation holds the hash of the pod sets the Workload was made from: one
 	// whose hash is not the job's, and that holds no quota, is replaced.
 	podSetsHashAnnotation = "training.zaya.dev/podsets-hash"
-	// workersHashAnnotation is the hash of the ranks' pod set alone: an admission for other
-	// ranks (the job reshaped while suspended) is never run under, quota or not.
-	workersHashAnnotation = "training.zaya.dev/workers-hash"
+	// ranksHashAnnotation is ranksHash of the pod sets: an admission for ranks of another
+	// shape (the job reshaped while suspended) is never run under, quota or not.
+	ranksHashAnnotation = "training.zaya.dev/ranks-hash"
 	// jobGenerationAnnotation is the job's generation the Workload was made for: while it is
 	// the job's, nothing Kueue admits on changed and no pod is rendered to check.
 	jobGenerationAnnotation = "training.zaya.dev/job-generation"
@@ -165,7 +165,7 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 			Name:      workloadName(job),
 			Namespace: job.Namespace,
 			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID)},
-			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), workersHashAnnotation: podSetsHash(sets[:1]),
+			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), ranksHashAnnotation: ranksHash(sets),
 				jobGenerationAnnotation: strconv.FormatInt(job.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
 			Finalizers:      []string{kueue.ResourceInUseFinalizer},
@@ -208,6 +208,15 @@ func podSetsHash(sets []kueue.PodSet) string {
 	b, _ := json.Marshal(shapes)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// ranksHash fingerprints the ranks' pods alone: their count, resources and placement, which
+// change only while the job is suspended (its topology request, spares and fault tolerance
+// may change while it runs, and never make the running gang another shape).
+func ranksHash(sets []kueue.PodSet) string {
+	ranks := sets[0]
+	ranks.TopologyRequest = nil
+	return podSetsHash([]kueue.PodSet{ranks})
 }
 
 // workloadPriority is where the job's priority comes from, as Kueue's own jobs take it: a
@@ -342,7 +351,7 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		// before the old pods were gone) never run under the old admission. Otherwise the
 		// job asks for something else (its spares): a Workload holding quota stays until
 		// the job stops, the spares capped by it; one holding none is replaced.
-		p.reshaped = wl.Annotations[workersHashAnnotation] != podSetsHash(sets[:1])
+		p.reshaped = wl.Annotations[ranksHashAnnotation] != ranksHash(sets)
 		if p.reshaped || (!holdsQuota(wl) && wl.Annotations[podSetsHashAnnotation] != podSetsHash(sets)) {
 			if len(p.jobPodsLeft(pods)) > 0 {
 				return wl, nil

@@ -3,6 +3,7 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -208,5 +209,47 @@ func TestPodGroupNameFitsALabelPerAttemptAndJob(t *testing.T) {
 	names[podGroupName(other, 0)] = true
 	if len(names) != 4 {
 		t.Errorf("group names collide: %v", names)
+	}
+}
+
+// Edits a running job may take never make its ranks another shape: the gang would be stopped
+// and requeued over an edit of its fault tolerance, say.
+func TestRunningEditsKeepTheRanksShape(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").NewCheckpoint("1Gi", "").Defaulted().Obj()
+	base := ranksHash(workloadPodSets(job))
+	edits := map[string]func(j *trainingv1alpha1.ZayaTrainingJob){
+		"restartMode Recreate": func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+		},
+		"inPlaceMechanism Supervisor": func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Spec.FaultTolerance.InPlaceMechanism = trainingv1alpha1.InPlaceMechanismSupervisor
+		},
+		"spares":      func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.FaultTolerance.Spares = 2 },
+		"maxRestarts": func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](1000) },
+		"hangTimeout": func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Spec.FaultTolerance.HangTimeout = &metav1.Duration{Duration: 24 * time.Hour}
+		},
+		"checkpoint keep":         func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.Checkpoint.Keep = 100 },
+		"activeDeadlineSeconds":   func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.ActiveDeadlineSeconds = ptr.To[int64](60) },
+		"ttlSecondsAfterFinished": func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.TTLSecondsAfterFinished = ptr.To[int32](1) },
+		"successPolicy":           func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.SuccessPolicy = trainingv1alpha1.SuccessAllRanks },
+		"topology annotation": func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Annotations = map[string]string{kueue.RequiredTopologyAnnotation: "zaya.dev/rail-block"}
+		},
+		"labels": func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Labels["team"], j.Labels[kueue.PriorityClassLabel] = "x", "urgent"
+		},
+	}
+	for name, edit := range edits {
+		j := job.DeepCopy()
+		edit(j)
+		if got := ranksHash(workloadPodSets(j)); got != base {
+			t.Errorf("%s: the ranks changed shape", name)
+		}
+	}
+	gpus := job.DeepCopy()
+	gpus.Spec.GPUsPerNode = 4
+	if ranksHash(workloadPodSets(gpus)) == base {
+		t.Error("gpusPerNode changed and the ranks did not")
 	}
 }
