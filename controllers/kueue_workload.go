@@ -934,11 +934,12 @@ func (r *ZayaTrainingJobReconciler) patchWorkload(ctx context.Context, wl *kueue
 	return nil
 }
 
-// releaseOrphanedWorkloads lets the Workloads of a job that is gone (or going) go once none of
-// its pods holds a device: Finished with OwnerNotFound and unblocked, so neither the quota nor
-// a foreground delete waits on them longer than the pods do. A pod past its deletion's due
-// time by terminatingTimeout's default is on a lost node and holds nothing back.
-func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, uid types.UID) (time.Duration, error) {
+// releaseOrphanedWorkloads lets the Workloads of jobs named key that are gone (or going; all
+// but the job of UID keep) go once none of their pods holds a device: Finished with
+// OwnerNotFound and unblocked, so neither the quota nor a foreground delete waits on them
+// longer than the pods do. A pod past its deletion's due time by terminatingTimeout's default
+// is on a lost node and holds nothing back.
+func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, keep types.UID) (time.Duration, error) {
 	if !r.KueueWorkloads {
 		return 0, nil
 	}
@@ -949,7 +950,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	var next time.Duration
 	for i := range list.Items {
 		wl := &list.Items[i]
-		if name, ok := owningJob(wl); !ok || name != key.Name || (uid != "" && metav1.GetControllerOf(wl).UID != uid) {
+		if name, ok := owningJob(wl); !ok || name != key.Name || metav1.GetControllerOf(wl).UID == keep {
 			continue
 		}
 		held, wait, err := r.orphanPodsHold(ctx, key, metav1.GetControllerOf(wl).UID)

@@ -117,7 +117,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if stored.GetDeletionTimestamp() != nil {
 		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
-		return r.releaseOrphaned(ctx, req.NamespacedName, stored.GetUID())
+		return r.releaseOrphaned(ctx, req.NamespacedName, "")
 	}
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
@@ -161,6 +161,10 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		err = p.syncWorkload(ctx)
 	}
 	p.releasePodGroups(ctx, own, p.runningGroup())
+	// A job deleted and made again under its name: the old one's Workloads go with its pods.
+	orphans, oerr := r.releaseOrphanedWorkloads(ctx, req.NamespacedName, job.UID)
+	err = errors.Join(err, oerr)
+	result = soonest(result, ctrl.Result{RequeueAfter: orphans})
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)
 	switch {
@@ -186,8 +190,8 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 // releaseOrphaned lets Kueue's hold on a job that is gone (or going) go: its Workloads once
 // its pods are, its pod groups at once.
-func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, uid types.UID) (ctrl.Result, error) {
-	wait, err := r.releaseOrphanedWorkloads(ctx, key, uid)
+func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, keep types.UID) (ctrl.Result, error) {
+	wait, err := r.releaseOrphanedWorkloads(ctx, key, keep)
 	if err = errors.Join(err, r.releaseOrphanedGroupPods(ctx, key)); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -805,3 +805,51 @@ func TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(kueue.ReasonOwnerNotFound))
 	}, timeout, interval).Should(Succeed())
 }
+
+// TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods: deleted (in the
+// background) and made again under its name while the old pods still stop, the old job's
+// Workload keeps its quota until they are gone, then lets it go; the new job queues anew.
+func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	startKueueManager(t)
+	makeFlavor(g)
+	node := makeReadyNode(g, ns+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600)
+	g.Expect(k8sClient.Create(ctx, job.DeepCopy())).To(Succeed())
+	old := jobWorkload(g, ns)
+	admit(g, old, false)
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node)
+	}
+
+	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+	g.Eventually(func(g Gomega) { // (envtest runs no garbage collector: the operator deletes them)
+		for _, p := range jobPods(g, ns, "llm") {
+			g.Expect(p.DeletionTimestamp).NotTo(BeNil())
+		}
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8sClient.Create(ctx, job.DeepCopy())).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		list := &kueue.WorkloadList{}
+		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(2), "the new job queues with a Workload of its own")
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(getWorkload(g, old).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while the old pods still stop")
+	}, "2s", interval).Should(Succeed())
+
+	for _, p := range jobPods(g, ns, "llm") {
+		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		now := getWorkload(g, old)
+		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer), "the old job's Workload kept its quota")
+		g.Expect(meta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadFinished)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+}
