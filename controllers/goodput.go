@@ -371,11 +371,10 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 	if last == nil || last.ExitCode == nil || *last.ExitCode != trainingv1alpha1.ExitStopped {
 		return
 	}
-	to := found.Category
-	if to == "" {
-		c, _ := categoryOfReason(&found)
-		to = string(c)
+	if found.Category == "" {
+		p.attribute(&found, nil) // as recordFailure will name it (a Hang has no category of reason)
 	}
+	to := found.Category
 	g := p.goodput()
 	if g == nil || to == "" || to == last.Category {
 		return

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
@@ -141,5 +142,27 @@ func TestAGangBrokenAgainAfterItTrainedOpensALoss(t *testing.T) {
 	p.goodputBroken()
 	if !g.Open.Since.Time.Equal(want.Since.Time) {
 		t.Errorf("an open loss moved to %v", g.Open.Since)
+	}
+}
+
+// A restart opened on a bystander's stop (75, Unknown) and found a hang later moves its
+// failure and open loss to Hang, as status.lastFailure names it: Hang is no category of a
+// reason alone, and the loss stayed Unknown (seen in the chaos e2e).
+func TestAHangFoundAfterABystanderOpenedTheRestartMovesItsLoss(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
+	job.Status.StartTime = &metav1.Time{Time: now}
+	job.Status.LastFailure = &trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonExitCode,
+		ExitCode: ptr.To(int32(trainingv1alpha1.ExitStopped)), Category: "Unknown", Rank: ptr.To[int32](1)}
+	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: micro(now),
+		Lost: []trainingv1alpha1.GoodputLoss{{Category: "Unknown", Failures: 1}},
+		Open: &trainingv1alpha1.GoodputOpen{Category: "Unknown", Since: micro(now)}}
+	p := &pass{job: job, now: now.Add(time.Second)}
+	p.rerootGoodput(trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonHang, Rank: ptr.To[int32](5)})
+	g := job.Status.Goodput
+	if diff := cmp.Diff([]trainingv1alpha1.GoodputLoss{{Category: "Hang", Failures: 1}}, g.Lost); diff != "" {
+		t.Errorf("failures by category (-want +got):\n%s", diff)
+	}
+	if g.Open == nil || g.Open.Category != "Hang" {
+		t.Errorf("the open loss is %+v, want Hang's", g.Open)
 	}
 }
