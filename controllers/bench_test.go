@@ -38,7 +38,7 @@ func BenchmarkSteadyStatePass(b *testing.B) {
 			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(n).Generation(1).Defaulted().Obj()
 			cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(job).
 				WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}).
-				WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).Build()
+				WithIndex(&corev1.Pod{}, podOwnerKey, indexOwningJob).Build()
 			r := &ZayaTrainingJobReconciler{Client: cl, Recorder: events.NewFakeRecorder(1 << 16), Clock: clocktesting.NewFakePassiveClock(now)}
 			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
 			ctx := context.Background()

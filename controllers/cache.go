@@ -22,6 +22,9 @@ const (
 	podOwnerKey = ".metadata.controller.zayatrainingjob"
 	// podNodeKey indexes pods by the node they are bound to.
 	podNodeKey = "spec.nodeName"
+	// workloadOwnerKey indexes Kueue Workloads by the name of the ZayaTrainingJob that
+	// controls them: a pass reads its job's without a namespace's worth of copies.
+	workloadOwnerKey = ".metadata.controller.zayatrainingjob"
 )
 
 // owningJob is the name of the ZayaTrainingJob that controls obj, if one does.
@@ -33,7 +36,7 @@ func owningJob(obj metav1.Object) (string, bool) {
 	return ref.Name, true
 }
 
-func indexPodOwner(o client.Object) []string {
+func indexOwningJob(o client.Object) []string {
 	if name, ok := owningJob(o); ok {
 		return []string{name}
 	}
@@ -49,7 +52,7 @@ func indexPodNode(o client.Object) []string {
 
 // addIndexes registers the field indexes the reconciler lists by.
 func addIndexes(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &corev1.Pod{}, podOwnerKey, indexPodOwner); err != nil {
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, podOwnerKey, indexOwningJob); err != nil {
 		return err
 	}
 	return indexer.IndexField(ctx, &corev1.Pod{}, podNodeKey, indexPodNode)

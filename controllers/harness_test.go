@@ -83,7 +83,7 @@ func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *h
 	}
 	cl := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
 		WithStatusSubresource(&trainingv1alpha1.ZayaTrainingJob{}, &corev1.Pod{}, &corev1.Node{}).WithInterceptorFuncs(funcs).
-		WithIndex(&corev1.Pod{}, podOwnerKey, indexPodOwner).
+		WithIndex(&corev1.Pod{}, podOwnerKey, indexOwningJob).
 		// The API server selects any kind by metadata.name; the fake client needs an index.
 		WithIndex(&corev1.Pod{}, "metadata.name", byName).
 		WithIndex(&corev1.Service{}, "metadata.name", byName).

@@ -49,7 +49,7 @@ const (
 	// ranksHashAnnotation is ranksHash of the pod sets: an admission for ranks of another
 	// shape (the job reshaped while suspended) is never run under, quota or not.
 	ranksHashAnnotation = "training.zaya.dev/ranks-hash"
-	// jobGenerationAnnotation is the job's generation the Workload was made for: while it is
+	// jobGenerationAnnotation is specKey of the job the Workload was made for: while it is
 	// the job's, nothing Kueue admits on changed and no pod is rendered to check.
 	jobGenerationAnnotation = "training.zaya.dev/job-generation"
 )
@@ -166,7 +166,7 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 			Namespace: job.Namespace,
 			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID)},
 			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), ranksHashAnnotation: ranksHash(sets),
-				jobGenerationAnnotation: strconv.FormatInt(job.Generation, 10)},
+				jobGenerationAnnotation: specKey(job)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
 			Finalizers:      []string{kueue.ResourceInUseFinalizer},
 		},
@@ -210,13 +210,30 @@ func podSetsHash(sets []kueue.PodSet) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// ranksHash fingerprints the ranks' pods alone: their count, resources and placement, which
-// change only while the job is suspended (its topology request, spares and fault tolerance
-// may change while it runs, and never make the running gang another shape).
+// ranksHash fingerprints what the ranks' pods take from the quota: their count and each
+// container's resources, which change only while the job is suspended (its topology request,
+// spares and fault tolerance may change while it runs, and an operator upgrade that places
+// pods otherwise must not reshape every running gang).
 func ranksHash(sets []kueue.PodSet) string {
-	ranks := sets[0]
-	ranks.TopologyRequest = nil
+	t := &sets[0].Template.Spec
+	ranks := kueue.PodSet{Name: sets[0].Name, Count: sets[0].Count, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Overhead: t.Overhead, InitContainers: t.InitContainers, Containers: t.Containers}}}
 	return podSetsHash([]kueue.PodSet{ranks})
+}
+
+// specKey says which of the job's specs a Workload was made for: its generation, and the
+// Kueue annotations it takes its topology request from (an annotation edit bumps no
+// generation).
+func specKey(job *trainingv1alpha1.ZayaTrainingJob) string {
+	req, _ := json.Marshal(topologyRequest(job))
+	sum := sha256.Sum256(req)
+	return strconv.FormatInt(job.Generation, 10) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// fromMultiKueue reports whether MultiKueue made wl in this (worker) cluster: a copy of its
+// manager's, which is the manager's to end and describe.
+func fromMultiKueue(wl *kueue.Workload) bool {
+	return wl.Labels[kueue.MultiKueueOriginLabel] != "" || wl.Annotations[podSetsHashAnnotation] == ""
 }
 
 // workloadPriority is where the job's priority comes from, as Kueue's own jobs take it: a
@@ -345,13 +362,13 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 	}
 	// Rendered only once the job's spec changed since the Workload was made: not on every
 	// pass of a running gang.
-	if wl.Annotations[podSetsHashAnnotation] != "" && wl.Annotations[jobGenerationAnnotation] != strconv.FormatInt(job.Generation, 10) {
+	if !fromMultiKueue(wl) && wl.Annotations[jobGenerationAnnotation] != specKey(job) {
 		sets := workloadPodSets(job)
 		// Ranks of another shape (nodes, GPUs, template: edited while suspended, resumed
 		// before the old pods were gone) never run under the old admission. Otherwise the
 		// job asks for something else (its spares): a Workload holding quota stays until
 		// the job stops, the spares capped by it; one holding none is replaced.
-		p.reshaped = wl.Annotations[ranksHashAnnotation] != ranksHash(sets)
+		p.reshaped = wl.Annotations[ranksHashAnnotation] != "" && wl.Annotations[ranksHashAnnotation] != ranksHash(sets)
 		if p.reshaped || (!holdsQuota(wl) && wl.Annotations[podSetsHashAnnotation] != podSetsHash(sets)) {
 			if len(p.jobPodsLeft(pods)) > 0 {
 				return wl, nil
@@ -378,7 +395,7 @@ func (p *pass) ownWorkload(ctx context.Context) (*kueue.Workload, error) {
 		return p.owned, nil
 	}
 	list := &kueue.WorkloadList{}
-	if err := p.r.List(ctx, list, client.InNamespace(p.job.Namespace)); err != nil {
+	if err := p.r.List(ctx, list, client.InNamespace(p.job.Namespace), client.MatchingFields{workloadOwnerKey: p.job.Name}); err != nil {
 		return nil, fmt.Errorf("listing Workloads: %w", err)
 	}
 	name := workloadName(p.job)
@@ -939,12 +956,12 @@ func (r *ZayaTrainingJobReconciler) patchWorkload(ctx context.Context, wl *kueue
 // OwnerNotFound and unblocked, so neither the quota nor a foreground delete waits on them
 // longer than the pods do. A pod past its deletion's due time by terminatingTimeout's default
 // is on a lost node and holds nothing back.
-func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, keep types.UID) (time.Duration, error) {
+func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context, key types.NamespacedName, keep types.UID, deletePods bool) (time.Duration, error) {
 	if !r.KueueWorkloads {
 		return 0, nil
 	}
 	list := &kueue.WorkloadList{}
-	if err := r.List(ctx, list, client.InNamespace(key.Namespace)); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{workloadOwnerKey: key.Name}); err != nil {
 		return 0, fmt.Errorf("listing Workloads: %w", err)
 	}
 	var next time.Duration
@@ -953,7 +970,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 		if name, ok := owningJob(wl); !ok || name != key.Name || metav1.GetControllerOf(wl).UID == keep {
 			continue
 		}
-		held, wait, err := r.orphanPodsHold(ctx, key, metav1.GetControllerOf(wl).UID)
+		held, wait, err := r.orphanPodsHold(ctx, key, metav1.GetControllerOf(wl).UID, deletePods)
 		if err != nil {
 			return 0, err
 		}
@@ -970,27 +987,35 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	return next, nil
 }
 
-// orphanPodsHold reports whether pods of the job of uid still hold devices, and when to look
-// again if only the clock can change that.
-func (r *ZayaTrainingJobReconciler) orphanPodsHold(ctx context.Context, key types.NamespacedName, uid types.UID) (bool, time.Duration, error) {
+// orphanPodsHold reports whether pods the operator made for the job of uid still hold devices,
+// and when to look again if only the clock can change that: those it controls, and those
+// orphaned from it (kubectl delete --cascade=orphan: they run on, and keep its quota). Under a
+// foreground delete (deletePods) the operator deletes them itself, as the garbage collector
+// would.
+func (r *ZayaTrainingJobReconciler) orphanPodsHold(ctx context.Context, key types.NamespacedName, uid types.UID, deletePods bool) (bool, time.Duration, error) {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{podOwnerKey: key.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: key.Name}); err != nil {
 		return false, 0, fmt.Errorf("listing pods: %w", err)
+	}
+	marks, err := r.podMarkKey(ctx)
+	if err != nil {
+		return false, 0, err
 	}
 	now := r.Clock.Now()
 	held, next := false, time.Duration(0)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != uid || podFinished(pod) {
+		if ours := marks.made(uid, pod) || marks.orphaned(uid, pod); !ours || podFinished(pod) {
 			continue
 		}
 		if pod.DeletionTimestamp.IsZero() {
-			// The garbage collector's to delete, or, under a foreground delete, the
-			// operator's: the job waits on it.
-			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return false, 0, fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+			held = true
+			if deletePods && metav1.IsControlledBy(pod, &metav1.ObjectMeta{UID: uid}) {
+				if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+					return false, 0, fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+				}
 			}
-			return true, 0, nil
+			continue
 		}
 		if wait := pod.DeletionTimestamp.Add(trainingv1alpha1.DefaultTerminatingTimeout).Sub(now); wait > 0 {
 			held = true
@@ -1009,7 +1034,7 @@ func (p *pass) suspendWorkload(ctx context.Context, pods []corev1.Pod) error {
 		return nil
 	}
 	wl, err := p.ownWorkload(ctx)
-	if err != nil || wl == nil || wl.Annotations[podSetsHashAnnotation] == "" {
+	if err != nil || wl == nil || fromMultiKueue(wl) {
 		return err // MultiKueue's prebuilt one is its manager's to end
 	}
 	return p.releaseWorkload(ctx, wl, "", "")

@@ -253,3 +253,26 @@ func TestRunningEditsKeepTheRanksShape(t *testing.T) {
 		t.Error("gpusPerNode changed and the ranks did not")
 	}
 }
+
+// A topology annotation edited on a queued job (no new generation) still marks its Workload
+// as made for another spec, so one holding no quota is replaced.
+func TestSpecKeyFollowsTheTopologyAnnotations(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Generation = 3
+	base := specKey(job)
+	same := job.DeepCopy()
+	same.Annotations = map[string]string{"unrelated": "x"}
+	if specKey(same) != base {
+		t.Error("an unrelated annotation changed the key")
+	}
+	topo := job.DeepCopy()
+	topo.Annotations = map[string]string{kueue.RequiredTopologyAnnotation: "zaya.dev/rail-block"}
+	if specKey(topo) == base {
+		t.Error("a topology annotation did not change the key")
+	}
+	next := job.DeepCopy()
+	next.Generation = 4
+	if specKey(next) == base {
+		t.Error("a new generation did not change the key")
+	}
+}

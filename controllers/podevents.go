@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,9 +72,15 @@ func workerExited(old client.Object, pod *corev1.Pod) bool {
 	return last == nil || last.ExitCode != trainingv1alpha1.ExitStopped
 }
 
-// enqueueOwner queues the job that controls obj, after delay.
+// enqueueOwner queues the job that controls obj, after delay. A rank controlled by nothing
+// (orphaned by kubectl delete --cascade=orphan) queues the job its label names: it holds that
+// job's Kueue quota until it ends.
 func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], delay time.Duration) {
 	name, ok := owningJob(obj)
+	if !ok && metav1.GetControllerOf(obj) == nil {
+		name = obj.GetLabels()[trainingv1alpha1.JobNameLabel]
+		ok = name != ""
+	}
 	if !ok {
 		return
 	}

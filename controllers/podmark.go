@@ -69,6 +69,16 @@ func (k *markKey) made(jobUID types.UID, pod metav1.Object) bool {
 	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
 }
 
+// orphaned reports whether pod, controlled by nothing, carries this operator's mark for a pod
+// of the job of jobUID: it was one of that job's ranks until it was orphaned.
+func (k *markKey) orphaned(jobUID types.UID, pod metav1.Object) bool {
+	if metav1.GetControllerOf(pod) != nil {
+		return false
+	}
+	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
+	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
+}
+
 // ownPods splits the listed pods into those this operator made for the job and the others.
 func (k *markKey) ownPods(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) (own []corev1.Pod, foreign []*corev1.Pod) {
 	own = pods[:0:0]

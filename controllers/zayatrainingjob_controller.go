@@ -82,6 +82,7 @@ type ZayaTrainingJobReconciler struct {
 	lastWrite     sync.Map  // types.NamespacedName → time.Time of the job's last status write
 	goneWorkloads sync.Map  // types.NamespacedName → the UID of the job's Workload the operator deleted
 	tooLarge      sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
+	conflicts     sync.Map  // types.NamespacedName → status writes refused in a row with 409
 	creations     creations // pods created but not yet in the cache
 	marks         markKeys
 	rules         rulesSupport                      // whether the API server keeps container restart rules
@@ -107,17 +108,18 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, stored); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.lastWrite.Delete(req.NamespacedName)
+			r.conflicts.Delete(req.NamespacedName)
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
 			r.goneWorkloads.Delete(req.NamespacedName)
-			return r.releaseOrphaned(ctx, req.NamespacedName, "")
+			return r.releaseOrphaned(ctx, req.NamespacedName, "", false)
 		}
 		return ctrl.Result{}, err
 	}
 	if stored.GetDeletionTimestamp() != nil {
 		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
-		return r.releaseOrphaned(ctx, req.NamespacedName, "")
+		return r.releaseOrphaned(ctx, req.NamespacedName, "", slices.Contains(stored.GetFinalizers(), metav1.FinalizerDeleteDependents))
 	}
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
@@ -162,7 +164,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	p.releasePodGroups(ctx, own, p.runningGroup())
 	// A job deleted and made again under its name: the old one's Workloads go with its pods.
-	orphans, oerr := r.releaseOrphanedWorkloads(ctx, req.NamespacedName, job.UID)
+	orphans, oerr := r.releaseOrphanedWorkloads(ctx, req.NamespacedName, job.UID, false)
 	err = errors.Join(err, oerr)
 	result = soonest(result, ctrl.Result{RequeueAfter: orphans})
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
@@ -178,20 +180,35 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if err != nil {
 			return ctrl.Result{}, err // retried anyway
 		}
-		return ctrl.Result{RequeueAfter: statusConflictRecheck}, nil
+		return ctrl.Result{RequeueAfter: r.conflictRecheck(req.NamespacedName)}, nil
 	case objectTooLarge(werr):
 		r.statusTooLarge(ctx, job, werr)
 		return ctrl.Result{}, nil
 	case werr != nil:
 		return ctrl.Result{}, fmt.Errorf("updating status: %w", werr)
 	}
+	if written {
+		r.conflicts.Delete(req.NamespacedName)
+	}
 	return soonest(result, ctrl.Result{RequeueAfter: wait}), err
+}
+
+// conflictRecheck is how soon to look at a job whose status write was refused with 409 again
+// (should no newer version bring a pass first): statusConflictRecheck, doubling while the
+// refusals go on (a webhook that always refuses costs a pass per maxConflictRecheck).
+func (r *ZayaTrainingJobReconciler) conflictRecheck(key types.NamespacedName) time.Duration {
+	n := 0
+	if v, ok := r.conflicts.Load(key); ok {
+		n = v.(int)
+	}
+	r.conflicts.Store(key, n+1)
+	return min(statusConflictRecheck<<min(n, 8), maxConflictRecheck)
 }
 
 // releaseOrphaned lets Kueue's hold on a job that is gone (or going) go: its Workloads once
 // its pods are, its pod groups at once.
-func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, keep types.UID) (ctrl.Result, error) {
-	wait, err := r.releaseOrphanedWorkloads(ctx, key, keep)
+func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, keep types.UID, deletePods bool) (ctrl.Result, error) {
+	wait, err := r.releaseOrphanedWorkloads(ctx, key, keep, deletePods)
 	if err = errors.Join(err, r.releaseOrphanedGroupPods(ctx, key)); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -383,6 +400,9 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 // newer version has brought a pass before.
 const statusConflictRecheck = time.Second
 
+// maxConflictRecheck caps conflictRecheck.
+const maxConflictRecheck = time.Minute
+
 // maxRetryBackoff caps the wait before a job whose passes keep failing (API errors) is tried
 // again: client-go's default grows to 1,000 s, so a flaky API server could hold a broken
 // gang's restart for a quarter of an hour after it healed.
@@ -425,6 +445,9 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		Named("zayatrainingjob")
 	if r.KueueWorkloads {
 		b = b.Owns(&kueue.Workload{})
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerKey, indexOwningJob); err != nil {
+			return err
+		}
 	}
 	if r.Progress != nil {
 		// The poller wakes a job when its progress says something the job acts on.

@@ -426,3 +426,35 @@ func TestAFailingJobIsRetriedWithinTheCap(t *testing.T) {
 		t.Errorf("after a success the first retry waits %v", d)
 	}
 }
+
+// A status write refused with 409 is looked at again after a second, then less often while
+// the refusals go on (no pass per second per job against a webhook that always refuses), and
+// as soon as a write goes through the next refusal waits a second again.
+func TestAConflictingStatusWriteIsLookedAtAgainLessAndLessOften(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if refuse.Load() {
+				return apierrors.NewConflict(schema.GroupResource{Resource: "zayatrainingjobs"}, obj.GetName(), errors.New("refused"))
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}, job)
+	var got []time.Duration
+	for range 9 {
+		got = append(got, h.mustReconcile(t, job).RequeueAfter)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute, time.Minute}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rechecks (-want +got):\n%s", diff)
+	}
+	refuse.Store(false)
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", exited("n1", 1, now)) // a failure: something to write
+	refuse.Store(true)
+	if d := h.mustReconcile(t, job).RequeueAfter; d != time.Second {
+		t.Errorf("after a write went through the next refusal waits %v, want 1s", d)
+	}
+}

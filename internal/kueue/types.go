@@ -29,6 +29,7 @@ const (
 	PriorityClassLabel     = "kueue.x-k8s.io/priority-class"
 	MaxExecTimeLabel       = "kueue.x-k8s.io/max-exec-time-seconds"
 	JobUIDLabel            = "kueue.x-k8s.io/job-uid"
+	MultiKueueOriginLabel  = "kueue.x-k8s.io/multikueue-origin"
 	PodSetLabel            = "kueue.x-k8s.io/podset"
 	WorkloadAnnotation     = "kueue.x-k8s.io/workload"
 	PrebuiltWorkloadLabel  = "kueue.x-k8s.io/prebuilt-workload-name"

@@ -829,11 +829,9 @@ func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testin
 	}
 
 	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
-	g.Eventually(func(g Gomega) { // (envtest runs no garbage collector: the operator deletes them)
-		for _, p := range jobPods(g, ns, "llm") {
-			g.Expect(p.DeletionTimestamp).NotTo(BeNil())
-		}
-	}, timeout, interval).Should(Succeed())
+	for _, p := range jobPods(g, ns, "llm") { // the garbage collector's part: envtest runs none
+		g.Expect(k8sClient.Delete(ctx, p)).To(Succeed())
+	}
 	g.Expect(k8sClient.Create(ctx, job.DeepCopy())).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		list := &kueue.WorkloadList{}
@@ -851,5 +849,43 @@ func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testin
 		now := getWorkload(g, old)
 		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer), "the old job's Workload kept its quota")
 		g.Expect(meta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadFinished)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestKueueOrphanedPodsKeepTheirJobsQuota: a job deleted with --cascade=orphan leaves its pods
+// running, as asked (the operator deletes none); they keep the old Workload's quota until
+// they are gone, so orphaning is no way around Kueue.
+func TestKueueOrphanedPodsKeepTheirJobsQuota(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	job, wl := admittedJob(t, g, ns, "llm")
+
+	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		for _, p := range jobPods(g, ns, "llm") {
+			g.Expect(p.DeletionTimestamp).To(BeNil(), "the operator deleted a pod the user orphaned")
+		}
+		g.Expect(getWorkload(g, wl).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer))
+	}, "2s", interval).Should(Succeed())
+
+	// The garbage collector's part (envtest runs none): the pods lose their owner, the job goes.
+	for _, p := range jobPods(g, ns, "llm") {
+		g.Expect(k8sClient.Patch(ctx, p, rawMergePatch([]byte(`{"metadata":{"ownerReferences":null}}`)))).To(Succeed())
+	}
+	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &trainingv1alpha1.ZayaTrainingJob{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(getWorkload(g, wl).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while orphaned pods run")
+	}, "2s", interval).Should(Succeed())
+
+	for _, p := range jobPods(g, ns, "llm") {
+		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(getWorkload(g, wl).Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
 	}, timeout, interval).Should(Succeed())
 }
