@@ -311,7 +311,6 @@ func terminal(p *corev1.Pod) bool {
 // the next pass, so the operator must look again by itself, not wait for an unrelated change.
 func TestAStatusConflictWithNoNewerVersionIsLookedAtAgain(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	ns := newNamespace(t)
 	var refuse atomic.Int32 // status writes of the job still to refuse
 	startManagerWith(t, cfg, func(c *rest.Config, o client.Options) (client.Client, error) {
@@ -333,14 +332,7 @@ func TestAStatusConflictWithNoNewerVersionIsLookedAtAgain(t *testing.T) {
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	pods := waitPods(g, ns, "llm", 2)
-	for _, p := range pods {
-		setPodStatus(g, p, runningReady)
-	}
-	g.Eventually(func(g Gomega) {
-		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
-	}, timeout, interval).Should(Succeed())
+	pods := runGang(g, job, 2)
 
 	refuse.Store(1)
 	setPodStatus(g, pods["llm-0-1"], failedWith(1))

@@ -85,6 +85,19 @@ func explainOnFailure(t *testing.T, ns, name string) {
 	})
 }
 
+// runGang creates the job, plays its n ranks running and ready, and waits for Running.
+func runGang(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, n int) map[string]*corev1.Pod {
+	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+	pods := waitPods(g, job.Namespace, job.Name, n)
+	for _, p := range pods {
+		setPodStatus(g, p, runningReady)
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	return pods
+}
+
 func getJob(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
 	got := &trainingv1alpha1.ZayaTrainingJob{}
 	g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())

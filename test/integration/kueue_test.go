@@ -95,6 +95,34 @@ func admittedJob(t *testing.T, g *WithT, ns, name string) (*trainingv1alpha1.Zay
 	return job, wl
 }
 
+// admittedSlowJob is admittedJob whose 2 ranks run on a node and take an hour to stop (no
+// kubelet confirms their end: they stay terminating until deleted at once).
+func admittedSlowJob(t *testing.T, g *WithT, ns string) (*trainingv1alpha1.ZayaTrainingJob, *kueue.Workload) {
+	t.Helper()
+	startKueueManager(t)
+	makeFlavor(g)
+	node := makeReadyNode(g, ns+"-n")
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	})
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600)
+	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+	wl := jobWorkload(g, ns)
+	admit(g, wl, false)
+	for _, p := range waitPods(g, ns, "llm", 2) {
+		bindAndRun(g, p, node)
+	}
+	return job, wl
+}
+
+// podsGoAtOnce deletes the job's pods with no grace: their kubelet confirmed their end.
+func podsGoAtOnce(g Gomega, ns, job string) {
+	for _, p := range jobPods(g, ns, job) {
+		g.Expect(k8sClient.Delete(context.Background(), p, client.GracePeriodSeconds(0))).To(Succeed())
+	}
+}
+
 func workloadCondition(g Gomega, wl *kueue.Workload, t string) *metav1.Condition {
 	return meta.FindStatusCondition(getWorkload(g, wl).Status.Conditions, t)
 }
@@ -714,20 +742,7 @@ func TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission(t *testing
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
-	startKueueManager(t)
-	makeFlavor(g)
-	node := makeReadyNode(g, ns+"-n")
-	t.Cleanup(func() {
-		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	})
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600) // its pods stop slowly
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	wl := jobWorkload(g, ns)
-	admit(g, wl, false)
-	for _, p := range waitPods(g, ns, "llm", 2) {
-		bindAndRun(g, p, node) // bound: no kubelet confirms their end, so they stay terminating
-	}
+	job, wl := admittedSlowJob(t, g, ns)
 
 	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -746,9 +761,7 @@ func TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission(t *testing
 		g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2), "a pod was made under the admission for the old shape")
 	}, "2s", interval).Should(Succeed())
 
-	for _, p := range jobPods(g, ns, "llm") { // the kubelet confirms at last
-		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
-	}
+	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		list := &kueue.WorkloadList{}
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
@@ -765,20 +778,7 @@ func TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
-	startKueueManager(t)
-	makeFlavor(g)
-	node := makeReadyNode(g, ns+"-n")
-	t.Cleanup(func() {
-		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	})
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600)
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	wl := jobWorkload(g, ns)
-	admit(g, wl, false)
-	for _, p := range waitPods(g, ns, "llm", 2) {
-		bindAndRun(g, p, node)
-	}
+	job, wl := admittedSlowJob(t, g, ns)
 
 	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -794,9 +794,7 @@ func TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods(t *testing.T) {
 		g.Expect(meta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadFinished)).To(BeFalse())
 	}, "2s", interval).Should(Succeed())
 
-	for _, p := range jobPods(g, ns, "llm") { // the kubelet confirms
-		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
-	}
+	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		now := getWorkload(g, wl)
 		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
@@ -813,26 +811,16 @@ func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testin
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
-	startKueueManager(t)
-	makeFlavor(g)
-	node := makeReadyNode(g, ns+"-n")
-	t.Cleanup(func() {
-		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	})
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3600)
-	g.Expect(k8sClient.Create(ctx, job.DeepCopy())).To(Succeed())
-	old := jobWorkload(g, ns)
-	admit(g, old, false)
-	for _, p := range waitPods(g, ns, "llm", 2) {
-		bindAndRun(g, p, node)
-	}
+	job, old := admittedSlowJob(t, g, ns)
 
 	g.Expect(k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 	for _, p := range jobPods(g, ns, "llm") { // the garbage collector's part: envtest runs none
 		g.Expect(k8sClient.Delete(ctx, p)).To(Succeed())
 	}
-	g.Expect(k8sClient.Create(ctx, job.DeepCopy())).To(Succeed())
+	again := job.DeepCopy()
+	again.ObjectMeta = metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, Labels: job.Labels}
+	again.Status = trainingv1alpha1.ZayaTrainingJobStatus{}
+	g.Expect(k8sClient.Create(ctx, again)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		list := &kueue.WorkloadList{}
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
@@ -842,9 +830,7 @@ func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testin
 		g.Expect(getWorkload(g, old).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while the old pods still stop")
 	}, "2s", interval).Should(Succeed())
 
-	for _, p := range jobPods(g, ns, "llm") {
-		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
-	}
+	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		now := getWorkload(g, old)
 		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer), "the old job's Workload kept its quota")
@@ -882,9 +868,7 @@ func TestKueueOrphanedPodsKeepTheirJobsQuota(t *testing.T) {
 		g.Expect(getWorkload(g, wl).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while orphaned pods run")
 	}, "2s", interval).Should(Succeed())
 
-	for _, p := range jobPods(g, ns, "llm") {
-		g.Expect(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
-	}
+	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		g.Expect(getWorkload(g, wl).Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
 	}, timeout, interval).Should(Succeed())

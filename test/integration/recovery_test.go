@@ -27,18 +27,10 @@ func failedWith(code int32) corev1.PodStatus {
 func TestOperatorRestartMidRecovery(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	ctx := context.Background()
 	stop := startStoppableManager(t)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(4).Obj()
-	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	pods := waitPods(g, ns, "llm", 4)
-	for _, p := range pods {
-		setPodStatus(g, p, runningReady)
-	}
-	g.Eventually(func(g Gomega) {
-		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
-	}, timeout, interval).Should(Succeed())
+	pods := runGang(g, job, 4)
 
 	setPodStatus(g, pods["llm-0-2"], failedWith(1))
 	g.Eventually(func(g Gomega) {
