@@ -116,9 +116,9 @@ func admittedSlowJob(t *testing.T, g *WithT, ns string) (*trainingv1alpha1.ZayaT
 	return job, wl
 }
 
-// podsGoAtOnce deletes the job's pods with no grace: their kubelet confirmed their end.
-func podsGoAtOnce(g Gomega, ns, job string) {
-	for _, p := range jobPods(g, ns, job) {
+// podsGoAtOnce deletes job llm's pods with no grace: their kubelet confirmed their end.
+func podsGoAtOnce(g Gomega, ns string) {
+	for _, p := range jobPods(g, ns, "llm") {
 		g.Expect(k8sClient.Delete(context.Background(), p, client.GracePeriodSeconds(0))).To(Succeed())
 	}
 }
@@ -761,7 +761,7 @@ func TestKueueAJobReshapedWhileSuspendedNeverRunsUnderItsOldAdmission(t *testing
 		g.Expect(jobPods(g, ns, "llm")).To(HaveLen(2), "a pod was made under the admission for the old shape")
 	}, "2s", interval).Should(Succeed())
 
-	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
+	podsGoAtOnce(g, ns) // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		list := &kueue.WorkloadList{}
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns))).To(Succeed())
@@ -794,7 +794,7 @@ func TestKueueADeletedJobsQuotaGoesBackOnlyWithItsPods(t *testing.T) {
 		g.Expect(meta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadFinished)).To(BeFalse())
 	}, "2s", interval).Should(Succeed())
 
-	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
+	podsGoAtOnce(g, ns) // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		now := getWorkload(g, wl)
 		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
@@ -830,7 +830,7 @@ func TestKueueAJobMadeAgainUnderItsNameLetsTheOldWorkloadGoWithItsPods(t *testin
 		g.Expect(getWorkload(g, old).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while the old pods still stop")
 	}, "2s", interval).Should(Succeed())
 
-	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
+	podsGoAtOnce(g, ns) // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		now := getWorkload(g, old)
 		g.Expect(now.Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer), "the old job's Workload kept its quota")
@@ -868,7 +868,7 @@ func TestKueueOrphanedPodsKeepTheirJobsQuota(t *testing.T) {
 		g.Expect(getWorkload(g, wl).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer), "quota let go while orphaned pods run")
 	}, "2s", interval).Should(Succeed())
 
-	podsGoAtOnce(g, ns, "llm") // the kubelet confirms their end at last
+	podsGoAtOnce(g, ns) // the kubelet confirms their end at last
 	g.Eventually(func(g Gomega) {
 		g.Expect(getWorkload(g, wl).Finalizers).NotTo(ContainElement(kueue.ResourceInUseFinalizer))
 	}, timeout, interval).Should(Succeed())
