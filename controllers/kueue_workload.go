@@ -164,7 +164,7 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      workloadName(job),
 			Namespace: job.Namespace,
-			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID)},
+			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID), trainingv1alpha1.JobNameLabel: job.Name},
 			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), ranksHashAnnotation: ranksHash(sets),
 				jobGenerationAnnotation: specKey(job)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
@@ -960,17 +960,27 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	if !r.KueueWorkloads {
 		return 0, nil
 	}
-	list := &kueue.WorkloadList{}
-	if err := r.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{workloadOwnerKey: key.Name}); err != nil {
+	// Controlled by a job of that name, or orphaned from one (kubectl delete --cascade=orphan
+	// takes the owner off every dependent: the Workload's label and job UID still say whose).
+	owned, orphaned := &kueue.WorkloadList{}, &kueue.WorkloadList{}
+	if err := r.List(ctx, owned, client.InNamespace(key.Namespace), client.MatchingFields{workloadOwnerKey: key.Name}); err != nil {
+		return 0, fmt.Errorf("listing Workloads: %w", err)
+	}
+	if err := r.List(ctx, orphaned, client.InNamespace(key.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: key.Name}); err != nil {
 		return 0, fmt.Errorf("listing Workloads: %w", err)
 	}
 	var next time.Duration
-	for i := range list.Items {
-		wl := &list.Items[i]
-		if name, ok := owningJob(wl); !ok || name != key.Name || metav1.GetControllerOf(wl).UID == keep {
-			continue
+	for _, wl := range slices.Concat(owned.Items, orphaned.Items) {
+		uid := types.UID("")
+		if name, ok := owningJob(&wl); ok && name == key.Name {
+			uid = metav1.GetControllerOf(&wl).UID
+		} else if metav1.GetControllerOf(&wl) == nil && wl.Annotations[podSetsHashAnnotation] != "" {
+			uid = types.UID(wl.Labels[kueue.JobUIDLabel])
 		}
-		held, wait, err := r.orphanPodsHold(ctx, key, metav1.GetControllerOf(wl).UID, deletePods)
+		if uid == "" || uid == keep || !slices.Contains(wl.Finalizers, kueue.ResourceInUseFinalizer) {
+			continue // (one without the finalizer is let go already)
+		}
+		held, wait, err := r.orphanPodsHold(ctx, key, uid, deletePods)
 		if err != nil {
 			return 0, err
 		}
@@ -980,7 +990,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 			}
 			continue // their deletion (or the time it is due) brings the next look
 		}
-		if err := r.releaseWorkload(ctx, wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {
+		if err := r.releaseWorkload(ctx, &wl, kueue.ReasonOwnerNotFound, "the ZayaTrainingJob is gone"); err != nil {
 			return 0, err
 		}
 	}
@@ -994,8 +1004,12 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 // would.
 func (r *ZayaTrainingJobReconciler) orphanPodsHold(ctx context.Context, key types.NamespacedName, uid types.UID, deletePods bool) (bool, time.Duration, error) {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: key.Name}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: key.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return false, 0, fmt.Errorf("listing pods: %w", err)
+	}
+	if len(pods.Items) == 0 {
+		return false, 0, nil
 	}
 	marks, err := r.podMarkKey(ctx)
 	if err != nil {

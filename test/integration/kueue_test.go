@@ -855,10 +855,12 @@ func TestKueueOrphanedPodsKeepTheirJobsQuota(t *testing.T) {
 		g.Expect(getWorkload(g, wl).Finalizers).To(ContainElement(kueue.ResourceInUseFinalizer))
 	}, "2s", interval).Should(Succeed())
 
-	// The garbage collector's part (envtest runs none): the pods lose their owner, the job goes.
+	// The garbage collector's part (envtest runs none): every dependent loses its owner, the
+	// job goes.
 	for _, p := range jobPods(g, ns, "llm") {
 		g.Expect(k8sClient.Patch(ctx, p, rawMergePatch([]byte(`{"metadata":{"ownerReferences":null}}`)))).To(Succeed())
 	}
+	g.Expect(k8sClient.Patch(ctx, wl, rawMergePatch([]byte(`{"metadata":{"ownerReferences":null}}`)))).To(Succeed())
 	g.Expect(k8sClient.Patch(ctx, job, rawMergePatch([]byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(job), &trainingv1alpha1.ZayaTrainingJob{})
