@@ -23,7 +23,8 @@ const (
 	// podNodeKey indexes pods by the node they are bound to.
 	podNodeKey = "spec.nodeName"
 	// workloadOwnerKey indexes Kueue Workloads by the name of the ZayaTrainingJob that
-	// controls them: a pass reads its job's without a namespace's worth of copies.
+	// controls them, or that an ownerless one was orphaned from (its job-name label): a pass
+	// reads its job's without a namespace's worth of copies.
 	workloadOwnerKey = ".metadata.controller.zayatrainingjob"
 )
 
@@ -34,6 +35,14 @@ func owningJob(obj metav1.Object) (string, bool) {
 		return "", false
 	}
 	return ref.Name, true
+}
+
+// indexWorkloadJob is indexOwningJob for Workloads, and an ownerless one's job-name label.
+func indexWorkloadJob(o client.Object) []string {
+	if metav1.GetControllerOf(o) == nil && o.GetLabels()[trainingv1alpha1.JobNameLabel] != "" {
+		return []string{o.GetLabels()[trainingv1alpha1.JobNameLabel]}
+	}
+	return indexOwningJob(o)
 }
 
 func indexOwningJob(o client.Object) []string {

@@ -962,15 +962,12 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedWorkloads(ctx context.Context
 	}
 	// Controlled by a job of that name, or orphaned from one (kubectl delete --cascade=orphan
 	// takes the owner off every dependent: the Workload's label and job UID still say whose).
-	owned, orphaned := &kueue.WorkloadList{}, &kueue.WorkloadList{}
-	if err := r.List(ctx, owned, client.InNamespace(key.Namespace), client.MatchingFields{workloadOwnerKey: key.Name}); err != nil {
-		return 0, fmt.Errorf("listing Workloads: %w", err)
-	}
-	if err := r.List(ctx, orphaned, client.InNamespace(key.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: key.Name}); err != nil {
+	list := &kueue.WorkloadList{}
+	if err := r.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{workloadOwnerKey: key.Name}); err != nil {
 		return 0, fmt.Errorf("listing Workloads: %w", err)
 	}
 	var next time.Duration
-	for _, wl := range slices.Concat(owned.Items, orphaned.Items) {
+	for _, wl := range list.Items {
 		uid := types.UID("")
 		if name, ok := owningJob(&wl); ok && name == key.Name {
 			uid = metav1.GetControllerOf(&wl).UID

@@ -62,9 +62,11 @@ func (k *markKey) made(jobUID types.UID, pod metav1.Object) bool {
 	if ref == nil || ref.UID != jobUID {
 		return false
 	}
-	if pod.GetCreationTimestamp().Time.Before(k.since) {
-		return true
-	}
+	return pod.GetCreationTimestamp().Time.Before(k.since) || k.marked(jobUID, pod)
+}
+
+// marked reports whether pod carries the mark of a pod of the job of jobUID.
+func (k *markKey) marked(jobUID types.UID, pod metav1.Object) bool {
 	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
 	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
 }
@@ -72,11 +74,7 @@ func (k *markKey) made(jobUID types.UID, pod metav1.Object) bool {
 // orphaned reports whether pod, controlled by nothing, carries this operator's mark for a pod
 // of the job of jobUID: it was one of that job's ranks until it was orphaned.
 func (k *markKey) orphaned(jobUID types.UID, pod metav1.Object) bool {
-	if metav1.GetControllerOf(pod) != nil {
-		return false
-	}
-	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
-	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
+	return metav1.GetControllerOf(pod) == nil && k.marked(jobUID, pod)
 }
 
 // ownPods splits the listed pods into those this operator made for the job and the others.

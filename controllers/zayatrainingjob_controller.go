@@ -113,13 +113,13 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.creations.forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
 			r.goneWorkloads.Delete(req.NamespacedName)
-			return r.releaseOrphaned(ctx, req.NamespacedName, "", false)
+			return r.releaseOrphaned(ctx, req.NamespacedName, false)
 		}
 		return ctrl.Result{}, err
 	}
 	if stored.GetDeletionTimestamp() != nil {
 		// A Workload must not hold a foreground delete (or the quota) for a job that goes.
-		return r.releaseOrphaned(ctx, req.NamespacedName, "", slices.Contains(stored.GetFinalizers(), metav1.FinalizerDeleteDependents))
+		return r.releaseOrphaned(ctx, req.NamespacedName, slices.Contains(stored.GetFinalizers(), metav1.FinalizerDeleteDependents))
 	}
 	if !managedByOperator(stored) {
 		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
@@ -207,8 +207,8 @@ func (r *ZayaTrainingJobReconciler) conflictRecheck(key types.NamespacedName) ti
 
 // releaseOrphaned lets Kueue's hold on a job that is gone (or going) go: its Workloads once
 // its pods are, its pod groups at once.
-func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, keep types.UID, deletePods bool) (ctrl.Result, error) {
-	wait, err := r.releaseOrphanedWorkloads(ctx, key, keep, deletePods)
+func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, deletePods bool) (ctrl.Result, error) {
+	wait, err := r.releaseOrphanedWorkloads(ctx, key, "", deletePods)
 	if err = errors.Join(err, r.releaseOrphanedGroupPods(ctx, key)); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -445,7 +445,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		Named("zayatrainingjob")
 	if r.KueueWorkloads {
 		b = b.Owns(&kueue.Workload{})
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerKey, indexOwningJob); err != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerKey, indexWorkloadJob); err != nil {
 			return err
 		}
 	}

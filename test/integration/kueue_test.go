@@ -32,9 +32,12 @@ import (
 // Kueue: it admits, evicts and readmits the Workload by writing its status as Kueue's
 // scheduler does. hack/kueue-e2e.sh runs the same against a real Kueue.
 
-func startKueueManager(t *testing.T) {
+// startKueueManager starts an operator with --kueue-workloads and makes the flavor the tests'
+// admissions name.
+func startKueueManager(t *testing.T, g Gomega) {
 	t.Helper()
 	startManagerConfigured(t, cfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) { r.KueueWorkloads = true })
+	makeFlavor(g)
 }
 
 // jobWorkload waits for the job's one Workload and returns it.
@@ -85,8 +88,7 @@ func admit(g Gomega, wl *kueue.Workload, topology bool) {
 // admits its Workload and waits for its pods.
 func admittedJob(t *testing.T, g *WithT, ns, name string) (*trainingv1alpha1.ZayaTrainingJob, *kueue.Workload) {
 	t.Helper()
-	startKueueManager(t)
-	makeFlavor(g)
+	startKueueManager(t, g)
 	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
 	wl := jobWorkload(g, ns)
@@ -99,8 +101,7 @@ func admittedJob(t *testing.T, g *WithT, ns, name string) (*trainingv1alpha1.Zay
 // kubelet confirms their end: they stay terminating until deleted at once).
 func admittedSlowJob(t *testing.T, g *WithT, ns string) (*trainingv1alpha1.ZayaTrainingJob, *kueue.Workload) {
 	t.Helper()
-	startKueueManager(t)
-	makeFlavor(g)
+	startKueueManager(t, g)
 	node := makeReadyNode(g, ns+"-n")
 	t.Cleanup(func() {
 		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
@@ -139,9 +140,8 @@ func makeFlavor(g Gomega) {
 func TestKueueAdmitsEvictsAndKeepsRestartsInsideTheAdmission(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -294,9 +294,8 @@ func TestKueueSuspendReleasesTheQuotaAndDeleteFinishesTheWorkload(t *testing.T) 
 func TestKueueTopologyAssignmentGatesRanksForKueuesUngater(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("ring", ns).Nodes(4).GPUsPerNode(8).ContextParallel(16).
 		Label(kueue.QueueNameLabel, "team").
@@ -323,9 +322,8 @@ func TestKueueTopologyAssignmentGatesRanksForKueuesUngater(t *testing.T) {
 func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("far", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").ManagedBy(kueue.MultiKueueController).Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -353,9 +351,8 @@ func TestKueueMultiKueueJobOnlyGetsAWorkload(t *testing.T) {
 func TestKueuePrebuiltWorkloadIsAdopted(t *testing.T) {
 	g := NewWithT(t)
 	manager, ns := newNamespace(t), newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 
 	// MultiKueue copies the manager cluster's Workload (the operator's own, for the job there)
 	// into the worker cluster and names it on the job's copy.
@@ -548,7 +545,7 @@ func TestKueuePodGroupsNeverBlockARestartOrADelete(t *testing.T) {
 func TestKueueMissingPriorityClassIsSaidOnTheJob(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
 	class := "urgent-" + ns
 
@@ -620,9 +617,8 @@ func TestKueueJobCannotTakeAnotherJobsWorkload(t *testing.T) {
 func TestKueueEvictedGangOnALostNodeHandsTheQuotaBackAfterTerminatingTimeout(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 	node := makeReadyNode(g, ns+"-lost")
 	t.Cleanup(func() {
 		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
@@ -658,9 +654,8 @@ func TestKueueEvictedGangOnALostNodeHandsTheQuotaBackAfterTerminatingTimeout(t *
 func TestKueueQueuedJobCannotSlipPastKueue(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	startKueueManager(t)
+	startKueueManager(t, g)
 	ctx := context.Background()
-	makeFlavor(g)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
