@@ -4,7 +4,6 @@ include hack/tools/versions.env
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 BIN := $(CURDIR)/bin
-IMG ?= zaya-operator:dev
 GO_TEST_FLAGS ?=
 # Packages with unit tests: everything but the envtest and cluster suites under test/.
 UNIT_PKGS = $(shell go list ./... | grep -v -e /test/integration -e /test/e2e)
@@ -55,9 +54,9 @@ generate: ## Generate DeepCopy methods.
 build: ## Build the operator binary.
 	go build -trimpath -o $(BIN)/zaya-operator .
 
-.PHONY: docker-build
-docker-build: ## Build the operator image (needs a Docker engine).
-	docker build -t $(IMG) .
+.PHONY: images
+images: ## Build the operator, worker and fake device plugin images with no registry (hack/images.sh; needs Docker).
+	hack/images.sh
 
 ##@ Test
 

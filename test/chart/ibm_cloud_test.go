@@ -33,13 +33,17 @@ func TestIBMCloudPresetInstallsWhatIKSRuns(t *testing.T) {
 	objs := mustRender(t, "-f", ibmValues)
 
 	// Checkpoint shares owned by the workers' uid/gid (IBM's classes make them root's).
-	df, err := os.ReadFile(filepath.Join(root, "workers", "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := workerUser.FindAllStringSubmatch(string(df), -1)
-	if len(users) == 0 {
-		t.Fatal("workers/Dockerfile sets no USER uid:gid")
+	var users [][]string
+	for _, f := range []string{"Dockerfile", "Dockerfile.rocm"} {
+		df, err := os.ReadFile(filepath.Join(root, "workers", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := workerUser.FindAllStringSubmatch(string(df), -1)
+		if len(u) == 0 {
+			t.Fatalf("workers/%s sets no USER uid:gid", f)
+		}
+		users = append(users, u...)
 	}
 	sc := typed[storagev1.StorageClass](t, find(objs, "StorageClass", "", ""))
 	for _, u := range users {

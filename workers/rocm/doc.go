@@ -23,7 +23,7 @@ var ErrLibrary = errors.New("rocm: library")
 
 // ErrNotBuilt is what every call returns in a worker built without ROCm support.
 var ErrNotBuilt = errors.New("this worker was built without ROCm support: build it with -tags rocm " +
-	"(workers/Dockerfile, target rocm) to use the HIP backend or the RCCL transport")
+	"(workers/Dockerfile.rocm) to use the HIP backend or the RCCL transport")
 
 // TrainingStep is the decoder's training step resident on a GPU (OpenStep): Grad adds the
 // step's gradient into the host vector a TCP all-reduce sums and returns the summed loss,
