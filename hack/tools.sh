@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned test and cluster binaries from the Go module proxy into bin/.
 # Each group is rebuilt only when its stamp (Go version + pins + wrapper go.sum) changes.
-#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint|envtest|envtest-min]...
+#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint|envtest|envtest-min|kind|coredns]...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/tools/versions.env
@@ -20,20 +20,25 @@ stamp() { echo "$2" > "$bin/.stamp-$1"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 log() { echo "tools: $*" >&2; }
 
-build_k8s() {
+# k8s_build STAMP COMMAND...: Kubernetes commands of KUBE_VERSION from hack/tools/k8s.
+k8s_build() {
+	local name=$1; shift
 	local key; key="$gov $KUBE_VERSION $(hash_of "$root/hack/tools/k8s/go.mod" "$root/hack/tools/k8s/go.sum")"
-	fresh k8s "$key" kube-apiserver kube-scheduler kube-controller-manager kubectl && return
-	log "building kubernetes $KUBE_VERSION control plane (the slow part of a cold build: README.md, \"Time and disk\")"
+	fresh "$name" "$key" "$@" && return
+	log "building kubernetes $KUBE_VERSION $* (the slow part of a cold build: README.md, \"Time and disk\")"
 	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-	local ld="-s -w"
+	local ld="-s -w" p c
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
 	done
-	(cd "$root/hack/tools/k8s" && for c in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+	(cd "$root/hack/tools/k8s" && for c in "$@"; do
 		go build -trimpath -ldflags "$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
 	done)
-	stamp k8s "$key"
+	stamp "$name" "$key"
 }
+build_k8s() { k8s_build k8s kube-apiserver kube-scheduler kube-controller-manager kubectl; }
+# What a kind node runs besides the control plane (hack/kind).
+build_k8s_node() { k8s_build k8s-node kubelet kubeadm kube-proxy; }
 
 # The API server of the oldest supported Kubernetes (hack/tools/k8s-min), for envtest-min.
 build_k8s_min() {
@@ -81,6 +86,10 @@ build_helm() {
 	for p in lint/rules chartutil; do ld+=" -X helm.sh/helm/v3/pkg/$p.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$p.k8sVersionMinor=$HELM_KUBE_MINOR"; done
 	install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$ld" helm
 }
+build_kind() { install kind "$KIND_VERSION" sigs.k8s.io/kind "" kind; }
+# The cluster DNS kubeadm deploys, for the kind node image (hack/kind/node-image.sh): static,
+# since its image is FROM scratch.
+build_coredns() { CGO_ENABLED=0 install coredns "$COREDNS_VERSION" github.com/coredns/coredns "" coredns; }
 build_golangci_lint() { install golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint "" golangci-lint; }
 
 # envtest wants a folder holding exactly its control-plane binaries.
@@ -104,6 +113,8 @@ for t in "$@"; do
 	envtest) build_etcd; build_k8s; envtest_assets ;;
 	envtest-min) build_etcd; build_k8s_min; envtest_min_assets ;;
 	k8s) build_k8s ;;
+	kind) build_etcd; build_k8s; build_k8s_node; build_kind; build_coredns ;;
+	coredns) build_coredns ;;
 	etcd) build_etcd ;;
 	kwok) build_kwok ;;
 	controller-gen) build_controller_gen ;;
