@@ -121,6 +121,10 @@ test-min-kube: ## The integration suite on the oldest supported Kubernetes (the 
 test-e2e: build ## End-to-end tests on a local cluster of fake MI300X nodes (kwok).
 	ZAYA_CLUSTER=zaya-e2e hack/e2e.sh $(GO_TEST_FLAGS)
 
+.PHONY: test-kind
+test-kind: ## The operator on real kubelets: kind from a node image built here, fake AMD devices, the chart, every recovery path (needs Docker).
+	hack/kind/e2e.sh $(GO_TEST_FLAGS)
+
 .PHONY: test-kueue
 test-kueue: build ## Both Kueue paths against a real Kueue built from KUEUE_SRC (a v0.19 checkout); skipped without it.
 	@if [ -n "$${KUEUE_SRC:-}" ]; then hack/kueue-e2e.sh all; else echo "test-kueue: skipped: set KUEUE_SRC to a Kueue source checkout (docs/kueue.md)"; fi

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make test-kind: the operator on real kubelets. A kind cluster (one control plane, 3 workers
+# with fake MI300X devices from test/fakedeviceplugin) from the node image built here
+# (hack/kind/node-image.sh; KIND_NODE_IMAGE=kindest/node:... for users with a registry), the
+# project's images built here and loaded, the chart installed as users install it (the
+# operator runs as a pod from its image, in a namespace enforcing Pod Security "restricted"),
+# the smoke sample through it, then test/kind: training and every recovery path on the real
+# kubelet. The cluster is deleted at the end, whatever happened (KIND_KEEP=1 keeps it).
+# Extra arguments go to `go test`.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+export KIND_CLUSTER=${KIND_CLUSTER:-zaya-kind}
+export KIND_SHARED_DIR=${KIND_SHARED_DIR:-/tmp/$KIND_CLUSTER-shared}
+cluster=$root/hack/kind/cluster.sh
+log() { echo "kind-e2e: $(date +%T) $*" >&2; }
+start=$SECONDS
+
+"$root/hack/tools.sh" kind helm
+"$root/hack/images.sh"
+log "images ready after $((SECONDS - start))s"
+trap '[ "${KIND_KEEP:-}" = 1 ] || "$cluster" down' EXIT
+KUBECONFIG=$("$cluster" up 3)
+export KUBECONFIG
+log "cluster ready after $((SECONDS - start))s"
+kubectl=$bin/kubectl
+
+# The chart, as users install it, with the image loaded into the nodes.
+"$kubectl" create namespace zaya-system
+"$kubectl" label namespace zaya-system pod-security.kubernetes.io/enforce=restricted
+"$bin/helm" install zaya-operator "$root/charts/zaya-operator" -n zaya-system \
+	--set image.repository=zaya-operator --set image.tag=dev --set image.pullPolicy=Never --wait --timeout 3m
+log "operator installed after $((SECONDS - start))s"
+dump() {
+	"$kubectl" -n zaya-system logs deploy/zaya-operator --tail=200 >&2 || true
+	"$kubectl" get nodes,pods -A -o wide >&2 || true
+}
+
+# The smoke sample on the CPU worker image, without its checkpoint claim (kind's only storage
+# class cannot provision ReadWriteMany; test/kind binds its own shares).
+"$kubectl" create namespace kind-smoke
+sed -e 's#ghcr.io/zaya-operator/zaya-worker:latest#zaya-worker:dev#' -e '/^  checkpoint:/,/^      steps:/d' \
+	"$root/config/samples/smoke.yaml" | "$kubectl" apply --server-side -n kind-smoke -f -
+"$kubectl" wait -n kind-smoke --for=condition=Running --timeout=180s ztj/smoke || { dump; exit 1; }
+"$kubectl" delete namespace kind-smoke --wait
+log "smoke sample ran after $((SECONDS - start))s"
+
+ZAYA_E2E_KUBECTL=$kubectl ZAYA_KIND_SHARED_DIR=$KIND_SHARED_DIR ZAYA_KIND_WORKER_IMAGE=zaya-worker:dev \
+	go test -tags e2e -count=1 -timeout 45m "$@" ./test/kind/... || { dump; exit 1; }
+log "done after $((SECONDS - start))s"
