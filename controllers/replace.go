@@ -256,6 +256,55 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 	return next, nil
 }
 
+// lapsedRank finds, among the ranks still on their nodes while their peers stopped over a
+// peer (the first of them at since), and the ranks stopped by a signal nobody in the job sent
+// (a node shutting down stops its containers: `docker stop` of a kind node, a host powering
+// off), one whose kubelet stopped renewing its Lease: that node is lost, whatever its Node
+// says until the node lifecycle controller's grace period ends. While a Lease not renewed
+// since the stop may still lapse, it returns how long to wait; a rank whose kubelet renewed
+// since is on a live node. Too many such ranks is not one lost node: nothing.
+func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*trainingv1alpha1.JobFailure, time.Duration, error) {
+	var left []int32
+	for r, pod := range g.ranks {
+		if pod == nil || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			s := workerStatus(pod)
+			if s == nil || s.State.Terminated == nil || !signalled.MatchString(s.State.Terminated.Message) {
+				continue
+			}
+		}
+		left = append(left, int32(r))
+	}
+	if len(left) == 0 || len(left) > leaseChecksPerPass {
+		return nil, 0, nil
+	}
+	var wait time.Duration
+	for _, r := range left {
+		pod := g.ranks[r]
+		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case age < 0 || p.now.Sub(since) > age:
+			continue // no Lease to judge by, or renewed since the peers stopped
+		case age >= stale:
+			return &trainingv1alpha1.JobFailure{
+				Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
+				Node: pod.Spec.NodeName, Rank: ptr.To(r),
+				Message: truncate(fmt.Sprintf("rank %d (pod %s): its peers lost it and node %s stopped renewing its Lease (last renewed %s ago)",
+					r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
+			}, 0, nil
+		}
+		if due := stale - age; wait == 0 || due < wait {
+			wait = due
+		}
+	}
+	return nil, wait, nil
+}
+
 // hungLaggard reports whether rank, left behind by an in-place restart that began at since, still
 // runs the process its peers stopped over, and a peer that came back named it silent (the
 // reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
@@ -287,6 +336,10 @@ func hungLaggard(g gang, rank int32, since time.Time, gpusPerNode int32) bool {
 const hungRecheck = 2 * time.Second
 
 // silentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
+// signalled is how the reference worker says it stopped on its own SIGTERM (its peers say
+// "peer rank N was stopped").
+var signalled = regexp.MustCompile(`(?m)^zaya: stopped: rank \d+ was signalled at step \d+`)
+
 var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease

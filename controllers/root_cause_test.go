@@ -1,11 +1,16 @@
 package controllers
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -121,6 +126,90 @@ func TestAGoneNodeBehindThePeersStopsIsTheRoot(t *testing.T) {
 	if f == nil || *f.Rank != 1 || f.Category != "NodeLost" || f.Cascaded != 2 {
 		t.Fatalf("lastFailure %+v: want rank 1's lost node, the root of 2 stops", f)
 	}
+}
+
+// Ranks that stopped over a peer whose node is gone but still Ready (the node lifecycle
+// controller marks it after its grace period, 50 s by default): the node's Lease says it is
+// gone. While the Lease may still lapse the judgment waits, so the new gang is not placed on a
+// dead node that looks Ready; a Lease renewed since the stops means a live node.
+func TestALapsedLeaseBehindThePeersStopsIsTheRoot(t *testing.T) {
+	eof := "zaya: stopped: lost rank 8 during the all-reduce at step 120: EOF\n"
+	lease := func(h *harness, renewed time.Time) {
+		t.Helper()
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-llm-0-1", Namespace: corev1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(renewed))}}
+		_ = h.r.Delete(context.Background(), l)
+		if err := h.r.Create(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stops := func(h *harness) {
+		h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-3*time.Second), "", eof))
+		h.setPod(t, "llm-0-2", exitedSaying("n2", trainingv1alpha1.ExitStopped, now.Add(-3*time.Second), "", eof))
+	}
+
+	t.Run("lapsed", func(t *testing.T) {
+		h, job := recreateGang(t)
+		lease(h, now.Add(-25*time.Second)) // stale after 20 s
+		stops(h)
+		h.mustReconcile(t, job)
+		st := h.get(t, job).Status
+		f := st.LastFailure
+		if f == nil || *f.Rank != 1 || f.Reason != trainingv1alpha1.FailureReasonNodeLost || f.Category != "NodeLost" || f.Cascaded != 2 ||
+			!strings.Contains(f.Message, "node node-llm-0-1 stopped renewing its Lease (last renewed 25s ago)") {
+			t.Fatalf("lastFailure %+v: want rank 1's lost node, the root of 2 stops", f)
+		}
+		if len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "node-llm-0-1" {
+			t.Errorf("quarantined %+v: the new gang must avoid the lost node", st.QuarantinedNodes)
+		}
+	})
+
+	t.Run("lapsing", func(t *testing.T) {
+		h, job := recreateGang(t)
+		lease(h, now.Add(-8*time.Second)) // not renewed since the stops 3 s ago: may be lost
+		stops(h)
+		res := h.mustReconcile(t, job)
+		if st := h.get(t, job).Status; st.Restarts != 0 || st.LastFailure != nil {
+			t.Fatalf("restarts %d, lastFailure %+v: judged before the Lease could lapse", st.Restarts, st.LastFailure)
+		}
+		if res.RequeueAfter != 12*time.Second {
+			t.Errorf("requeue after %s, want 12s, when the Lease lapses", res.RequeueAfter)
+		}
+		h.r.Clock = clockAt(now.Add(12 * time.Second))
+		h.mustReconcile(t, job)
+		if f := h.get(t, job).Status.LastFailure; f == nil || *f.Rank != 1 || f.Reason != trainingv1alpha1.FailureReasonNodeLost {
+			t.Fatalf("lastFailure %+v: want rank 1's lost node once its Lease lapsed", f)
+		}
+	})
+
+	// The node shut down (docker stop, a host powering off): its kubelet's last report has
+	// rank 1 stopped by its own SIGTERM, and its peers over it.
+	t.Run("shut down", func(t *testing.T) {
+		h, job := recreateGang(t)
+		lease(h, now.Add(-25*time.Second))
+		h.setPod(t, "llm-0-1", exitedSaying("node-llm-0-1", trainingv1alpha1.ExitStopped, now.Add(-4*time.Second), "",
+			"checkpoint-step=40\nzaya: stopped: rank 1 was signalled at step 48\n"))
+		peer := "checkpoint-step=40\nzaya: stopped: peer rank 1 was stopped at step 48\n"
+		h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-3*time.Second), "", peer))
+		h.setPod(t, "llm-0-2", exitedSaying("n2", trainingv1alpha1.ExitStopped, now.Add(-3*time.Second), "", peer))
+		h.mustReconcile(t, job)
+		st := h.get(t, job).Status
+		if f := st.LastFailure; f == nil || *f.Rank != 1 || f.Reason != trainingv1alpha1.FailureReasonNodeLost ||
+			len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "node-llm-0-1" {
+			t.Fatalf("lastFailure %+v, quarantined %+v: want rank 1's lost node, kept off", f, st.QuarantinedNodes)
+		}
+	})
+
+	t.Run("renewed", func(t *testing.T) {
+		h, job := recreateGang(t)
+		lease(h, now.Add(-time.Second)) // renewed after the stops: the node is alive
+		stops(h)
+		h.mustReconcile(t, job)
+		st := h.get(t, job).Status
+		if f := st.LastFailure; f == nil || f.Reason == trainingv1alpha1.FailureReasonNodeLost || len(st.QuarantinedNodes) != 0 {
+			t.Fatalf("lastFailure %+v, quarantined %+v: a live node's rank is no lost node", f, st.QuarantinedNodes)
+		}
+	})
 }
 
 // Of ranks that stopped over peers, the one that says which peer went silent names the root,

@@ -364,9 +364,22 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 		if stoppedByPeer(pod) {
 			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
 			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
-			if f, err := p.unhealthyRank(ctx, g); err != nil {
+			f, err := p.unhealthyRank(ctx, g)
+			if err != nil {
 				return nil, 0, err
-			} else if f != nil {
+			}
+			if f == nil {
+				// A lost node's Node stays Ready for the node lifecycle controller's grace
+				// period (50 s by default), but its kubelet renews no Lease from the moment
+				// it is gone: judged on a Ready node alone, the new gang would be placed on it.
+				var wait time.Duration
+				if f, wait, err = p.lapsedRank(ctx, g, failedAt(pod)); err != nil {
+					return nil, 0, err
+				} else if f == nil && wait > 0 {
+					return nil, wait, nil
+				}
+			}
+			if f != nil {
 				p.attribute(f, nil)
 				f.Cascaded = cascaded + 1
 				return &verdict{failure: *f, counted: true}, 0, nil

@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 export KIND_CLUSTER=${KIND_CLUSTER:-zaya-kind}
-export KIND_SHARED_DIR=${KIND_SHARED_DIR:-/tmp/$KIND_CLUSTER-shared}
+export KIND_SHARED_DIR=${KIND_SHARED_DIR:-$bin/kind-shared}
 cluster=$root/hack/kind/cluster.sh
 log() { echo "kind-e2e: $(date +%T) $*" >&2; }
 start=$SECONDS
@@ -19,7 +19,8 @@ start=$SECONDS
 "$root/hack/images.sh"
 log "images ready after $((SECONDS - start))s"
 trap '[ "${KIND_KEEP:-}" = 1 ] || "$cluster" down' EXIT
-KUBECONFIG=$("$cluster" up 3)
+workers=3
+KUBECONFIG=$("$cluster" up "$workers")
 export KUBECONFIG
 log "cluster ready after $((SECONDS - start))s"
 kubectl=$bin/kubectl
@@ -27,8 +28,16 @@ kubectl=$bin/kubectl
 # The chart, as users install it, with the image loaded into the nodes.
 "$kubectl" create namespace zaya-system
 "$kubectl" label namespace zaya-system pod-security.kubernetes.io/enforce=restricted
-"$bin/helm" install zaya-operator "$root/charts/zaya-operator" -n zaya-system \
-	--set image.repository=zaya-operator --set image.tag=dev --set image.pullPolicy=Never --wait --timeout 3m
+# On the control plane: an operator on a GPU node shares that node's faults (a frozen node
+# froze the operator with it before it could replace the node's rank; docs/getting-started.md).
+values=$(mktemp)
+cat >"$values" <<'YAML'
+image: {repository: zaya-operator, tag: dev, pullPolicy: Never}
+nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+YAML
+"$bin/helm" install zaya-operator "$root/charts/zaya-operator" -n zaya-system -f "$values" --wait --timeout 3m
+rm -f "$values"
 log "operator installed after $((SECONDS - start))s"
 dump() {
 	"$kubectl" -n zaya-system logs deploy/zaya-operator --tail=200 >&2 || true
@@ -45,5 +54,6 @@ sed -e 's#ghcr.io/zaya-operator/zaya-worker:latest#zaya-worker:dev#' -e '/^  che
 log "smoke sample ran after $((SECONDS - start))s"
 
 ZAYA_E2E_KUBECTL=$kubectl ZAYA_KIND_SHARED_DIR=$KIND_SHARED_DIR ZAYA_KIND_WORKER_IMAGE=zaya-worker:dev \
+	ZAYA_KIND_CLUSTER_SCRIPT=$cluster ZAYA_KIND_WORKERS=$workers \
 	go test -tags e2e -count=1 -timeout 45m "$@" ./test/kind/... || { dump; exit 1; }
 log "done after $((SECONDS - start))s"

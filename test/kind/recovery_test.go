@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,21 +124,29 @@ func waitSucceeded(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, within time.
 	return got
 }
 
-// rankPod is the live pod of a rank, whatever attempt made it.
+// rankPod is the live pod of a rank: of the newest attempt that has one (a rank replaced in
+// place keeps its attempt), not deleted, not finished.
 func rankPod(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, rank int) corev1.Pod {
 	list := &corev1.PodList{}
 	g.Expect(k8sClient.List(context.Background(), list, client.InNamespace(job.Namespace),
-		client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
-	for _, p := range list.Items {
-		if _, spare := p.Labels[trainingv1alpha1.SpareLabel]; spare || !p.DeletionTimestamp.IsZero() {
+		client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name, trainingv1alpha1.RankLabel: fmt.Sprint(rank)})).To(Succeed())
+	var found *corev1.Pod
+	for i, p := range list.Items {
+		if _, spare := p.Labels[trainingv1alpha1.SpareLabel]; spare || !p.DeletionTimestamp.IsZero() ||
+			p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
-		if strings.HasSuffix(p.Name, fmt.Sprintf("-%d", rank)) {
-			return p
+		if found == nil || attemptOf(&p) > attemptOf(found) {
+			found = &list.Items[i]
 		}
 	}
-	g.Expect(fmt.Errorf("no live pod of rank %d", rank)).NotTo(HaveOccurred())
-	return corev1.Pod{}
+	g.Expect(found).NotTo(BeNil(), "no live pod of rank %d", rank)
+	return *found
+}
+
+func attemptOf(p *corev1.Pod) int {
+	a, _ := strconv.Atoi(p.Labels[trainingv1alpha1.AttemptLabel])
+	return a
 }
 
 // workerRun is one run of a rank's worker: its pod and how often the kubelet had restarted the
@@ -259,8 +268,22 @@ func cutNode(t *testing.T, g Gomega, node string) {
 	out, err := docker("network", "disconnect", "kind", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
-		if out, err := docker("network", "connect", "--ip", strings.TrimSpace(ip), "kind", node); err != nil {
+		if out, err := docker("network", "connect", "kind", node); err != nil {
 			t.Errorf("reconnecting %s: %v\n%s", node, err, out)
+			return
+		}
+		// Docker may hand out another address (the network's subnet is not the user's): kind's
+		// entrypoint moves a node's own configuration to its new address at boot. Either way
+		// the node's routes to the other nodes' pods went with its interface: the cluster
+		// script routes every node again.
+		if now, _ := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node); strings.TrimSpace(now) != strings.TrimSpace(ip) {
+			t.Logf("%s came back as %s (was %s): restarting it", node, strings.TrimSpace(now), strings.TrimSpace(ip))
+			if out, err := docker("restart", node); err != nil {
+				t.Errorf("restarting %s: %v\n%s", node, err, out)
+			}
+		}
+		if out, err := command(os.Getenv("ZAYA_KIND_CLUSTER_SCRIPT"), "up", os.Getenv("ZAYA_KIND_WORKERS")); err != nil {
+			t.Errorf("routing the pod network again: %v\n%s", err, out)
 		}
 		waitNodeReady(t, node)
 	})
@@ -363,9 +386,10 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 		}
 	}
 	lf := got.Status.LastFailure
-	t.Logf("%s: running again after %v, training again after %v, resumed at step %d (fault at %d), %d pods replaced, blamed %+v",
-		f.name, recovery.Round(10*time.Millisecond), advancing.Round(10*time.Millisecond), resumed, atStep, replaced, lf)
 	g.Expect(lf).NotTo(BeNil())
+	t.Logf("%s: running again after %v, training again after %v, resumed at step %d (fault at %d), %d pods replaced, blamed rank %v on %s: %s/%s (%s)",
+		f.name, recovery.Round(10*time.Millisecond), advancing.Round(10*time.Millisecond), resumed, atStep, replaced,
+		ptr.Deref(lf.Rank, -1), lf.Node, lf.Reason, lf.Category, lf.Message)
 	g.Expect(lf.Rank).To(HaveValue(Equal(int32(1))), "the root rank")
 	g.Expect(lf.Category).To(Equal(f.category))
 	g.Expect(got.Status.LastRestartMode).To(Equal(f.mode))
