@@ -59,6 +59,10 @@ type Options struct {
 	// restart rules or policy restart in place, as the kubelet's crashLoopBackOff setting of
 	// that name does (0: the kubelet's default, 300 s). The first restart is immediate.
 	MaxContainerRestartPeriod time.Duration
+	// NodeMonitorGracePeriod is how long after NodeDown the node turns NotReady, as the node
+	// lifecycle controller marks a node whose kubelet went silent (50 s by default on a real
+	// cluster); until then it looks Ready and only its Lease tells. Zero: 30 s.
+	NodeMonitorGracePeriod time.Duration
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
 	// Config is how processes reach the API server. With it, a pod that mounts its
@@ -70,6 +74,7 @@ type Options struct {
 // Agent plays kubelet for Options.Nodes.
 type Agent struct {
 	opts   Options
+	life   context.Context // Start's: nothing the agent does outlives it
 	pods   listersv1.PodLister
 	queue  workqueue.TypedRateLimitingInterface[string]
 	nodeOf map[string]bool
@@ -125,6 +130,7 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 	}
 	a := &Agent{
 		opts:   opts,
+		life:   ctx,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		nodeOf: map[string]bool{},
 		runs:   map[string]*run{},
@@ -1268,10 +1274,12 @@ func (a *Agent) Signal(ns, name string, sig syscall.Signal) error {
 	return signalContainer(cmd.Process.Pid, sig)
 }
 
-// NodeDown kills the node's kubelet: its processes die with it, its heartbeats stop, its pods
-// are never cleaned up (they stay Terminating once deleted), and the node turns NotReady at
-// once (the node lifecycle controller would after its grace period).
-func (a *Agent) NodeDown(ctx context.Context, node string) error {
+// NodeDown kills the node's kubelet: its processes die with it (SIGKILL: a power loss), its
+// heartbeats stop and its pods are never cleaned up (they stay Terminating once deleted). The
+// node still looks Ready for NodeMonitorGracePeriod, as on a real cluster (kind showed it: the
+// node lifecycle controller marks it after its grace period; until then only its lapsed Lease
+// tells), then turns NotReady.
+func (a *Agent) NodeDown(_ context.Context, node string) error {
 	a.mu.Lock()
 	a.down[node] = true
 	var runs []*run
@@ -1284,6 +1292,24 @@ func (a *Agent) NodeDown(ctx context.Context, node string) error {
 	for _, r := range runs {
 		a.stop(r, 0)
 	}
+	grace := a.opts.NodeMonitorGracePeriod
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	go func() {
+		select {
+		case <-a.life.Done():
+		case <-time.After(grace):
+			if err := a.markNotReady(a.life, node); err != nil && a.life.Err() == nil {
+				a.opts.Logf("nodeagent: marking %s NotReady: %v", node, err)
+			}
+		}
+	}()
+	return nil
+}
+
+// markNotReady is the node lifecycle controller's verdict on a node whose kubelet went silent.
+func (a *Agent) markNotReady(ctx context.Context, node string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
