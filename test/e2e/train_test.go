@@ -23,7 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -127,26 +126,9 @@ func sharedClaim(t *testing.T, ns, name string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/zaya-" + ns + "-" + name}},
-		},
-	}
+	pv, pvc := testjob.SharedClaim(ns, name, "/tmp/zaya-"+ns+"-"+name, corev1.PersistentVolumeReclaimDelete)
 	g.Expect(k8sClient.Create(ctx, pv)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: ptr.To(""), VolumeName: pv.Name,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
 	g.Eventually(func() error { return k8sClient.Create(ctx, pvc) }, timeout, interval).Should(Succeed())
 }
 

@@ -17,7 +17,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,26 +70,9 @@ func sharedClaim(t *testing.T, ns, name string) string {
 	g.Expect(os.MkdirAll(dir, 0o777)).To(Succeed())
 	g.Expect(os.Chmod(dir, 0o777)).To(Succeed()) // the worker runs as 65532
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
-		},
-	}
+	pv, pvc := testjob.SharedClaim(ns, name, dir, corev1.PersistentVolumeReclaimRetain)
 	g.Expect(k8sClient.Create(ctx, pv)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: ptr.To(""), VolumeName: pv.Name,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
 	g.Eventually(func() error { return k8sClient.Create(ctx, pvc) }, time.Minute, time.Second).Should(Succeed())
 	return name
 }
