@@ -335,11 +335,11 @@ func hungLaggard(g gang, rank int32, since time.Time, gpusPerNode int32) bool {
 // says whether the node is alive.
 const hungRecheck = 2 * time.Second
 
-// silentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
 // signalled is how the reference worker says it stopped on its own SIGTERM (its peers say
 // "peer rank N was stopped").
 var signalled = regexp.MustCompile(`(?m)^zaya: stopped: rank \d+ was signalled at step \d+`)
 
+// silentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
 var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
