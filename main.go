@@ -37,6 +37,7 @@ func main() {
 		progressInterval                                                                                                                     time.Duration
 		workerProxy                                                                                                                          string
 		hardwareTaint                                                                                                                        controllers.HardwareTaintPolicy
+		quarantineTaintMax                                                                                                                   time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, only to callers the API server authenticates (a bearer token) and authorizes (get on the /metrics non-resource URL); false: plain HTTP to anyone who reaches the port")
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&hardwareTaint.Namespaces, "hardware-taint-namespaces", 0, "taint a node training.zaya.dev/hardware-suspect:NoSchedule for every workload once jobs of this many namespaces rooted hardware failures (GPU, NIC) on it within --hardware-taint-window; 0 disables it")
 	flag.DurationVar(&hardwareTaint.Window, "hardware-taint-window", 24*time.Hour, "how far back hardware failures count towards --hardware-taint-namespaces")
 	flag.DurationVar(&hardwareTaint.Expiry, "hardware-taint-expiry", 24*time.Hour, "how long a hardware-suspect taint stays before the operator removes it")
+	flag.DurationVar(&quarantineTaintMax, "quarantine-taint-max", 24*time.Hour, "the longest a job's quarantine taint (quarantine.nodeTaint: NoSchedule, on a lost node or an unhealthy device) stays on a node before the operator removes it, whatever the job's expireAfter")
 	flag.BoolVar(&kueueWorkloads, "kueue-workloads", false, "run jobs labelled kueue.x-k8s.io/queue-name as Kueue workloads (Kueue's external-framework integration: the operator creates each job's Workload and starts the job on admission); needs Kueue v0.16+ installed with ZayaTrainingJob.v1alpha1.training.zaya.dev in integrations.externalFrameworks (docs/kueue.md)")
 	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch (default: all)")
 	flag.IntVar(&concurrency, "concurrency", 8, "ZayaTrainingJobs reconciled in parallel")
@@ -112,14 +114,15 @@ func main() {
 		}
 	}
 	reconciler := &controllers.ZayaTrainingJobReconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("zaya-operator"),
-		Clock:          clock.RealClock{},
-		PodMarkSecret:  markSecret,
-		SpareImage:     spareImage,
-		HardwareTaint:  hardwareTaint,
-		KueueWorkloads: kueueWorkloads,
+		Client:             mgr.GetClient(),
+		APIReader:          mgr.GetAPIReader(),
+		Recorder:           mgr.GetEventRecorder("zaya-operator"),
+		Clock:              clock.RealClock{},
+		PodMarkSecret:      markSecret,
+		SpareImage:         spareImage,
+		HardwareTaint:      hardwareTaint,
+		QuarantineTaintMax: quarantineTaintMax,
+		KueueWorkloads:     kueueWorkloads,
 	}
 	if progressInterval > 0 {
 		var proxy *url.URL
@@ -145,9 +148,9 @@ func main() {
 		utilruntime.Must(mgr.Add(&controllers.FailurePatterns{Reader: mgr.GetAPIReader(), Key: key,
 			Recorder: mgr.GetEventRecorder("zaya-operator"), Target: reconciler}))
 	}
-	if hardwareTaint.Namespaces > 0 {
-		utilruntime.Must(mgr.Add(&controllers.HardwareTaintExpiry{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("zaya-operator")}))
-	}
+	// Always: taints added before a restart, or by an operator with other flags, expire too.
+	utilruntime.Must(mgr.Add(&controllers.TaintExpiry{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("zaya-operator"),
+		QuarantineMax: quarantineTaintMax}))
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 

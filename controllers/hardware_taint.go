@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
@@ -119,35 +120,53 @@ func writeHardwareRoots(roots []hardwareRootEntry) string {
 	return strings.Join(items, ",")
 }
 
-// HardwareTaintExpiry removes expired hardware-suspect taints. It is a manager.Runnable.
-type HardwareTaintExpiry struct {
+// TaintExpiry removes the taints the operator added once they expire: hardware-suspect taints
+// and jobs' quarantine taints, whoever's job added them and whether or not it still exists.
+// It is a manager.Runnable.
+type TaintExpiry struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	// Every is how often nodes are looked at (default 1m).
 	Every time.Duration
+	// QuarantineMax is given to a quarantine taint with no expiry on record (an older
+	// operator's): it goes that long after it is first seen (0: 24h).
+	QuarantineMax time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
 // NeedLeaderElection is true: only the leader untaints.
-func (e *HardwareTaintExpiry) NeedLeaderElection() bool { return true }
+func (e *TaintExpiry) NeedLeaderElection() bool { return true }
 
 // Start looks at the nodes every Every until ctx ends.
-func (e *HardwareTaintExpiry) Start(ctx context.Context) error {
+func (e *TaintExpiry) Start(ctx context.Context) error {
 	every := e.Every
 	if every <= 0 {
 		every = time.Minute
 	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := e.Expire(ctx); err != nil {
-			log.FromContext(ctx).Error(err, "expiring hardware-suspect taints")
+			log.FromContext(ctx).Error(err, "expiring taints")
 		}
 	}, every)
 	return nil
 }
 
-// Expire removes the taint, and the node's record of roots, from every node whose taint expired.
-func (e *HardwareTaintExpiry) Expire(ctx context.Context) error {
+// expiringTaint is a taint the operator adds, the annotation that says when it goes, and the
+// annotations that go with it.
+type expiringTaint struct {
+	key, until string
+	also       []string
+}
+
+var expiringTaints = []expiringTaint{
+	{trainingv1alpha1.HardwareSuspectTaintKey, trainingv1alpha1.HardwareSuspectUntilAnnotation, []string{trainingv1alpha1.HardwareRootsAnnotation}},
+	{trainingv1alpha1.QuarantineTaintKey, trainingv1alpha1.QuarantineTaintUntilAnnotation, nil},
+}
+
+// Expire removes every expired taint, and its annotations, from the nodes; a quarantine taint
+// with no expiry on record is given one.
+func (e *TaintExpiry) Expire(ctx context.Context) error {
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
@@ -158,17 +177,37 @@ func (e *HardwareTaintExpiry) Expire(ctx context.Context) error {
 	}
 	for i := range nodes.Items {
 		node := &nodes.Items[i]
-		until, ok := node.Annotations[trainingv1alpha1.HardwareSuspectUntilAnnotation]
-		if !ok {
-			continue
-		}
-		if t, err := time.Parse(time.RFC3339, until); err == nil && now().Before(t) {
-			continue
-		}
 		base := node.DeepCopy()
-		delete(node.Annotations, trainingv1alpha1.HardwareSuspectUntilAnnotation)
-		delete(node.Annotations, trainingv1alpha1.HardwareRootsAnnotation)
-		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == trainingv1alpha1.HardwareSuspectTaintKey })
+		var removed []string
+		for _, x := range expiringTaints {
+			until, recorded := node.Annotations[x.until]
+			tainted := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == x.key })
+			if !recorded && x.key == trainingv1alpha1.QuarantineTaintKey && tainted {
+				limit := e.QuarantineMax
+				if limit <= 0 {
+					limit = defaultQuarantineTaintMax
+				}
+				setNodeAnnotation(node, x.until, now().Add(limit).UTC().Format(time.RFC3339))
+				continue
+			}
+			if !recorded {
+				continue
+			}
+			if t, err := time.Parse(time.RFC3339, until); err == nil && now().Before(t) {
+				continue
+			}
+			delete(node.Annotations, x.until)
+			for _, a := range x.also {
+				delete(node.Annotations, a)
+			}
+			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == x.key })
+			if tainted {
+				removed = append(removed, x.key)
+			}
+		}
+		if equality.Semantic.DeepEqual(base, node) {
+			continue
+		}
 		if err := e.Client.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 				continue // gone, or changed: the next round sees it
@@ -176,9 +215,21 @@ func (e *HardwareTaintExpiry) Expire(ctx context.Context) error {
 			return err
 		}
 		if e.Recorder != nil {
-			e.Recorder.Eventf(node, nil, corev1.EventTypeNormal, trainingv1alpha1.ReasonHardwareSuspect, "Untaint",
-				"removed %s from node %s: the taint expired", trainingv1alpha1.HardwareSuspectTaintKey, node.Name)
+			for _, key := range removed {
+				reason := trainingv1alpha1.ReasonHardwareSuspect
+				if key == trainingv1alpha1.QuarantineTaintKey {
+					reason = trainingv1alpha1.ReasonNodeReleased
+				}
+				e.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "Untaint", "removed %s from node %s: the taint expired", key, node.Name)
+			}
 		}
 	}
 	return nil
+}
+
+func setNodeAnnotation(node *corev1.Node, key, value string) {
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[key] = value
 }

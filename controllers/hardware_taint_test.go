@@ -53,7 +53,7 @@ func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) 
 	if !tainted() {
 		t.Fatal("not tainted after hardware roots in three namespaces")
 	}
-	expiry := &HardwareTaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	expiry := &TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
 	if err := expiry.Expire(ctx); err != nil || !tainted() {
 		t.Fatalf("the taint went before it expired (%v)", err)
 	}

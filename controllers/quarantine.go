@@ -78,25 +78,57 @@ func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) e
 	if err := p.suspectNode(ctx, f); err != nil {
 		return err
 	}
-	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule {
+	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule || !platformSignal(f.Reason) {
 		return nil
 	}
 	return p.taintNode(ctx, f.Node)
 }
 
-// taintNode adds training.zaya.dev/quarantined:NoSchedule to a node, once.
+// platformSignal reports whether a quarantine rests on the platform's own word about the node
+// (its kubelet lost, a device its health signals took away), the only grounds on which a job
+// may taint a node for everyone. What a tenant's workers print, how often they crash and what
+// they report are the tenant's word: they keep the node from that job alone.
+func platformSignal(reason string) bool {
+	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy
+}
+
+// defaultQuarantineTaintMax bounds how long a job's quarantine taint stays on a node when the
+// operator is given no --quarantine-taint-max.
+const defaultQuarantineTaintMax = 24 * time.Hour
+
+// quarantineTaintUntil is when a taint added now expires: the job's expireAfter, within the
+// platform's bound.
+func (p *pass) quarantineTaintUntil() time.Time {
+	limit := p.r.QuarantineTaintMax
+	if limit <= 0 {
+		limit = defaultQuarantineTaintMax
+	}
+	return p.now.Add(min(p.job.Spec.FaultTolerance.Quarantine.ExpireAfter.Duration, limit))
+}
+
+// taintNode adds training.zaya.dev/quarantined:NoSchedule to a node, once, and records when it
+// expires (the later of the recorded and this job's expiry, when another job tainted it).
 func (p *pass) taintNode(ctx context.Context, name string) error {
 	node := &corev1.Node{}
 	if err := p.r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == trainingv1alpha1.QuarantineTaintKey }) {
+	until := p.quarantineTaintUntil()
+	tainted := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == trainingv1alpha1.QuarantineTaintKey })
+	recorded, err := time.Parse(time.RFC3339, node.Annotations[trainingv1alpha1.QuarantineTaintUntilAnnotation])
+	if tainted && err == nil && !recorded.Before(until.Truncate(time.Second)) {
 		return nil
 	}
 	base := node.DeepCopy()
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
-		Key: trainingv1alpha1.QuarantineTaintKey, Value: taintValue(p.job.Namespace, p.job.Name), Effect: corev1.TaintEffectNoSchedule,
-	})
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[trainingv1alpha1.QuarantineTaintUntilAnnotation] = until.UTC().Format(time.RFC3339)
+	if !tainted {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
+			Key: trainingv1alpha1.QuarantineTaintKey, Value: taintValue(p.job.Namespace, p.job.Name), Effect: corev1.TaintEffectNoSchedule,
+		})
+	}
 	if err := p.r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
@@ -108,8 +140,10 @@ func (p *pass) taintNode(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("tainting node %s: %w", name, err)
 	}
-	p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonNodeQuarantined, "Taint", "tainted node %s %s:NoSchedule",
-		name, trainingv1alpha1.QuarantineTaintKey)
+	if !tainted {
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonNodeQuarantined, "Taint", "tainted node %s %s:NoSchedule until %s",
+			name, trainingv1alpha1.QuarantineTaintKey, node.Annotations[trainingv1alpha1.QuarantineTaintUntilAnnotation])
+	}
 	return nil
 }
 

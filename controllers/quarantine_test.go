@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -213,5 +214,120 @@ func TestARefusedTaintDoesNotBlockTheRestart(t *testing.T) {
 	}
 	if ev := h.drainEvents(); !containsPrefix(ev, "Warning NodeQuarantined could not taint node n0") {
 		t.Errorf("events %v", ev)
+	}
+}
+
+// nodeTaints are the taints on a harness node.
+func nodeTaints(t *testing.T, h *harness, name string) []corev1.Taint {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := h.r.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n.Spec.Taints
+}
+
+// What a tenant's workers print, how often they crash and what rank 0 reports are the
+// tenant's word: with quarantine.nodeTaint: NoSchedule each keeps the node from that job,
+// never from everyone (the hostile tenant's GPU-fault line, its RepeatedFailures on a node it
+// pinned itself to, its invented straggler, in place and recreated).
+func TestATenantsOwnWordsNeverTaintANode(t *testing.T) {
+	taint := func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
+	}
+	t.Run("a GPU fault it printed, recreated", func(t *testing.T) {
+		h, job := inPlaceGang(t, taint, func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+		})
+		h.setPod(t, "llm-0-2", exitedSaying("n2", 134, now, "", gpuFaultLine))
+		h.mustReconcile(t, job)
+		if q := quarantinedNames(h.get(t, job)); len(q) != 1 || q[0] != "n2/GPUHardware" {
+			t.Fatalf("quarantined %v, want n2 for this job", q)
+		}
+		if ts := nodeTaints(t, h, "n2"); len(ts) != 0 {
+			t.Errorf("node n2 tainted %v on the tenant's word", ts)
+		}
+	})
+	t.Run("a GPU fault it printed, in place", func(t *testing.T) {
+		h, job := inPlaceGang(t, taint)
+		fault := now.Add(-3 * time.Second)
+		h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+			restartedInPlace("n1", 1, 134, fault, fault.Add(time.Second))(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = gpuFaultLine
+		})
+		h.mustReconcile(t, job)
+		if q := quarantinedNames(h.get(t, job)); len(q) != 1 {
+			t.Fatalf("quarantined %v, want n1 for this job", q)
+		}
+		if ts := nodeTaints(t, h, "n1"); len(ts) != 0 {
+			t.Errorf("node n1 tainted %v on the tenant's word", ts)
+		}
+	})
+	t.Run("its repeated crashes", func(t *testing.T) {
+		h, job := inPlaceGang(t, taint, func(j *trainingv1alpha1.ZayaTrainingJob) {
+			for i := range 2 {
+				j.Status.RecentFailures = append(j.Status.RecentFailures, trainingv1alpha1.JobFailure{
+					Time: metav1.NewTime(now.Add(-time.Duration(i+1) * time.Minute)), Node: "n1", Rank: ptr.To[int32](1),
+					Reason: trainingv1alpha1.FailureReasonExitCode, Category: "Unknown",
+				})
+			}
+		})
+		fault := now.Add(-3 * time.Second)
+		h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault, fault.Add(time.Second)))
+		h.mustReconcile(t, job)
+		if q := quarantinedNames(h.get(t, job)); len(q) != 1 || q[0] != "n1/RepeatedFailures" {
+			t.Fatalf("quarantined %v, want n1 for RepeatedFailures", q)
+		}
+		if ts := nodeTaints(t, h, "n1"); len(ts) != 0 {
+			t.Errorf("node n1 tainted %v on the tenant's crashes", ts)
+		}
+	})
+}
+
+// A platform signal taints the node for a while the platform bounds, and the operator itself
+// takes the taint off when it expires; a taint with no expiry on record (an older operator's)
+// is given one.
+func TestAQuarantineTaintExpiresAndTheOperatorRemovesIt(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	job.Spec.FaultTolerance.Quarantine.NodeTaint = trainingv1alpha1.QuarantineTaintNoSchedule
+	job.Spec.FaultTolerance.Quarantine.ExpireAfter = &metav1.Duration{Duration: 8760 * time.Hour} // the tenant's year
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.r.QuarantineTaintMax = 2 * time.Hour
+	h.mustReconcile(t, job)
+	h.setPod(t, "llm-0-0", running("n0"))
+	h.mustReconcile(t, job)
+	h.setNode(t, "n0", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+	h.mustReconcile(t, job)
+	if ts := nodeTaints(t, h, "n0"); len(ts) != 1 || ts[0].Key != trainingv1alpha1.QuarantineTaintKey {
+		t.Fatalf("taints %v, want the quarantine taint for a lost node", ts)
+	}
+	n := &corev1.Node{}
+	if err := h.r.Get(context.Background(), client.ObjectKey{Name: "n0"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := n.Annotations[trainingv1alpha1.QuarantineTaintUntilAnnotation], now.Add(2*time.Hour).UTC().Format(time.RFC3339); got != want {
+		t.Errorf("taint expires %q, want %q (the platform's bound, not the job's year)", got, want)
+	}
+	ctx := context.Background()
+	expiry := &TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	if err := expiry.Expire(ctx); err != nil || len(nodeTaints(t, h, "n0")) != 1 {
+		t.Fatalf("the taint went before it expired (%v)", err)
+	}
+	expiry.Now = func() time.Time { return now.Add(3 * time.Hour) }
+	if err := expiry.Expire(ctx); err != nil || len(nodeTaints(t, h, "n0")) != 0 {
+		t.Fatalf("the taint stayed after it expired (%v): %v", err, nodeTaints(t, h, "n0"))
+	}
+
+	// An older operator's taint, with no expiry on record.
+	h.setNode(t, "n0", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: trainingv1alpha1.QuarantineTaintKey, Value: "ns.old", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	expiry.QuarantineMax = time.Hour
+	if err := expiry.Expire(ctx); err != nil || len(nodeTaints(t, h, "n0")) != 1 {
+		t.Fatalf("an older taint went at once (%v)", err)
+	}
+	expiry.Now = func() time.Time { return now.Add(5 * time.Hour) }
+	if err := expiry.Expire(ctx); err != nil || len(nodeTaints(t, h, "n0")) != 0 {
+		t.Fatalf("an older taint stayed past the expiry it was given (%v)", err)
 	}
 }

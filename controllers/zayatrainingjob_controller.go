@@ -61,6 +61,9 @@ type ZayaTrainingJobReconciler struct {
 	// HardwareTaint taints nodes cluster-wide that root hardware failures in several
 	// namespaces' jobs; off by default.
 	HardwareTaint HardwareTaintPolicy
+	// QuarantineTaintMax bounds how long a job's quarantine taint stays on a node (0: 24h);
+	// TaintExpiry removes it then.
+	QuarantineTaintMax time.Duration
 
 	// Progress polls rank 0 of each running job for its live progress (when it trains again,
 	// stragglers); nil polls none, and goodput is accounted from the pods alone.

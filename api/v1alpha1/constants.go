@@ -16,8 +16,12 @@ const (
 	// PodMarkAnnotation carries the operator's HMAC of a worker pod's identity (job UID,
 	// attempt, rank, name): a pod without a valid one is not the job's, whatever it claims.
 	PodMarkAnnotation = "training.zaya.dev/pod-mark"
-	// QuarantineTaintKey is the taint put on quarantined nodes when quarantine.nodeTaint is NoSchedule.
+	// QuarantineTaintKey is the taint put on a node a job quarantined for a platform signal
+	// (lost node, unhealthy device) when quarantine.nodeTaint is NoSchedule; removed when
+	// QuarantineTaintUntilAnnotation passes.
 	QuarantineTaintKey = "training.zaya.dev/quarantined"
+	// QuarantineTaintUntilAnnotation is when the quarantine taint expires (RFC 3339).
+	QuarantineTaintUntilAnnotation = "training.zaya.dev/quarantined-until"
 	// HardwareSuspectTaintKey is the cluster-wide taint (NoSchedule, value the category) on a
 	// node that rooted hardware failures in jobs of several namespaces (operator flag
 	// --hardware-taint-namespaces); removed when HardwareSuspectUntilAnnotation passes.

@@ -622,9 +622,12 @@ type ExitCodePolicy struct {
 
 // QuarantineSpec bounds and shapes the exclusion of failed nodes.
 type QuarantineSpec struct {
-	// nodeTaint is None (default: the node is only excluded from this job) or NoSchedule (the
-	// operator also taints it training.zaya.dev/quarantined=<namespace>.<job>:NoSchedule, with
-	// an event). The operator never removes that taint: remove it once the node is repaired.
+	// nodeTaint is None (default: the node is only excluded from this job) or NoSchedule: a
+	// node quarantined for a platform signal (its kubelet lost, a device its health signals
+	// took away) is also tainted training.zaya.dev/quarantined=<namespace>.<job>:NoSchedule,
+	// with an event, until expireAfter passes (at most the operator's --quarantine-taint-max,
+	// 24h by default), when the operator removes it. What the job's own workers print, crash
+	// or report never taints a node.
 	// +kubebuilder:default=None
 	// +optional
 	NodeTaint QuarantineTaint `json:"nodeTaint,omitempty"`

@@ -398,3 +398,40 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	fmt.Printf("kind-recovery %-26s running-again %8v training-again %8v pods-replaced %d lost-steps %d\n",
 		f.name, recovery.Round(10*time.Millisecond), advancing.Round(10*time.Millisecond), replaced, atStep-resumed)
 }
+
+// TestHangCaughtByTheKubeletsProbe freezes the only rank of a one-node job: no peer is left to
+// notice, so only the heartbeat probe the operator adds can. The real kubelet runs it (sh,
+// date and stat in the worker image), the probe writes its "zaya: hang:" line to the
+// termination log and fails, the kubelet kills the worker, and the operator must read the
+// line as a Hang of rank 0 and bring the job back to finish.
+func TestHangCaughtByTheKubeletsProbe(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	job := trainingJob(t, ns, "alone")
+	job.Spec.Nodes, job.Spec.Parallelism.ContextParallel = 1, 1
+	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	waitRunning(g, job, 0, 3*time.Minute)
+
+	before := rankPod(g, job, 0)
+	g.Eventually(func() int64 { return train.ParseLog(runLog(ns, before.Name)).Last }, 3*time.Minute, 100*time.Millisecond).
+		Should(BeNumerically(">=", ckptEvery+5), "no progress")
+	t.Logf("freezing the worker on %s (pod %s)", before.Spec.NodeName, before.Name)
+	injected := time.Now()
+	killWorker("STOP")(t, g, before.Spec.NodeName)
+
+	got := waitRunning(g, job, 1, 3*time.Minute)
+	lf := got.Status.LastFailure
+	g.Expect(lf).NotTo(BeNil())
+	t.Logf("probe: running again after %v, blamed rank %v: %s/%s (%s)", time.Since(injected).Round(10*time.Millisecond),
+		ptr.Deref(lf.Rank, -1), lf.Reason, lf.Category, lf.Message)
+	g.Expect(lf.Rank).To(HaveValue(Equal(int32(0))))
+	g.Expect(lf.Category).To(Equal("Hang"))
+	// The hang was the probe's verdict, read from the line it left in the termination log the
+	// kubelet kept, not a crash the operator guessed at.
+	g.Expect(lf.Reason).To(Equal(trainingv1alpha1.FailureReasonHang))
+	g.Expect(lf.Message).To(ContainSubstring("zaya: hang:"))
+	final := waitSucceeded(g, job)
+	g.Expect(final.Status.Restarts).To(Equal(int32(1)))
+}
