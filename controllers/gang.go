@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
@@ -321,7 +322,7 @@ func reportedCheckpoint(pod *corev1.Pod) (int64, bool) {
 		if !found {
 			continue
 		}
-		if step, err := strconv.ParseInt(v, 10, 64); err == nil && step >= 0 {
+		if step, ok := contract.ParseStep(v); ok {
 			return step, true
 		}
 	}

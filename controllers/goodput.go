@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
@@ -77,7 +78,8 @@ func (p *pass) refreshGoodput() {
 		lost = addInt(lost, addInt(l.DownMilliseconds, l.RecomputeMilliseconds))
 	}
 	g.LostMilliseconds = lost
-	g.TrainingMilliseconds = max(g.WallMilliseconds-g.StartupMilliseconds-lost, 0)
+	// Each at least 0 (the schema's bound): the differences cannot wrap.
+	g.TrainingMilliseconds = max(max(g.WallMilliseconds, 0)-max(min(g.StartupMilliseconds, g.WallMilliseconds), 0)-max(lost, 0), 0)
 	g.EffectiveTrainingTime = ""
 	if g.WallMilliseconds > 0 {
 		g.EffectiveTrainingTime = fmt.Sprintf("%.1f%%", 100*float64(g.TrainingMilliseconds)/float64(g.WallMilliseconds))
@@ -93,7 +95,7 @@ func (p *pass) goodputFailed(ctx context.Context, f trainingv1alpha1.JobFailure,
 		return
 	}
 	l := lossOf(g, f.Category)
-	l.Failures = min(l.Failures+1, math.MaxInt32)
+	l.Failures = addCount(l.Failures, 1)
 	if g.Open != nil {
 		// A failure before the last loss was seen to end: the run between may have said when
 		// it trained; else the loss runs until now.
@@ -162,7 +164,7 @@ func stepsAfter(rep liveprogress.Report, t time.Time) int64 {
 	if rep.StepSeconds <= 0 || !t.After(rep.LastStepAt) {
 		return 0
 	}
-	return int64(t.Sub(rep.LastStepAt).Seconds() / rep.StepSeconds)
+	return int64(min(t.Sub(rep.LastStepAt).Seconds()/rep.StepSeconds, contract.MaxStep))
 }
 
 // micros is a step time in seconds as status keeps it (at most a day).
@@ -356,7 +358,14 @@ func (p *pass) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, resum
 		resumed = max(o.CheckpointStep, stopped.committed)
 	}
 	if reached > resumed && pace > 0 {
-		recompute := time.Duration(min(float64(reached-resumed)*pace, float64(366*24*time.Hour/time.Second)) * float64(time.Second))
+		// Steps trained again took at most the time the job has run (a resume from an older,
+		// verified checkpoint may reach back before the failed run): what the workers say of
+		// steps and pace is their word, and no bigger.
+		trained := 366 * 24 * time.Hour
+		if st := p.job.Status.StartTime; st != nil {
+			trained = min(max(since.Sub(st.Time), 0), trained)
+		}
+		recompute := time.Duration(min(float64(reached-resumed)*pace, trained.Seconds()) * float64(time.Second))
 		l.RecomputeMilliseconds = addMillis(l.RecomputeMilliseconds, recompute)
 		p.whenStored(func() { lostSecondsTotal.WithLabelValues(category, "recompute").Add(recompute.Seconds()) })
 	}
@@ -386,7 +395,7 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 		}
 	}
 	l := lossOf(g, to)
-	l.Failures = min(l.Failures+1, math.MaxInt32)
+	l.Failures = addCount(l.Failures, 1)
 	if g.Open != nil && g.Open.Category == last.Category {
 		g.Open.Category = to
 	}
@@ -507,7 +516,7 @@ func readProgress(msg string) progressReport {
 	for line := range strings.Lines(msg) {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageTrainingStepPrefix); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			if n, ok := contract.ParseStep(v); ok {
 				r.step = n
 			}
 		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageStepSecondsPrefix); ok {
@@ -515,11 +524,11 @@ func readProgress(msg string) progressReport {
 				r.stepSeconds = f
 			}
 		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageCheckpointPrefix); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			if n, ok := contract.ParseStep(v); ok {
 				r.checkpoint = n
 			}
 		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageRestoredPrefix); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			if n, ok := contract.ParseStep(v); ok {
 				r.restored = n
 			}
 		} else if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageTrainingSincePrefix); ok {

@@ -166,3 +166,38 @@ func TestAHangFoundAfterABystanderOpenedTheRestartMovesItsLoss(t *testing.T) {
 		t.Errorf("the open loss is %+v, want Hang's", g.Open)
 	}
 }
+
+// A report whose step is at the bound, read a poll ago at the fastest pace the sanitizer
+// lets through, gives a reached step that neither wraps nor passes what the schema takes.
+func TestStepsAfterAReportNeverWrap(t *testing.T) {
+	rep := liveprogress.Report{Progress: contract.Progress{Step: contract.MaxStep, StepSeconds: 1e-300, LastStepAt: now.Add(-time.Hour)}}
+	if n := rep.Step + stepsAfter(rep, now); n < rep.Step || n > 2*contract.MaxStep {
+		t.Errorf("reached %d from a report at step %d", n, rep.Step)
+	}
+}
+
+// A worker's last words claim a step reached far past the checkpoint at the slowest pace:
+// the recompute it would cost is bounded by how long the job has run, not a year.
+func TestAWorkersClaimedStepsCostNoMoreThanTheJobRan(t *testing.T) {
+	h, job := recreateGang(t)
+	clock := h.r.Clock.(interface{ SetTime(time.Time) })
+	fault := now.Add(time.Minute)
+	clock.SetTime(fault)
+	claim := "training-step=1125899906842624\ncheckpoint-step=0\nstep-seconds=86399\nlast-step-at=" + fault.Format(time.RFC3339Nano)
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 1, fault, "", claim))
+	h.mustReconcile(t, job)
+	for i := range 4 {
+		clock.SetTime(fault.Add(time.Duration(i+1) * 5 * time.Second))
+		h.mustReconcile(t, job)
+		h.runAll(t)
+	}
+	g := h.get(t, job).Status.Goodput
+	if g == nil {
+		t.Fatal("no goodput")
+	}
+	for _, l := range g.Lost {
+		if l.RecomputeMilliseconds > (2 * time.Minute).Milliseconds() {
+			t.Errorf("%s: %v of recompute charged one minute into the job", l.Category, time.Duration(l.RecomputeMilliseconds)*time.Millisecond)
+		}
+	}
+}

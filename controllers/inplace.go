@@ -100,6 +100,9 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.LastTransitionTime.After(after) {
 		after = c.LastTransitionTime.Time
 	}
+	if after.After(p.now) {
+		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
+	}
 	table := p.r.failurePatterns()
 	pod, exit, cascaded := g.inPlaceRoot(table, after)
 	if pod == nil && g.containerRestarts > seen {

@@ -546,7 +546,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
 	p.holdForKueue(pods, wl, why)
 	if !wasHeld && ran {
-		p.job.Status.Restarts++ // the next admission starts a new attempt, as a resume does
+		p.job.Status.Restarts = addCount(p.job.Status.Restarts, 1) // the next admission starts a new attempt, as a resume does
 	}
 	if err := p.stopGang(ctx, pods); err != nil {
 		return false, ctrl.Result{}, err

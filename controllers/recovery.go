@@ -77,16 +77,16 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		}
 		recent = append(recent, metav1.Time{Time: p.now})
 	}
-	if st.Restarts == math.MaxInt32 { // a hand-written status: no next attempt number to give
+	if st.Restarts >= trainingv1alpha1.MaxStatusCount { // a hand-written status: no next attempt number the schema takes
 		p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf("status.restarts is %d, the most an attempt number can be", st.Restarts))
 		return
 	}
 	st.RestartTimes = recent
-	st.Restarts++
+	st.Restarts = addCount(st.Restarts, 1)
 	st.LastRestartMode = mode
 	var msg string
 	if mode == trainingv1alpha1.RestartModeInPlace {
-		st.InPlaceRestarts++
+		st.InPlaceRestarts = addCount(st.InPlaceRestarts, 1)
 		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, categoryWords(f))
 	} else {
 		st.ReadyNodes = 0

@@ -113,7 +113,7 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 	}
 	p.goodputBroken()
 	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
-	st.PodsReplaced = min(st.PodsReplaced+int32(len(names)), 1<<30)
+	st.PodsReplaced = addCount(st.PodsReplaced, len(names))
 	p.warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
 		strings.Join(names, ", "), why)
 	n := len(names)

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
@@ -40,7 +40,7 @@ func reportedResume(pod *corev1.Pod) resumeReport {
 	for line := range strings.Lines(msg) {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageRestoredPrefix); ok {
-			if step, err := strconv.ParseInt(v, 10, 64); err == nil && step >= 0 {
+			if step, ok := contract.ParseStep(v); ok {
 				r.step = step
 			}
 			continue
@@ -51,7 +51,7 @@ func reportedResume(pod *corev1.Pod) resumeReport {
 		}
 		v, ok = strings.CutPrefix(strings.TrimSpace(v), "step=")
 		num, detail, _ := strings.Cut(v, " ")
-		if step, err := strconv.ParseInt(num, 10, 64); ok && err == nil && step >= 0 {
+		if step, read := contract.ParseStep(num); ok && read {
 			r.corrupt = append(r.corrupt, corruptStep{step: step, detail: strings.TrimSpace(detail)})
 		}
 	}

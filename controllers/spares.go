@@ -152,7 +152,7 @@ func (p *pass) takeSpare(failed string) string {
 			slices.ContainsFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool { return r.SpareNode == node }) {
 			continue
 		}
-		st.SparesTaken = min(st.SparesTaken+1, 1<<30)
+		st.SparesTaken = addCount(st.SparesTaken, 1)
 		return node
 	}
 	return ""

@@ -170,6 +170,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	orphans, oerr := r.releaseOrphanedWorkloads(ctx, req.NamespacedName, job.UID, false)
 	err = errors.Join(err, oerr)
 	result = soonest(result, ctrl.Result{RequeueAfter: orphans})
+	p.boundStatus()
 	written, wait, werr := r.writeStatus(ctx, p, oldStatus)
 	p.emit(written)
 	switch {

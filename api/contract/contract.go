@@ -4,7 +4,10 @@
 // linking Kubernetes or controller-runtime.
 package contract
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 const (
 	// MasterPort is the rendezvous port on rank 0 (MASTER_PORT), exposed by the job's Service.
@@ -59,7 +62,19 @@ const (
 	// G<<InPlaceAttemptBits + k, k counting that generation's starts, so every start fences
 	// out the writers of the run before it, in place or not.
 	InPlaceAttemptBits = 20
+	// MaxStep is the largest step number a worker may report (a step a microsecond for 35
+	// years): the operator drops a larger one as unreadable, so no step it adds up can wrap.
+	MaxStep = 1 << 50
 )
+
+// ParseStep reads a step number a worker wrote: a decimal from 0 to MaxStep.
+func ParseStep(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > MaxStep {
+		return 0, false
+	}
+	return n, true
+}
 
 // Progress is what rank 0 reports of the job's current run at ProgressPath.
 type Progress struct {

@@ -16,6 +16,9 @@ const (
 	// PodMarkAnnotation carries the operator's HMAC of a worker pod's identity (job UID,
 	// attempt, rank, name): a pod without a valid one is not the job's, whatever it claims.
 	PodMarkAnnotation = "training.zaya.dev/pod-mark"
+	// MaxStatusCount is the schema's bound on status.restarts and status.inPlaceRestarts: the
+	// operator's counters saturate there, and a job whose restarts reach it fails.
+	MaxStatusCount = 1_000_000_000
 	// QuarantineTaintKey is the taint put on a node a job quarantined for a platform signal
 	// (lost node, unhealthy device) when quarantine.nodeTaint is NoSchedule; removed when
 	// QuarantineTaintUntilAnnotation passes.

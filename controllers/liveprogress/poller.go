@@ -345,7 +345,13 @@ func Fetch(ctx context.Context, c *http.Client, addr string, now time.Time) (con
 
 // sanitize drops what no worker could truthfully report.
 func sanitize(p contract.Progress, now time.Time) contract.Progress {
-	p.Step, p.ResumedFrom, p.CheckpointStep = max(p.Step, 0), max(p.ResumedFrom, 0), max(p.CheckpointStep, 0)
+	step := func(n int64) int64 {
+		if n < 0 || n > contract.MaxStep {
+			return 0 // no worker's: unreadable
+		}
+		return n
+	}
+	p.Step, p.ResumedFrom, p.CheckpointStep = step(p.Step), step(p.ResumedFrom), step(p.CheckpointStep)
 	p.ResumedFrom = min(p.ResumedFrom, p.Step)
 	if !(p.StepSeconds > 0 && p.StepSeconds < 86400) {
 		p.StepSeconds = 0

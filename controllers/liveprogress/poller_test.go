@@ -3,6 +3,7 @@ package liveprogress
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -101,6 +102,12 @@ func TestSanitizeDropsImpossibleValues(t *testing.T) {
 	if p.Step != 0 || p.ResumedFrom != 0 || p.CheckpointStep != 0 || p.StepSeconds != 0 ||
 		!p.TrainingSince.IsZero() || !p.LastStepAt.IsZero() || p.NodeStepSeconds != nil {
 		t.Errorf("sanitize kept %+v", p)
+	}
+	// A step past contract.MaxStep is no worker's: dropped, so the operator's step arithmetic
+	// (a step plus the steps since at the reported pace) cannot wrap.
+	p = sanitize(contract.Progress{Step: math.MaxInt64, ResumedFrom: contract.MaxStep + 1, CheckpointStep: math.MaxInt64}, now)
+	if p.Step != 0 || p.ResumedFrom != 0 || p.CheckpointStep != 0 {
+		t.Errorf("sanitize kept steps past the bound: %+v", p)
 	}
 }
 
