@@ -52,8 +52,9 @@ func (p *pass) needsSizeCheck() bool {
 }
 
 // acceptedThisGeneration reports whether this generation of the spec was accepted before (by
-// this operator or an earlier one).
+// this operator or an earlier one). The condition alone is anyone's word who may write status:
+// the operator's own marked pods of the job, which a refused spec never gets, must back it.
 func (p *pass) acceptedThisGeneration() bool {
 	c := meta.FindStatusCondition(p.job.Status.Conditions, trainingv1alpha1.ConditionCreated)
-	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.job.Generation
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.job.Generation && len(p.pods) > 0
 }

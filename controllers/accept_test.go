@@ -58,7 +58,11 @@ func TestThePodSizeIsCheckedOncePerGeneration(t *testing.T) {
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
 	stored := h.get(t, job)
-	p := &pass{r: h.r, job: stored, now: now}
+	var pods []corev1.Pod
+	for _, pod := range h.pods(t) {
+		pods = append(pods, *pod)
+	}
+	p := &pass{r: h.r, job: stored, now: now, pods: pods}
 	if p.needsSizeCheck() {
 		t.Error("an accepted generation is checked again on every pass")
 	}
@@ -98,15 +102,20 @@ func TestOversizedPodsAreRefusedUpFront(t *testing.T) {
 // said once, and the next edit must pass them.
 func TestAnAcceptedGenerationSurvivesStricterRules(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(4).Defaulted().Obj()
-	c := &job.Spec.Template.Spec.Containers[0]
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job) // accepted, its gang made: what an earlier operator left
+	h.drainEvents()
+	// This operator's rules refuse the same generation.
+	old := h.get(t, job)
+	c := &old.Spec.Template.Spec.Containers[0]
 	c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: "ZAYA_", ConfigMapRef: &corev1.ConfigMapEnvSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}})
-	if trainingv1alpha1.ValidateSpec(&job.Spec) == nil {
+	if trainingv1alpha1.ValidateSpec(&old.Spec) == nil {
 		t.Fatal("the rule this test relies on is gone")
 	}
-	job.Status.Conditions = []metav1.Condition{{Type: trainingv1alpha1.ConditionCreated, Status: metav1.ConditionTrue,
-		Reason: trainingv1alpha1.ReasonAccepted, ObservedGeneration: 4, LastTransitionTime: metav1.NewTime(now)}}
-	h := newHarness(t, interceptor.Funcs{}, job)
+	if err := h.r.Update(context.Background(), old); err != nil || old.Generation != 4 {
+		t.Fatalf("storing the spec under generation 4: %v (generation %d)", err, old.Generation)
+	}
 	for range 3 {
 		h.mustReconcile(t, job)
 	}
@@ -154,5 +163,26 @@ func TestAJobWithNoRoomForItsStatusIsRefused(t *testing.T) {
 	errs := jobSizeErrors(job)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "leave room for its status") {
 		t.Errorf("errors %v, want the job refused for its size", errs)
+	}
+}
+
+// Created=True written by someone with status access, on a spec this operator refuses: no
+// pod of the operator's backs it, so the spec is refused, not run as "accepted before".
+func TestAForgedAcceptanceRunsNoRefusedSpec(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(4).Defaulted().Obj()
+	c := &job.Spec.Template.Spec.Containers[0]
+	c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: "ZAYA_", ConfigMapRef: &corev1.ConfigMapEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}})
+	job.Status.Conditions = []metav1.Condition{{Type: trainingv1alpha1.ConditionCreated, Status: metav1.ConditionTrue,
+		Reason: trainingv1alpha1.ReasonAccepted, ObservedGeneration: 4, LastTransitionTime: metav1.NewTime(now)}}
+	h := newHarness(t, interceptor.Funcs{}, job)
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	if n := len(h.pods(t)); n != 0 {
+		t.Fatalf("%d pods made for a refused spec on a forged acceptance", n)
+	}
+	if created := condition(h.get(t, job), trainingv1alpha1.ConditionCreated); created.Status != metav1.ConditionFalse || created.Reason != trainingv1alpha1.ReasonInvalidSpec {
+		t.Errorf("Created = %+v, want False/InvalidSpec", created)
 	}
 }
