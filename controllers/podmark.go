@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,22 +38,35 @@ type markKey struct {
 	// before it was made by an operator that did not mark pods, or whose key is gone, and is
 	// trusted as before. A tenant cannot make a pod older than the key.
 	since time.Time
+	// v1Until is when this process loaded the key: a pod an earlier version marked by name
+	// alone ("v1.") is trusted if created before it, while such marks were all there was.
+	v1Until time.Time
 }
 
-// podMark is the mark of the pod of job, attempt and rank named name.
-func (k *markKey) podMark(jobUID types.UID, attempt, rank, name string) string {
+// A mark binds to one pod, not to its name: an in-place replacement makes a pod of the same
+// name, so a mark copied from a deleted pod onto a new one of that name must not pass. The
+// mark signs when it was issued, and holds only for a pod the API server created within
+// markWindow of that (creationTimestamp is the server's, no tenant sets it): a copy made once
+// the original is gone, minutes or hours later, is no rank.
+
+// markWindow is how far a marked pod's creation may be from its mark's issue: the operator
+// creates the pod right after marking it, and its clock and the API server's may differ.
+const markWindow = 5 * time.Minute
+
+// podMark is the mark of the pod of job, attempt and rank named name, issued at unix second at.
+func (k *markKey) podMark(jobUID types.UID, attempt, rank, name string, at int64) string {
 	h := hmac.New(sha256.New, k.key)
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", jobUID, attempt, rank, name)
-	return "v1." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%d", jobUID, attempt, rank, name, at)
+	return fmt.Sprintf("v2.%d.%s", at, base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16]))
 }
 
-// stamp marks a pod this operator is about to create.
-func (k *markKey) stamp(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod) {
+// stamp marks a pod this operator is about to create, now.
+func (k *markKey) stamp(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, now time.Time) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[trainingv1alpha1.PodMarkAnnotation] = k.podMark(job.UID,
-		pod.Labels[trainingv1alpha1.AttemptLabel], pod.Labels[trainingv1alpha1.RankLabel], pod.Name)
+		pod.Labels[trainingv1alpha1.AttemptLabel], pod.Labels[trainingv1alpha1.RankLabel], pod.Name, now.Unix())
 }
 
 // made reports whether this operator made pod for the job of jobUID: controlled by that job
@@ -65,10 +79,27 @@ func (k *markKey) made(jobUID types.UID, pod metav1.Object) bool {
 	return pod.GetCreationTimestamp().Time.Before(k.since) || k.marked(jobUID, pod)
 }
 
-// marked reports whether pod carries the mark of a pod of the job of jobUID.
+// marked reports whether pod carries the mark of a pod of the job of jobUID, issued within
+// markWindow of the pod's creation.
 func (k *markKey) marked(jobUID types.UID, pod metav1.Object) bool {
-	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
-	return hmac.Equal([]byte(pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]), []byte(want))
+	mark := pod.GetAnnotations()[trainingv1alpha1.PodMarkAnnotation]
+	created := pod.GetCreationTimestamp().Time
+	if strings.HasPrefix(mark, "v1.") {
+		h := hmac.New(sha256.New, k.key)
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName())
+		return created.Before(k.v1Until) && hmac.Equal([]byte(mark), []byte("v1."+base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])))
+	}
+	rest, ok := strings.CutPrefix(mark, "v2.")
+	at, _, _ := strings.Cut(rest, ".")
+	issued, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return false
+	}
+	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName(), issued)
+	if !hmac.Equal([]byte(mark), []byte(want)) {
+		return false
+	}
+	return created.IsZero() || created.Sub(time.Unix(issued, 0)).Abs() <= markWindow
 }
 
 // orphaned reports whether pod, controlled by nothing, carries this operator's mark for a pod
@@ -118,7 +149,7 @@ func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, 
 	name := r.PodMarkSecret
 	if name.Name == "" {
 		key, err := newMarkKey()
-		return &markKey{key: key, since: r.Clock.Now()}, err
+		return &markKey{key: key, since: r.Clock.Now(), v1Until: r.Clock.Now()}, err
 	}
 	// Read directly: caching Secrets would watch every Secret the operator may see.
 	secret := &corev1.Secret{}
@@ -145,7 +176,7 @@ func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, 
 	if len(key) < markKeyBytes {
 		return nil, fmt.Errorf("the pod-mark key Secret %s holds no %d-byte %q: delete it and the operator makes a new one", name, markKeyBytes, markKeyField)
 	}
-	return &markKey{key: key, since: secret.CreationTimestamp.Time}, nil
+	return &markKey{key: key, since: secret.CreationTimestamp.Time, v1Until: r.Clock.Now()}, nil
 }
 
 func newMarkKey() ([]byte, error) {

@@ -2,6 +2,10 @@ package controllers
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
 	"testing"
 	"time"
 
@@ -23,7 +27,7 @@ func TestAMarkIsBoundToTheJobAttemptRankAndName(t *testing.T) {
 		p := newWorkerPod(job, nil, 0)
 		p.Name, p.Labels[trainingv1alpha1.RankLabel], p.Labels[trainingv1alpha1.AttemptLabel] = name, rank, attempt
 		p.CreationTimestamp = metav1.NewTime(now.Add(time.Second))
-		k.stamp(job, p)
+		k.stamp(job, p, now)
 		return p
 	}
 	pod := made("llm-0-0", "0", "0")
@@ -48,7 +52,7 @@ func TestAMarkIsBoundToTheJobAttemptRankAndName(t *testing.T) {
 		"another key": func() *corev1.Pod {
 			p := made("llm-0-0", "0", "0")
 			other := &markKey{key: []byte("fedcba9876543210fedcba9876543210")}
-			other.stamp(job, p)
+			other.stamp(job, p, now)
 			return p
 		}(),
 	} {
@@ -58,6 +62,28 @@ func TestAMarkIsBoundToTheJobAttemptRankAndName(t *testing.T) {
 	}
 	if k.made("another-job", pod) {
 		t.Error("a pod counts for a job that does not control it")
+	}
+	// Replayed: the rank's pod was deleted (an in-place replacement reuses its name) and a
+	// tenant made a pod of that name an hour later with everything copied, mark included.
+	replay := pod.DeepCopy()
+	replay.CreationTimestamp = metav1.NewTime(now.Add(time.Hour))
+	if k.made(job.UID, replay) {
+		t.Error("a pod made later under a replaced rank's name, with its mark copied, counts as the rank")
+	}
+	// Marks by name alone (an earlier version's) hold for pods made before this process.
+	v1 := &markKey{key: k.key, since: now, v1Until: now.Add(time.Minute)}
+	legacy := made("llm-0-0", "0", "0")
+	{
+		h := hmac.New(sha256.New, k.key)
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", job.UID, "0", "0", "llm-0-0")
+		legacy.Annotations[trainingv1alpha1.PodMarkAnnotation] = "v1." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	}
+	if !v1.made(job.UID, legacy) {
+		t.Error("a pod an earlier version marked is not trusted after the upgrade")
+	}
+	legacy.CreationTimestamp = metav1.NewTime(now.Add(time.Hour))
+	if v1.made(job.UID, legacy) {
+		t.Error("an earlier version's mark copied onto a pod made after the upgrade counts")
 	}
 
 	old := made("llm-0-0", "0", "0")

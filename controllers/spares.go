@@ -218,7 +218,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 		}
 		pod := newSparePod(job, i, p.r.spareImage())
 		p.placeOn(pod, sparesPodSet)
-		p.marks.stamp(job, pod)
+		p.marks.stamp(job, pod, p.now)
 		if err := p.r.Create(ctx, pod); err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod
 			// costs the job its spare, never its ranks.
