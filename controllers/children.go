@@ -56,7 +56,8 @@ func newService(job *trainingv1alpha1.ZayaTrainingJob) *corev1.Service {
 		},
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
-			Selector:                 jobLabels(job),
+			// Ranks only: spares carry the job's name too, and are no peers.
+			Selector:                 map[string]string{trainingv1alpha1.JobNameLabel: job.Name, trainingv1alpha1.RoleLabel: trainingv1alpha1.RoleRank},
 			PublishNotReadyAddresses: true,
 			Ports: []corev1.ServicePort{{
 				Name: "rendezvous", Port: trainingv1alpha1.MasterPort,

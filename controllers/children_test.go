@@ -15,7 +15,7 @@ func TestNewService(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "team").Obj()
 	got := newService(job)
 	want := corev1.ServiceSpec{
-		ClusterIP: "None", Selector: map[string]string{"training.zaya.dev/job-name": "llm"}, PublishNotReadyAddresses: true,
+		ClusterIP: "None", Selector: map[string]string{"training.zaya.dev/job-name": "llm", "training.zaya.dev/role": "rank"}, PublishNotReadyAddresses: true,
 		Ports: []corev1.ServicePort{{Name: "rendezvous", Port: 29500, TargetPort: intstr.FromInt32(29500), Protocol: corev1.ProtocolTCP}},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {

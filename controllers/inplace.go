@@ -206,7 +206,7 @@ func (g gang) backAt() time.Time {
 // inPlaceOverdue escalates an in-place restart that did not bring every rank back within
 // inPlaceTimeout to a full recreate: the same restart (no more budget), a new attempt. It
 // returns how long until it is due (0: not under way, or escalated now).
-func (p *pass) inPlaceOverdue(g gang) (time.Duration, bool) {
+func (p *pass) inPlaceOverdue(ctx context.Context, g gang) (time.Duration, bool) {
 	since, ok := p.inPlaceUnderWay()
 	if !ok || g.restartedSince(since) {
 		return 0, false
@@ -222,7 +222,7 @@ func (p *pass) inPlaceOverdue(g gang) (time.Duration, bool) {
 	if due := from.Add(timeout).Sub(p.now); due > 0 {
 		return due, false
 	}
-	if len(p.job.Status.Replacing) == 0 && p.replaceLaggards(g, since, timeout) {
+	if len(p.job.Status.Replacing) == 0 && p.replaceLaggards(ctx, g, since, timeout) {
 		return timeout, false
 	}
 	laggards := 0

@@ -94,7 +94,7 @@ func workloadPodSets(job *trainingv1alpha1.ZayaTrainingJob) []kueue.PodSet {
 		TopologyRequest: topologyRequest(job),
 	}}
 	if n := wantedSpares(job); n > 0 {
-		spare := newSparePod(base, 0, DefaultSpareImage)
+		spare := newSparePod(base, 0, DefaultSpareImage, "")
 		sets = append(sets, kueue.PodSet{Name: sparesPodSet, Count: n, Template: podSetTemplate(spare)})
 	}
 	return sets

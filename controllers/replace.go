@@ -81,13 +81,13 @@ func (p *pass) replaceRanks(ctx context.Context, g gang, v verdict) bool {
 			return true
 		}
 	}
-	p.markReplaced(g, ranks, v.failure.Reason, v.failure.Message)
+	p.markReplaced(ctx, g, ranks, v.failure.Reason, v.failure.Message)
 	return true
 }
 
 // markReplaced lists ranks in status.replacing: the next pass deletes their pods (a crash in
 // between loses nothing) and creates new ones once the old are gone.
-func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
+func (p *pass) markReplaced(ctx context.Context, g gang, ranks []int32, reason, why string) {
 	st := &p.job.Status
 	var names []string
 	for _, r := range ranks {
@@ -98,7 +98,7 @@ func (p *pass) markReplaced(g gang, ranks []int32, reason, why string) {
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue
 		}
-		spare := p.takeSpare(pod.Spec.NodeName)
+		spare := p.takeSpare(ctx, pod.Spec.NodeName)
 		st.Replacing = append(st.Replacing, trainingv1alpha1.ReplacedPod{
 			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: p.now}, SpareNode: spare,
 		})
@@ -143,7 +143,7 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
 // replaceLaggards is the ladder's middle rung: an in-place restart that did not bring every
 // rank back within inPlaceTimeout replaces the pods of the ranks that are not back, once. It
 // reports false when that was done already (or cannot be), so the gang must be recreated.
-func (p *pass) replaceLaggards(g gang, since time.Time, timeout time.Duration) bool {
+func (p *pass) replaceLaggards(ctx context.Context, g gang, since time.Time, timeout time.Duration) bool {
 	var laggards []int32
 	for r, pod := range g.ranks {
 		if pod != nil && !rankBack(pod, since, g.renewed[r]) {
@@ -154,7 +154,7 @@ func (p *pass) replaceLaggards(g gang, since time.Time, timeout time.Duration) b
 	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > maxReplaced || !p.replacesPods() {
 		return false
 	}
-	p.markReplaced(g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
+	p.markReplaced(ctx, g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
 		fmt.Sprintf("not back within inPlaceTimeout (%s) of the in-place restart", timeout))
 	return true
 }
@@ -227,7 +227,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 					if going() {
 						return 0, nil // the job goes with its namespace: nothing to replace
 					}
-					p.replaceHung(g, r)
+					p.replaceHung(ctx, g, r)
 					continue
 				}
 				due = min(due, hungRecheck) // its next renewal tells a hung rank from a lost node
@@ -251,7 +251,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 		}
 		p.rerootGoodput(f)
 		p.recordFailure(f)
-		p.markReplaced(g, []int32{r}, f.Reason, f.Message)
+		p.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
 	}
 	return next, nil
 }
@@ -346,7 +346,7 @@ var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 // since the restart began), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (p *pass) replaceHung(g gang, rank int32) {
+func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
 	pod := g.ranks[rank]
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
@@ -356,7 +356,7 @@ func (p *pass) replaceHung(g gang, rank int32) {
 	}
 	p.rerootGoodput(f)
 	p.recordFailure(f)
-	p.markReplaced(g, []int32{rank}, f.Reason, f.Message)
+	p.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)
 }
 
 // leaseAge is how long ago node's kubelet last renewed its Lease, and after how long that

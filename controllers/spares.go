@@ -2,14 +2,18 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -84,13 +88,13 @@ func wantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 
 // newSparePod is the job's spare i: a rank's placement and resources (those of rank 0's pod,
 // quarantined nodes avoided), holding them with one pause container.
-func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image string) *corev1.Pod {
+func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image, sparePriorityClass string) *corev1.Pod {
 	rank := newWorkerPod(job, nil, 0)
 	rs := &rank.Spec
 	w := &rs.Containers[workerContainer(rs)]
 	labels := map[string]string{}
 	for k, v := range rank.Labels {
-		if k != trainingv1alpha1.RankLabel && k != trainingv1alpha1.AttemptLabel {
+		if k != trainingv1alpha1.RankLabel && k != trainingv1alpha1.AttemptLabel && k != trainingv1alpha1.RoleLabel {
 			labels[k] = v
 		}
 	}
@@ -103,7 +107,11 @@ func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image string) *
 		Spec: corev1.PodSpec{
 			NodeSelector: rs.NodeSelector, Affinity: rs.Affinity, Tolerations: rs.Tolerations,
 			TopologySpreadConstraints: rs.TopologySpreadConstraints,
-			PriorityClassName:         rs.PriorityClassName, SchedulerName: rs.SchedulerName,
+			// Never the template's priority: an idle spare must not preempt another team's
+			// running pods. The platform may name a class for spares (--spare-priority-class).
+			PriorityClassName: sparePriorityClass, SchedulerName: rs.SchedulerName,
+			// Where the rank it stands in for can run: its runtime class too.
+			RuntimeClassName: rs.RuntimeClassName,
 			ImagePullSecrets: rs.ImagePullSecrets, Overhead: rs.Overhead,
 			RestartPolicy:                 corev1.RestartPolicyAlways,
 			AutomountServiceAccountToken:  ptr.To(false),
@@ -144,12 +152,13 @@ func requireSpareNode(job *trainingv1alpha1.ZayaTrainingJob, ps *corev1.PodSpec,
 
 // takeSpare picks a ready spare for a rank replaced off node failed and returns its node ("":
 // none). The spare is deleted by ensureSpares; it is counted here.
-func (p *pass) takeSpare(failed string) string {
+func (p *pass) takeSpare(ctx context.Context, failed string) string {
 	st := &p.job.Status
 	for _, s := range p.spares {
 		node := s.Spec.NodeName
 		if !s.DeletionTimestamp.IsZero() || !podReady(s) || node == "" || node == failed || p.quarantined(node) ||
-			slices.ContainsFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool { return r.SpareNode == node }) {
+			slices.ContainsFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool { return r.SpareNode == node }) ||
+			p.spareNodeUnfit(ctx, node) != "" {
 			continue
 		}
 		st.SparesTaken = addCount(st.SparesTaken, 1)
@@ -157,6 +166,33 @@ func (p *pass) takeSpare(failed string) string {
 	}
 	return ""
 }
+
+// spareNodeUnfit says why a spare's node can no longer take a rank ("" if it can): it went
+// unhealthy or was lost since the spare came up, or a job or the platform tainted it (the
+// spare was placed before the taint; the rank would sit on a node everyone else avoids).
+func (p *pass) spareNodeUnfit(ctx context.Context, name string) string {
+	node := &corev1.Node{}
+	if err := p.r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			_, msg := nodeProblem(name, nil)
+			return msg
+		}
+		return fmt.Sprintf("node %s could not be read: %v", name, err)
+	}
+	if _, msg := nodeProblem(name, node); msg != "" {
+		return msg
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == trainingv1alpha1.QuarantineTaintKey || t.Key == trainingv1alpha1.HardwareSuspectTaintKey {
+			return fmt.Sprintf("node %s is tainted %s", name, t.Key)
+		}
+	}
+	return ""
+}
+
+// spareRetry is how long a spare the kubelet refused (or that failed) stays before it is made
+// again: a node that refuses it would otherwise see a new one every pass.
+const spareRetry = 30 * time.Second
 
 // quarantined reports whether the job keeps its ranks off node.
 func (p *pass) quarantined(node string) bool {
@@ -166,7 +202,7 @@ func (p *pass) quarantined(node string) bool {
 // ensureSpares deletes the spares that cannot serve (taken, surplus, finished, on a
 // quarantined node, or held while a rank waits for room), makes the missing ones once every
 // rank is placed, and reports how many are ready.
-func (p *pass) ensureSpares(ctx context.Context, g gang) error {
+func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) {
 	job := p.job
 	want := wantedSpares(job)
 	if p.place != nil {
@@ -188,6 +224,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 		}
 	}
 	var drop []*corev1.Pod
+	var retry time.Duration
 	have := map[int32]bool{}
 	var ready int32
 	for _, s := range p.spares {
@@ -196,7 +233,15 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 		if !s.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if i >= want || podFinished(s) || taken[s.Spec.NodeName] || (s.Spec.NodeName != "" && p.quarantined(s.Spec.NodeName)) {
+		if podFinished(s) && i < want && p.now.Sub(s.CreationTimestamp.Time) < spareRetry {
+			// Refused or failed: kept (its name held) until spareRetry has passed since it was made.
+			if left := spareRetry - p.now.Sub(s.CreationTimestamp.Time); retry == 0 || left < retry {
+				retry = left
+			}
+			continue
+		}
+		if i >= want || podFinished(s) || taken[s.Spec.NodeName] || (s.Spec.NodeName != "" && p.quarantined(s.Spec.NodeName)) ||
+			(s.Spec.NodeName != "" && podReady(s) && p.spareNodeUnfit(ctx, s.Spec.NodeName) != "") {
 			drop = append(drop, s)
 			continue
 		}
@@ -206,17 +251,17 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 	}
 	job.Status.ReadySpares = ready
 	if err := p.deletePods(ctx, drop, ptr.To[int64](spareGrace)); err != nil {
-		return err
+		return 0, err
 	}
 	if g.scheduled < job.Spec.Nodes {
-		return nil // a rank's pod is still to be made or placed
+		return retry, nil // a rank's pod is still to be made or placed
 	}
 	var made []string
 	for i := range want {
 		if have[i] {
 			continue
 		}
-		pod := newSparePod(job, i, p.r.spareImage())
+		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
 		p.placeOn(pod, sparesPodSet)
 		p.marks.stamp(job, pod, p.now)
 		if err := p.r.Create(ctx, pod); err != nil {
@@ -230,7 +275,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) error {
 	if len(made) > 0 {
 		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonSparesCreated, "Create", "created warm spares %s", strings.Join(made, ", "))
 	}
-	return nil
+	return retry, nil
 }
 
 // spareImage is the spares' container image.

@@ -7,6 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -140,5 +143,83 @@ func TestAFinishedJobKeepsNoSpare(t *testing.T) {
 	}
 	if got := spareNames(h, t); len(got) != 0 {
 		t.Errorf("spares %v outlive the job's success", got)
+	}
+}
+
+// Spares are good neighbours: no template priority (an idle spare must preempt nobody), the
+// template's runtime class (where the rank it stands in for can run), and no peer in the
+// rendezvous Service.
+func TestASpareNeverPreemptsAndRunsWhereItsRankCould(t *testing.T) {
+	h, job := inPlaceGang(t, withSpares(1), func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.Template.Spec.PriorityClassName = "team-critical"
+		j.Spec.Template.Spec.RuntimeClassName = ptr.To("rocm")
+	})
+	s := h.pods(t)["llm-spare-0"]
+	if s == nil {
+		t.Fatal("no spare")
+	}
+	if s.Spec.PriorityClassName != "" || s.Spec.RuntimeClassName == nil || *s.Spec.RuntimeClassName != "rocm" {
+		t.Errorf("spare priority class %q, runtime class %v: want none, and the template's rocm", s.Spec.PriorityClassName, s.Spec.RuntimeClassName)
+	}
+	svc := newService(h.get(t, job))
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	if sel.Matches(labels.Set(s.Labels)) || !sel.Matches(labels.Set(h.pods(t)["llm-0-1"].Labels)) {
+		t.Errorf("the rendezvous Service (selector %v) selects the spare, or misses rank 1", svc.Spec.Selector)
+	}
+	h.r.SparePriorityClass = "zaya-spare"
+	if got := newSparePod(h.get(t, job), 0, DefaultSpareImage, h.r.SparePriorityClass); got.Spec.PriorityClassName != "zaya-spare" {
+		t.Errorf("spare priority class %q, want the platform's zaya-spare", got.Spec.PriorityClassName)
+	}
+}
+
+// A spare whose node another job quarantined with a taint, or whose GPUs went unhealthy, since
+// it came up is not taken: the rank would land where everyone else keeps off.
+func TestASpareOnANodeGoneBadIsNotTaken(t *testing.T) {
+	for name, spoil := range map[string]func(*corev1.Node){
+		"tainted by another job": func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: trainingv1alpha1.QuarantineTaintKey, Value: "other.job", Effect: corev1.TaintEffectNoSchedule})
+		},
+		"an unhealthy GPU": func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, job := inPlaceGang(t, withSpares(1))
+			h.runAll(t)
+			h.mustReconcile(t, job)
+			h.setNode(t, "node-llm-spare-0", spoil)
+			h.setNode(t, "node-llm-0-1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+			h.mustReconcile(t, job)
+			st := h.get(t, job).Status
+			if len(st.Replacing) != 1 || st.Replacing[0].SpareNode != "" || st.SparesTaken != 0 {
+				t.Errorf("replacing %+v, sparesTaken %d: want rank 1 replaced without the spare", st.Replacing, st.SparesTaken)
+			}
+		})
+	}
+}
+
+// A spare the kubelet refused is made again no sooner than spareRetry after it was made, not
+// on every pass.
+func TestARefusedSpareIsRetriedAfterABackoff(t *testing.T) {
+	h, job := inPlaceGang(t, withSpares(1))
+	first := h.pods(t)["llm-spare-0"]
+	if first == nil {
+		t.Fatal("no spare")
+	}
+	h.setPod(t, "llm-spare-0", func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-x"
+		p.Status.Phase, p.Status.Reason = corev1.PodFailed, "OutOfamd.com/gpu"
+		p.CreationTimestamp = metav1.NewTime(now)
+	})
+	res := h.mustReconcile(t, job)
+	if got := h.pods(t)["llm-spare-0"]; got == nil || got.UID != first.UID {
+		t.Fatalf("the refused spare was replaced at once")
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > spareRetry {
+		t.Errorf("requeue after %v, want within %v", res.RequeueAfter, spareRetry)
+	}
+	h.r.Clock.(interface{ SetTime(time.Time) }).SetTime(now.Add(spareRetry))
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	if got := h.pods(t)["llm-spare-0"]; got != nil && got.UID == first.UID {
+		t.Errorf("the refused spare was not made again after %v", spareRetry)
 	}
 }

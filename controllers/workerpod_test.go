@@ -63,7 +63,7 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "llm-3-1", Namespace: "team",
 			Labels: map[string]string{
-				"team": "llm", "training.zaya.dev/job-name": "llm", "training.zaya.dev/rank": "1", "training.zaya.dev/attempt": "3",
+				"team": "llm", "training.zaya.dev/job-name": "llm", "training.zaya.dev/rank": "1", "training.zaya.dev/attempt": "3", "training.zaya.dev/role": "rank",
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "training.zaya.dev/v1alpha1", Kind: "ZayaTrainingJob", Name: "llm", UID: "uid-1",

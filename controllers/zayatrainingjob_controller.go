@@ -57,6 +57,9 @@ type ZayaTrainingJobReconciler struct {
 
 	// SpareImage is the warm spares' container image (default DefaultSpareImage).
 	SpareImage string
+	// SparePriorityClass is the warm spares' priority class ("": none, the cluster's default;
+	// never the template's, so that an idle spare preempts nobody).
+	SparePriorityClass string
 
 	// HardwareTaint taints nodes cluster-wide that root hardware failures in several
 	// namespaces' jobs; off by default.
@@ -324,14 +327,15 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	inPlaceDue, escalated := p.inPlaceOverdue(gang)
+	inPlaceDue, escalated := p.inPlaceOverdue(ctx, gang)
 	if escalated {
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
 	if err := p.deleteReplaced(ctx, gang); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := p.ensureSpares(ctx, gang); err != nil {
+	spareDue, err := p.ensureSpares(ctx, gang)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -358,7 +362,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	progress := p.updateProgress(gang)
 	return soonest(progress, ctrl.Result{RequeueAfter: p.settleGoodput(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
-		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}), nil
+		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue}), nil
 }
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a

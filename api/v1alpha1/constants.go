@@ -11,6 +11,11 @@ const (
 	RankLabel = "training.zaya.dev/rank"
 	// AttemptLabel is the restart attempt (status.restarts) a pod belongs to.
 	AttemptLabel = "training.zaya.dev/attempt"
+	// RoleLabel is "rank" on a worker pod: the rendezvous Service selects it, so warm spares
+	// (which carry the job's name label) are never published as peers.
+	RoleLabel = "training.zaya.dev/role"
+	// RoleRank is RoleLabel's value on a rank's pod.
+	RoleRank = "rank"
 	// SpareLabel marks a warm spare pod (faultTolerance.spares) with its index.
 	SpareLabel = "training.zaya.dev/spare"
 	// PodMarkAnnotation carries the operator's HMAC of a worker pod's identity (job UID,
