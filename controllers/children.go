@@ -55,7 +55,7 @@ func newService(job *trainingv1alpha1.ZayaTrainingJob) *corev1.Service {
 			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
 		},
 		Spec: corev1.ServiceSpec{
-			ClusterIP:                corev1.ClusterIPNone,
+			ClusterIP: corev1.ClusterIPNone,
 			// Ranks only: spares carry the job's name too, and are no peers.
 			Selector:                 map[string]string{trainingv1alpha1.JobNameLabel: job.Name, trainingv1alpha1.RoleLabel: trainingv1alpha1.RoleRank},
 			PublishNotReadyAddresses: true,
