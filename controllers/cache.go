@@ -105,8 +105,9 @@ func slimPod(o any) (any, error) {
 	for i, c := range p.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules}
 	}
+	// HostNetwork: a rank on the node's network is never polled (progressAddr).
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
-		RestartPolicy: p.Spec.RestartPolicy, Containers: containers, SchedulingGates: p.Spec.SchedulingGates}
+		RestartPolicy: p.Spec.RestartPolicy, Containers: containers, SchedulingGates: p.Spec.SchedulingGates, HostNetwork: p.Spec.HostNetwork}
 	return p, nil
 }
 

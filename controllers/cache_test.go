@@ -102,3 +102,22 @@ func TestSlimPodKeepsWhatTheReconcilerReads(t *testing.T) {
 		t.Errorf("kept the bulk: %+v", slim.Spec)
 	}
 }
+
+// A rank on the host's network is never polled: its address is the node's, and whatever
+// serves port 9400 there is not the worker. The check reads the pod as the cache keeps it.
+func TestAHostNetworkRankIsNeverPolledFromTheCache(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: true, NodeName: "n1", Containers: []corev1.Container{{Name: "worker"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7", HostIP: "10.0.0.7"}}
+	slim, err := slimPod(pod.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := slim.(*corev1.Pod)
+	if !cached.Spec.HostNetwork {
+		t.Error("the cache drops spec.hostNetwork")
+	}
+	cached.Spec.HostNetwork = false // a pod whose spec says nothing, on the node's address all the same
+	if addr := progressAddr(gang{ranks: []*corev1.Pod{cached}}, 0); addr != "" {
+		t.Errorf("a rank on the node's address is polled at %s", addr)
+	}
+}

@@ -24,7 +24,7 @@ func progressAddr(g gang, rank int) string {
 	}
 	pod := g.ranks[rank]
 	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Spec.HostNetwork ||
-		net.ParseIP(pod.Status.PodIP) == nil {
+		net.ParseIP(pod.Status.PodIP) == nil || pod.Status.PodIP == pod.Status.HostIP {
 		return ""
 	}
 	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(contract.ProgressPort))
