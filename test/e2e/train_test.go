@@ -94,7 +94,7 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 // supervise runs the container's command under zaya-supervisor, as an image whose
 // entrypoint wraps its worker would (the process-backed node runs host binaries: the worker
 // is named by its path).
-func supervise(t *testing.T, c *corev1.Container) {
+func supervise(t testing.TB, c *corev1.Container) {
 	t.Helper()
 	if os.Getenv("ZAYA_E2E_SUPERVISOR") == "" {
 		t.Fatal("ZAYA_E2E_SUPERVISOR (the zaya-supervisor binary) is not set: run through make test-e2e")
@@ -122,7 +122,7 @@ func clientset(t *testing.T) *kubernetes.Clientset {
 }
 
 // sharedClaim is a claim bound to a volume of its own (the agent backs it with a folder).
-func sharedClaim(t *testing.T, ns, name string) {
+func sharedClaim(t testing.TB, ns, name string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -162,7 +162,7 @@ func getJob(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.Z
 	return got
 }
 
-func waitSucceeded(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, within time.Duration) *trainingv1alpha1.ZayaTrainingJob {
+func waitSucceeded(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob, within time.Duration) *trainingv1alpha1.ZayaTrainingJob {
 	t.Helper()
 	var got *trainingv1alpha1.ZayaTrainingJob
 	NewWithT(t).Eventually(func(g Gomega) {
@@ -247,7 +247,17 @@ func TestTrainingJobSurvivesChaos(t *testing.T) {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
-			table, r, n := chaosRun(t, a, ns, v, steps, nFaults, seed, want)
+			rec := &errorRecorder{TB: t}
+			defer func() {
+				// The run's log is long and CI keeps its ends: say every failure again there.
+				for _, m := range rec.msgs {
+					if len(m) > 800 {
+						m = m[:800] + "..."
+					}
+					fmt.Fprintf(&report, "%s FAILED: %s\n", v.name, m)
+				}
+			}()
+			table, r, n := chaosRun(rec, a, ns, v, steps, nFaults, seed, want)
 			report.WriteString(table)
 			right, total = right+r, total+n
 		})
@@ -272,7 +282,7 @@ type restartVariant struct {
 
 // chaosRun trains the reference job again under nFaults faults, restarting as v says, checks
 // the outcome against the uninterrupted run's parameters and returns its table.
-func chaosRun(t *testing.T, a *nodeagent.Agent, ns string, v restartVariant, steps, nFaults int, seed uint64, want []byte) (string, int, int) {
+func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, steps, nFaults int, seed uint64, want []byte) (string, int, int) {
 	ctx := context.Background()
 	name := "chaos-" + strings.ToLower(v.name)
 	sharedClaim(t, ns, name)
@@ -495,7 +505,7 @@ var blamedFor = map[string]string{
 // category, checks that status.goodput counts the failures by category as they were played,
 // and that its effective training time is within 2 percentage points of the truth: the time
 // the steps of the final result took, from rank 0's logs of every run, over the wall time.
-func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, final *trainingv1alpha1.ZayaTrainingJob, runs []train.Progress) (int, string) {
+func checkAttribution(t testing.TB, v restartVariant, records []faultRecord, final *trainingv1alpha1.ZayaTrainingJob, runs []train.Progress) (int, string) {
 	t.Helper()
 	right := 0
 	want := map[string]int32{}
@@ -536,7 +546,7 @@ func checkAttribution(t *testing.T, v restartVariant, records []faultRecord, fin
 }
 
 // rank0Runs reads the log of every run of job's rank 0: every pod, every in-place restart.
-func rank0Runs(t *testing.T, a *nodeagent.Agent, ns, job string) []train.Progress {
+func rank0Runs(t testing.TB, a *nodeagent.Agent, ns, job string) []train.Progress {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(a.WorkDir(), "pods", ns+"_"+job+"-*-0_*", "worker.*.log"))
 	var runs []train.Progress
@@ -554,7 +564,7 @@ func rank0Runs(t *testing.T, a *nodeagent.Agent, ns, job string) []train.Progres
 }
 
 // logRuns logs each run of rank 0 in order: its steps and when, and the gap before it.
-func logRuns(t *testing.T, runs []train.Progress) {
+func logRuns(t testing.TB, runs []train.Progress) {
 	type span struct {
 		first, last     int64
 		firstAt, lastAt time.Time
@@ -622,7 +632,7 @@ func usefulTime(runs []train.Progress) time.Duration {
 
 // corruptNewestStep flips one byte in the middle of a data shard of the newest committed
 // checkpoint step under dir and returns that step.
-func corruptNewestStep(t *testing.T, dir string) int64 {
+func corruptNewestStep(t testing.TB, dir string) int64 {
 	t.Helper()
 	steps, err := filepath.Glob(filepath.Join(dir, "step-*", "manifest*.json"))
 	if err != nil || len(steps) == 0 {
@@ -648,4 +658,28 @@ func corruptNewestStep(t *testing.T, dir string) int64 {
 		t.Fatalf("step directory %s: %v", sd, err)
 	}
 	return step
+}
+
+// errorRecorder keeps the failures a test reports, to say them again at the end of its log.
+type errorRecorder struct {
+	testing.TB
+	msgs []string
+}
+
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.TB.Helper()
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+	r.TB.Errorf(format, args...)
+}
+
+func (r *errorRecorder) Fatalf(format string, args ...any) {
+	r.TB.Helper()
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+	r.TB.Fatalf(format, args...)
+}
+
+func (r *errorRecorder) Fatal(args ...any) {
+	r.TB.Helper()
+	r.msgs = append(r.msgs, fmt.Sprint(args...))
+	r.TB.Fatal(args...)
 }
