@@ -138,6 +138,16 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 	} else if moved {
 		mode = trainingv1alpha1.RestartModeRecreate
 	}
+	if s := workerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.failure.Reason == trainingv1alpha1.FailureReasonHang &&
+		s != nil && s.State.Terminated != nil && !v.fatal {
+		// The kubelet killed the worker on its liveness probe, and container restart rules
+		// cover only a container's own exits: it stays down (seen on kind's real kubelet, where
+		// test/nodeagent restarted it). The rank gets a new pod while the others restart in place.
+		v.pod = pod
+		if p.replaceRanks(ctx, g, v) {
+			return true, nil
+		}
+	}
 	p.recover(ctx, v, mode)
 	return true, nil
 }

@@ -369,3 +369,24 @@ func TestAnInPlaceRestartsWritesDoNotGrowWithTheGang(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet killed a hung worker on its liveness probe; container restart rules cover only
+// a container's own exits, so the real kubelet leaves it down (kind, v1.36). The operator
+// gives that rank a new pod at once rather than waiting inPlaceTimeout for it to come back.
+func TestAWorkerKilledByItsProbeGetsANewPod(t *testing.T) {
+	h, job := inPlaceGang(t)
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+		running("node-llm-0-1")(p)
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 137, Reason: "Error", FinishedAt: metav1.NewTime(now.Add(-time.Second)), Message: "zaya: hang: no heartbeat for 30s\n"}}}}
+	})
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.LastFailure == nil || st.LastFailure.Reason != trainingv1alpha1.FailureReasonHang || ptr.Deref(st.LastFailure.Rank, -1) != 1 {
+		t.Fatalf("lastFailure %+v, want rank 1's Hang", st.LastFailure)
+	}
+	if len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.LastRestartMode != trainingv1alpha1.RestartModeInPlace {
+		t.Errorf("replacing %+v (mode %s): want rank 1 given a new pod while the others restart in place", st.Replacing, st.LastRestartMode)
+	}
+}

@@ -420,6 +420,12 @@ func TestHangCaughtByTheKubeletsProbe(t *testing.T) {
 	t.Logf("freezing the worker on %s (pod %s)", before.Spec.NodeName, before.Name)
 	injected := time.Now()
 	killWorker("STOP")(t, g, before.Spec.NodeName)
+	defer func() {
+		if t.Failed() {
+			out, _ := kubectl("get", "pods", "-n", ns, "-o", "yaml")
+			t.Logf("the job's pods:\n%s", out)
+		}
+	}()
 
 	got := waitRunning(g, job, 1, 3*time.Minute)
 	lf := got.Status.LastFailure

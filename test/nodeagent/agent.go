@@ -111,6 +111,10 @@ type run struct {
 	termPath  string
 	container corev1.Container
 	ready     bool // the readiness probe's last verdict, as reported
+	// probeKilled: the liveness probe killed the running process. The real kubelet then
+	// restarts the container by its restart policy alone: restart rules cover only the
+	// container's own exits (seen on kind, v1.36).
+	probeKilled bool
 }
 
 const gpuCapacity = 8
@@ -601,7 +605,8 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 		code, finishedAt := exitCode(err), metav1.Now()
 		close(inst)
 		a.mu.Lock()
-		down, stopping := a.down[r.node], r.stopping
+		down, stopping, probeKilled := a.down[r.node], r.stopping, r.probeKilled
+		r.probeKilled = false
 		a.mu.Unlock()
 		if down || ctx.Err() != nil {
 			r.exitCode = code
@@ -616,7 +621,11 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 		if code != 0 {
 			reason = "Error"
 		}
-		if !stopping && shouldRestart(pod, &r.container, code) && a.restart(ctx, key, pod, r, &corev1.ContainerStateTerminated{
+		restart := shouldRestart(pod, &r.container, code)
+		if probeKilled {
+			restart = policyRestarts(pod, &r.container, code)
+		}
+		if !stopping && restart && a.restart(ctx, key, pod, r, &corev1.ContainerStateTerminated{
 			ExitCode: int32(code), Reason: reason, Message: msg, StartedAt: metav1.NewTime(r.started), FinishedAt: finishedAt,
 			ContainerID: fmt.Sprintf("nodeagent://%d", cmd.Process.Pid),
 		}) {
@@ -722,6 +731,11 @@ func shouldRestart(pod *corev1.Pod, c *corev1.Container, code int) bool {
 			return rule.Action == corev1.ContainerRestartRuleActionRestart || rule.Action == corev1.ContainerRestartRuleActionRestartAllContainers
 		}
 	}
+	return policyRestarts(pod, c, code)
+}
+
+// policyRestarts is the container's (or else the pod's) restart policy's verdict on an exit.
+func policyRestarts(pod *corev1.Pod, c *corev1.Container, code int) bool {
 	policy := corev1.ContainerRestartPolicy(pod.Spec.RestartPolicy)
 	if c.RestartPolicy != nil {
 		policy = *c.RestartPolicy
@@ -741,6 +755,9 @@ func (a *Agent) startProbes(ctx context.Context, key string, pod *corev1.Pod, r 
 	if p := r.container.LivenessProbe; p != nil {
 		go a.probe(ctx, key, r, p, func(ok bool) bool {
 			if !ok {
+				a.mu.Lock()
+				r.probeKilled = true
+				a.mu.Unlock()
 				a.kill(r, pod)
 			}
 			return !ok
