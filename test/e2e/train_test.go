@@ -667,19 +667,19 @@ type errorRecorder struct {
 }
 
 func (r *errorRecorder) Errorf(format string, args ...any) {
-	r.TB.Helper()
+	r.Helper()
 	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
 	r.TB.Errorf(format, args...)
 }
 
 func (r *errorRecorder) Fatalf(format string, args ...any) {
-	r.TB.Helper()
+	r.Helper()
 	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
 	r.TB.Fatalf(format, args...)
 }
 
 func (r *errorRecorder) Fatal(args ...any) {
-	r.TB.Helper()
+	r.Helper()
 	r.msgs = append(r.msgs, fmt.Sprint(args...))
 	r.TB.Fatal(args...)
 }
