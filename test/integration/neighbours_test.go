@@ -126,7 +126,7 @@ func TestAPodForgedAsTheJobsIsNeverARank(t *testing.T) {
 	// Rank 0 gets the operator's own pod, marked, in spite of the forged rank 0.
 	pods := waitPods(g, ns, "gpt", 3)
 	g.Expect(pods).To(HaveKey("gpt-0-0"))
-	g.Expect(pods["gpt-0-0"].Annotations).To(HaveKeyWithValue(trainingv1alpha1.PodMarkAnnotation, HavePrefix("v1.")))
+	g.Expect(pods["gpt-0-0"].Annotations).To(HaveKeyWithValue(trainingv1alpha1.PodMarkAnnotation, HavePrefix("v2.")))
 	setPodStatus(g, pods["gpt-0-0"], runningReady)
 	g.Consistently(func(g Gomega) {
 		got := getJob(g, job)
