@@ -80,14 +80,15 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 // exited in a pod that lives on (its restart rules restart it) since the last failure, or was
 // restarted since the last pass (the kubelet raised its restartCount): the root cause is the
 // earliest exit that was not the cascade's 75. Exits seen while one is under way belong to it.
-// It reports whether it started one; a rank failing again and again on one node has the node
-// quarantined and the gang recreated instead.
-func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
+// It reports whether it started one, or how long to wait for a cause when every exit so far is
+// a stop over a peer; a rank failing again and again on one node has the node quarantined and
+// the gang recreated instead.
+func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, error) {
 	st := &p.job.Status
 	if _, ok := p.inPlaceUnderWay(); ok {
 		// The cascade's restarts are the restart's own: recorded when it ends, not one
 		// status write per rank coming back (O(1) writes per restart, whatever the gang's size).
-		return false, nil
+		return false, 0, nil
 	}
 	seen := st.ContainerRestarts
 	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
@@ -110,7 +111,15 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 		pod, exit, cascaded = g.inPlaceRoot(table, time.Time{})
 	}
 	if pod == nil {
-		return false, nil
+		return false, 0, nil
+	}
+	if exit.ExitCode == trainingv1alpha1.ExitStopped {
+		// The ranks restart themselves either way: waiting costs the gang nothing, and the
+		// peer's own exit, which its kubelet may report seconds later, names the cause.
+		if wait := cascadeWait(exit.FinishedAt.Time, p.now); wait > 0 {
+			st.ContainerRestarts = seen
+			return false, wait, nil
+		}
 	}
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))
@@ -127,14 +136,14 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 		// in place there and rejoined its peers, so replacing only its pod would tear the
 		// gang's new rendezvous apart; the gang is recreated away from the node instead.
 		if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
-			return false, err
+			return false, 0, err
 		}
 		p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
-		return true, nil
+		return true, 0, nil
 	}
 	mode := trainingv1alpha1.RestartModeInPlace
 	if moved, err := p.quarantineRepeated(ctx, v.failure); err != nil {
-		return false, err
+		return false, 0, err
 	} else if moved {
 		mode = trainingv1alpha1.RestartModeRecreate
 	}
@@ -145,11 +154,11 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, error) {
 		// test/nodeagent restarted it). The rank gets a new pod while the others restart in place.
 		v.pod = pod
 		if p.replaceRanks(ctx, g, v) {
-			return true, nil
+			return true, 0, nil
 		}
 	}
 	p.recover(ctx, v, mode)
-	return true, nil
+	return true, 0, nil
 }
 
 // ended is pod as it was when its worker container's run ended with exit: what judge and

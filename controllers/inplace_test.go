@@ -255,6 +255,34 @@ func TestRestartRulesFollowTheExitCodePolicy(t *testing.T) {
 	}
 }
 
+// In place, too, a stop over a peer waits a moment for the peer's own exit: on kind under
+// load, a killed rank's exit reached the API server 2 s after its peer's stop and the peer was
+// blamed. The ranks restart themselves meanwhile; only the record waits.
+func TestAnInPlaceStopOverAPeerWaitsForTheCause(t *testing.T) {
+	h, job := inPlaceGang(t)
+	fault := now.Add(-300 * time.Millisecond)
+	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(100*time.Millisecond)))
+	res := h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > cascadeGrace+time.Second {
+		t.Fatalf("restarts %d, requeue %v: want no restart yet and a wait of at most %v", st.Restarts, res.RequeueAfter, cascadeGrace+time.Second)
+	}
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 137, fault.Add(-100*time.Millisecond), fault.Add(time.Second)))
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if f := st.LastFailure; st.Restarts != 1 || f == nil || *f.Rank != 1 || *f.ExitCode != 137 {
+		t.Fatalf("restarts %d, lastFailure %+v: want one restart blaming rank 1's exit 137", st.Restarts, f)
+	}
+
+	// Nothing more shows: past the grace the stop is recorded as it is.
+	h2, job2 := inPlaceGang(t)
+	old := now.Add(-cascadeGrace - time.Second)
+	h2.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, old, old.Add(100*time.Millisecond)))
+	h2.mustReconcile(t, job2)
+	if st := h2.get(t, job2).Status; st.Restarts != 1 || st.LastFailure == nil || *st.LastFailure.Rank != 0 {
+		t.Errorf("restarts %d, lastFailure %+v: want the stop recorded after the grace", st.Restarts, st.LastFailure)
+	}
+}
+
 func TestARankFailingAgainAndAgainOnOneNodeMovesTheGang(t *testing.T) {
 	h, job := inPlaceGang(t)
 	for k := int32(1); k <= 3; k++ {

@@ -113,7 +113,7 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), successGrace, "Restarting"},
 		{"peer stopped because another was (exit 75)", func(p *corev1.Pod) {
 			// Long enough ago that no cause of its own is still to come (cascadeGrace).
-			exited("n1", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace))(p)
+			exited("n1", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace-time.Second))(p)
 			p.Status.ContainerStatuses[0].State.Terminated.Message = trainingv1alpha1.TerminationMessageStoppedPrefix + " peer rank 2 was stopped at step 16"
 		}, time.Second, "Restarting"},
 		{"peer being stopped (evicted)", func(p *corev1.Pod) {

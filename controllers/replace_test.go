@@ -114,10 +114,10 @@ func TestALostNodesPodIsRemovedAtOnce(t *testing.T) {
 
 func TestARankLeftBehindOnANodeWithALapsedLeaseIsReplaced(t *testing.T) {
 	h, job := inPlaceGang(t)
-	fault := now.Add(-2 * time.Second)
+	fault := now.Add(-3 * time.Second) // past cascadeWait: the stops alone are recorded
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
-		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: ptr.To(metav1.NewMicroTime(fault.Add(-time.Second)))},
+		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: ptr.To(metav1.NewMicroTime(fault))},
 	}
 	if err := h.r.Create(context.Background(), lease); err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestALapsedLeaseAloneOrALaggardAloneIsNoNodeLoss(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now))}}); err != nil {
 		t.Fatal(err)
 	}
-	fault := now.Add(-time.Second)
+	fault := now.Add(-cascadeGrace - time.Second)
 	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, now))
 	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault, now))
 	h.mustReconcile(t, job)

@@ -29,6 +29,14 @@ const rootWindow = time.Minute
 // failure so far is a rank that stopped over a peer.
 const cascadeGrace = 2 * time.Second
 
+// cascadeWait is how much longer to wait for a cause after a stop over a peer at at. The
+// kubelet writes exit times in whole seconds, cut down: the grace runs from the end of that
+// second. On kind under load, a killed rank's exit reached the API server 2 s after its peer's
+// stop (stamped the same second), and the peer was blamed.
+func cascadeWait(at, now time.Time) time.Duration {
+	return at.Truncate(time.Second).Add(time.Second + cascadeGrace).Sub(now)
+}
+
 // evidenceChecks bounds the ranks whose messages are read for one decision (the earliest
 // failures): at 2,048 ranks every peer of a fault fails.
 const evidenceChecks = 64

@@ -232,8 +232,9 @@ func TestOnlyStopsOverAPeerWaitAMomentForTheirCause(t *testing.T) {
 	h, job := recreateGang(t)
 	h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now, "", "zaya: stopped: lost rank 16 during the all-reduce at step 120: EOF\n"))
 	res := h.mustReconcile(t, job)
-	if got := h.get(t, job); got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > cascadeGrace {
-		t.Fatalf("restarts %d, requeue %v: want a wait of at most %v", got.Status.Restarts, res.RequeueAfter, cascadeGrace)
+	// Exit times are whole seconds: the grace runs from the end of the one stamped.
+	if got := h.get(t, job); got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > cascadeGrace+time.Second {
+		t.Fatalf("restarts %d, requeue %v: want a wait of at most %v", got.Status.Restarts, res.RequeueAfter, cascadeGrace+time.Second)
 	}
 	// The cause shows: rank 2 crashed.
 	h.setPod(t, "llm-0-2", exitedSaying("n2", 139, now.Add(time.Second), "", "Segmentation fault"))
@@ -243,7 +244,7 @@ func TestOnlyStopsOverAPeerWaitAMomentForTheirCause(t *testing.T) {
 	}
 	// Or nothing more shows: after the grace the stop is all there is.
 	h2, job2 := recreateGang(t)
-	h2.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace), "", "zaya: stopped: lost rank 16: EOF\n"))
+	h2.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace-time.Second), "", "zaya: stopped: lost rank 16: EOF\n"))
 	h2.mustReconcile(t, job2)
 	if got := h2.get(t, job2); got.Status.Restarts != 1 {
 		t.Errorf("restarts %d after the grace, want 1", got.Status.Restarts)

@@ -102,7 +102,7 @@ type ZayaTrainingJobReconciler struct {
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch;create
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -315,9 +315,11 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil // the status write brings the next pass
 	}
-	if started, err := p.noticeInPlace(ctx, gang); err != nil {
+	started, causeDue, err := p.noticeInPlace(ctx, gang)
+	if err != nil {
 		return ctrl.Result{}, err
-	} else if started {
+	}
+	if started {
 		if finished(job) {
 			return p.finish(ctx, pods)
 		}
@@ -351,10 +353,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	if len(gang.stale) > 0 || len(gang.draining) > 0 || len(gang.replaced) > 0 {
 		next, err := p.clearStuck(ctx, gang.draining)
-		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: inPlaceDue}), err
+		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: causeDue}), err
 	}
 	if wait := p.backoffLeft(); wait > 0 {
-		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline()), nil
+		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: causeDue}), nil
 	}
 	recheck, err := p.createMissing(ctx, gang)
 	if err != nil {
@@ -362,7 +364,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	progress := p.updateProgress(gang)
 	return soonest(progress, ctrl.Result{RequeueAfter: p.settleGoodput(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
-		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue}), nil
+		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue},
+		ctrl.Result{RequeueAfter: causeDue}), nil
 }
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
@@ -402,7 +405,7 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 			// Nothing but stops over a peer yet: the peer's own failure, its node's loss or a
 			// stop naming it silent is moments behind. The gang is broken either way; a
 			// moment's wait names the cause instead of a bystander.
-			if wait := failedAt(pod).Add(cascadeGrace).Sub(p.now); wait > 0 {
+			if wait := cascadeWait(failedAt(pod), p.now); wait > 0 {
 				return nil, wait, nil
 			}
 		}
