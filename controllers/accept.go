@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -15,8 +16,12 @@ import (
 func (p *pass) accept(ctx context.Context) bool {
 	job := p.job
 	errs := trainingv1alpha1.ValidateSpec(&job.Spec)
+	var claimWarning string
 	if len(errs) == 0 && p.needsSizeCheck() {
 		errs = append(podSizeErrors(job), jobSizeErrors(job)...)
+		var claimErrs field.ErrorList
+		claimErrs, claimWarning = p.claimErrors(ctx)
+		errs = append(errs, claimErrs...)
 	}
 	if len(errs) > 0 && p.acceptedThisGeneration() {
 		// Same spec, new rules: an upgrade must not stop jobs that were running under the old
@@ -40,6 +45,9 @@ func (p *pass) accept(ctx context.Context) bool {
 		p.normal(trainingv1alpha1.ReasonAccepted, "Create", "accepted: world size %d, context parallel %d, network %s",
 			job.Spec.WorldSize(), job.Spec.Parallelism.ContextParallel, job.Spec.Network.Profile)
 		p.normal(trainingv1alpha1.ReasonNetworkConfigured, "Create", "%s", formatEnv(networkEnv(&job.Spec)))
+		if claimWarning != "" {
+			p.warning(trainingv1alpha1.ReasonCheckpointClaimAccessMode, "Validate", "%s", claimWarning)
+		}
 	}
 	return true
 }

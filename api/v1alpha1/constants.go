@@ -90,6 +90,9 @@ const (
 	// ReasonCheckpointClaimShared: the job mounts another job's claim and became its co-owner,
 	// so deleting that job keeps the claim.
 	ReasonCheckpointClaimShared = "CheckpointClaimShared"
+	// ReasonCheckpointClaimAccessMode: the existing checkpoint claim is ReadWriteOnce and the
+	// job's ranks mount it from several nodes, which block storage cannot serve.
+	ReasonCheckpointClaimAccessMode = "CheckpointClaimAccessMode"
 	// ReasonPodsCreated: the operator created worker pods.
 	ReasonPodsCreated = "PodsCreated"
 	// ReasonFailedCreate: the API server refused a worker pod for a reason other than its

@@ -406,7 +406,15 @@ class, no peer in the rendezvous Service, never taken on a node tainted by anoth
 unhealthy since, and a refused spare is made again after 30 s, not every pass (28 in 20 s
 before). A rank on the host's network is never polled for progress: the pod cache now keeps
 ` + "`" + `spec.hostNetwork` + "`" + ` (the check was dead code) and a pod whose address is its node's is not polled
-either (` + "`" + `TestAHostNetworkRankIsNeverPolledFromTheCache` + "`" + `).
+either (` + "`" + `TestAHostNetworkRankIsNeverPolledFromTheCache` + "`" + `). An existing checkpoint claim's
+access mode is checked before the first pod: one no rank can write (ReadOnlyMany) or only one
+pod can mount (ReadWriteOncePod, several ranks) is refused naming
+` + "`" + `spec.checkpoint.volume.claimName` + "`" + `, a ReadWriteOnce claim across nodes is accepted with one
+` + "`" + `CheckpointClaimAccessMode` + "`" + ` warning (block storage leaves every rank but one in Multi-Attach;
+accepted without a word before; ` + "`" + `TestAnExistingClaimsAccessModeIsChecked` + "`" + `). A checkpoint volume
+the reference worker cannot write (mounted read-only) is exit 78 at start naming the directory,
+so the job fails fast with the reason (` + "`" + `TestAReadOnlyCheckpointVolumeExits78` + "`" + `; exit 1 at the first
+save, restart after restart, before).
 
 What the workers say is the tenant's word, and moves only its own job: a termination message
 that claims a GPU fault quarantines a node for that job alone (a cluster-wide taint needs jobs

@@ -1048,3 +1048,25 @@ func syncDir(dir string) error {
 	defer func() { _ = d.Close() }()
 	return d.Sync()
 }
+
+// ErrNotWritable is Writable's error when no save could ever succeed in dir: a read-only
+// volume, or one this user may not write. A restart cannot fix it.
+var ErrNotWritable = errors.New("the checkpoint directory cannot be written")
+
+// Writable checks that files can be created in dir (made if missing), so that a gang whose
+// volume is mounted read-only stops at once with the reason rather than at its first save,
+// again on every restart.
+func Writable(dir string) error {
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		var f *os.File
+		if f, err = os.CreateTemp(dir, ".zaya-writable-*"); err == nil {
+			_ = f.Close()
+			return os.Remove(f.Name())
+		}
+	}
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w: %w", ErrNotWritable, err)
+	}
+	return err
+}

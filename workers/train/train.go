@@ -207,6 +207,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	if cfg.CheckpointDir != "" {
+		if err := checkpoint.Writable(cfg.CheckpointDir); errors.Is(err, checkpoint.ErrNotWritable) {
+			return Result{}, &ConfigError{fmt.Sprintf("%s %s: %v: mount the checkpoint volume read-write, writable by the worker's user (uid %d)",
+				contract.EnvCheckpointDir, cfg.CheckpointDir, err, os.Getuid())}
+		} else if err != nil {
+			return Result{}, err
+		}
+	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}

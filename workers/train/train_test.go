@@ -407,6 +407,45 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 	}
 }
 
+// A checkpoint volume mounted read-only (or not writable by the worker's user) can never take
+// a save: the worker says so and exits 78 at start, rather than exit 1 at its first save,
+// restart after restart.
+func TestAReadOnlyCheckpointVolumeExits78(t *testing.T) {
+	dir := readOnlyDir(t)
+	env := map[string]string{
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "1", "WORLD_SIZE": "1", "ZAYA_CONTEXT_PARALLEL": "1", "ZAYA_RESTART_ATTEMPT": "0",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "ZAYA_CHECKPOINT_DIR": filepath.Join(dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL": "5",
+	}
+	var stderr bytes.Buffer
+	if code := Main([]string{"-steps=4", "-seq=8", "-dim=4", "-metrics-addr="}, func(k string) string { return env[k] }, &stderr); code != ExitConfig {
+		t.Errorf("exit %d, want %d; stderr: %s", code, ExitConfig, &stderr)
+	}
+	for _, want := range []string{"ZAYA_CHECKPOINT_DIR " + env["ZAYA_CHECKPOINT_DIR"], "the checkpoint directory cannot be written", "mount the checkpoint volume read-write"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr %q does not say %q", &stderr, want)
+		}
+	}
+}
+
+// readOnlyDir is a directory the test's user cannot write: a read-only tmpfs for root (which
+// file modes do not stop), a mode-0555 directory for anyone else.
+func readOnlyDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+		return dir
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_RDONLY, "size=64k"); err != nil {
+		t.Fatalf("root without a read-only mount (%v): nothing here could show the check", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+	return dir
+}
+
 // TestACheckpointOfAnotherModelExits78: a gang started with another model size on a job's
 // checkpoints (a changed -dim, or the old model's checkpoints) stops with a configuration
 // error naming the tensor and both sizes, on every node, and deletes nothing.
