@@ -167,6 +167,12 @@ func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) e
 		return fmt.Errorf("reading %s %s: %w", kind, obj.GetName(), err)
 	}
 	for i := range list.Items {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			// The job's own pod out of the cache's sight: it lost its labels.
+			if relabelled, err := p.relabel(ctx, &list.Items[i], pod); err != nil || relabelled {
+				return err
+			}
+		}
 		if p.isOwn(&list.Items[i], obj) {
 			return nil
 		}

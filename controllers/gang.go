@@ -12,6 +12,7 @@ import (
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // gang is the state of a job's pods for its current attempt. Every field is a function of
@@ -106,7 +107,8 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 				g.ready++
 			}
 		case corev1.PodPending:
-			if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse &&
+				(c.Reason == corev1.PodReasonUnschedulable || (c.Reason == corev1.PodReasonSchedulingGated && len(foreignGates(pod)) > 0)) {
 				if g.unschedulable == 0 || rank < g.firstUnschedulable {
 					g.firstUnschedulable = rank
 				}
@@ -189,8 +191,24 @@ func (g gang) disruptedPod(rank int32) *corev1.Pod {
 
 // unschedulableMessage names the lowest unschedulable rank and why the scheduler left it.
 func (g gang) unschedulableMessage() string {
-	c := podCondition(g.ranks[g.firstUnschedulable], corev1.PodScheduled)
-	return fmt.Sprintf("rank %d: %s", g.firstUnschedulable, c.Message)
+	pod := g.ranks[g.firstUnschedulable]
+	if gates := foreignGates(pod); len(gates) > 0 {
+		return fmt.Sprintf("rank %d: held by scheduling gates the operator did not set (%s): whatever added them (the template, a webhook) must remove them",
+			g.firstUnschedulable, strings.Join(gates, ", "))
+	}
+	return fmt.Sprintf("rank %d: %s", g.firstUnschedulable, podCondition(pod, corev1.PodScheduled).Message)
+}
+
+// foreignGates are a pod's scheduling gates that are not the operator's own (Kueue's
+// admission and topology gates, which Kueue lifts): nothing the operator runs will lift them.
+func foreignGates(pod *corev1.Pod) []string {
+	var out []string
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name != kueueAdmissionGate && g.Name != kueue.TopologyGate {
+			out = append(out, g.Name)
+		}
+	}
+	return out
 }
 
 // missing are the ranks that need a pod.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -352,6 +354,39 @@ func TestUnschedulableRanksSetWaitingForCapacity(t *testing.T) {
 	}
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, "Running") {
 		t.Error("not Running once placed")
+	}
+}
+
+// A scheduling gate the operator did not set (in the template, or added by a webhook) holds
+// the ranks for good, and the scheduler only says "blocked": the job names the gate, as it
+// names any other reason its ranks are not placed. Kueue's gates, which Kueue lifts, are not
+// reported.
+func TestAForeignSchedulingGateIsNamed(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	gated := func(gates ...string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.SchedulingGates = nil
+			for _, g := range gates {
+				p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
+			}
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated,
+				Message: "Scheduling is blocked due to non-empty scheduling gates", LastTransitionTime: metav1.NewTime(now.Add(-time.Second))}}
+		}
+	}
+	h.setPod(t, "llm-0-0", gated(kueue.TopologyGate))
+	h.setPod(t, "llm-0-1", gated("example.com/hold", kueue.TopologyGate))
+	h.r.Clock = clockAt(now.Add(capacityGrace))
+	h.mustReconcile(t, job)
+	c := condition(h.get(t, job), "WaitingForCapacity")
+	if want := "0/2 ranks placed, 1 unschedulable: rank 1: held by scheduling gates the operator did not set (example.com/hold)"; c == nil ||
+		c.Status != metav1.ConditionTrue || !strings.HasPrefix(c.Message, want) {
+		t.Fatalf("WaitingForCapacity = %+v, want True starting %q", c, want)
+	}
+	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, "example.com/hold") }) {
+		t.Errorf("events %q: want a warning naming the gate", ev)
 	}
 }
 

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,9 +31,12 @@ func (r *ZayaTrainingJobReconciler) apiReader() client.Reader {
 
 // blocked handles an error that stops the job from starting its pods: a name conflict is the
 // user's to fix (Running=False, NameConflict, one warning, a recheck later); a namespace being
-// deleted ends the job quietly; anything else is retried.
+// deleted ends the job quietly; anything else is retried, and a refusal by the API server
+// (Pod Security, a quota, a webhook) is said in Running=False, FailedCreate, until a pod of
+// the attempt is made.
 func (p *pass) blocked(_ context.Context, err error) (ctrl.Result, error) {
 	var conflict *nameConflict
+	var refusal apierrors.APIStatus
 	switch {
 	case errors.As(err, &conflict):
 		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonNameConflict, conflict.Error()) {
@@ -41,6 +45,9 @@ func (p *pass) blocked(_ context.Context, err error) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
 	case namespaceTerminating(err):
 		return ctrl.Result{}, nil
+	case errors.As(err, &refusal) && refusal.Status().Code >= 400 && refusal.Status().Code < 500:
+		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonFailedCreate,
+			truncate(fmt.Sprintf("the API server refused a worker pod (retrying): %v", err)))
 	}
 	return ctrl.Result{}, err
 }

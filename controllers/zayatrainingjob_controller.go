@@ -100,7 +100,7 @@ type ZayaTrainingJobReconciler struct {
 // runs a job's whole life under exactly these rules and fails on any unused one.
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs,verbs=list;watch;delete
 // +kubebuilder:rbac:groups=training.zaya.dev,resources=zayatrainingjobs/status,verbs=update
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch;create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch;patch
@@ -264,6 +264,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
 	gang := classify(job, ranks)
+	if n, err := p.reclaimRanks(ctx, gang); err != nil || n > 0 {
+		return ctrl.Result{}, err // relabelled: the pods' return to the cache brings the next pass
+	}
 	gang.noticeVanished(job, p.now)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.

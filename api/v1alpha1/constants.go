@@ -93,6 +93,9 @@ const (
 	// ReasonCheckpointClaimAccessMode: the existing checkpoint claim is ReadWriteOnce and the
 	// job's ranks mount it from several nodes, which block storage cannot serve.
 	ReasonCheckpointClaimAccessMode = "CheckpointClaimAccessMode"
+	// ReasonPodRelabelled: a rank's pod had lost the labels the operator finds it by; they were
+	// put back, so it is neither taken for gone nor left running beside its replacement.
+	ReasonPodRelabelled = "PodRelabelled"
 	// ReasonPodsCreated: the operator created worker pods.
 	ReasonPodsCreated = "PodsCreated"
 	// ReasonFailedCreate: the API server refused a worker pod for a reason other than its

@@ -414,7 +414,14 @@ pod can mount (ReadWriteOncePod, several ranks) is refused naming
 accepted without a word before; ` + "`" + `TestAnExistingClaimsAccessModeIsChecked` + "`" + `). A checkpoint volume
 the reference worker cannot write (mounted read-only) is exit 78 at start naming the directory,
 so the job fails fast with the reason (` + "`" + `TestAReadOnlyCheckpointVolumeExits78` + "`" + `; exit 1 at the first
-save, restart after restart, before).
+save, restart after restart, before). No silent waits, no lost children: a pod the API server
+refuses (Pod Security, a quota, a webhook) is said in ` + "`" + `Running=False, FailedCreate` + "`" + ` as well as
+in events (` + "`" + `TestRefusedPodsAreReportedAsEvents` + "`" + `); a scheduling gate the operator did not set is
+named in ` + "`" + `WaitingForCapacity` + "`" + ` (` + "`" + `TestAForeignSchedulingGateIsNamed` + "`" + `; the ranks waited without a
+word before); a rank's pod whose labels are removed stays the job's: found by its name, proven
+by its controller reference and mark, and labelled again (` + "`" + `TestARankWhoseLabelsAreRemovedStaysTheJobs` + "`" + `;
+before, a running gang was restarted with the unlabelled pod left running on its GPUs, and a
+starting one waited for it for good).
 
 What the workers say is the tenant's word, and moves only its own job: a termination message
 that claims a GPU fault quarantines a node for that job alone (a cluster-wide taint needs jobs

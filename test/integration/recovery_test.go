@@ -126,8 +126,8 @@ func TestKubeletRejectedRankRestartsTheGang(t *testing.T) {
 }
 
 // TestRefusedPodsAreReportedAsEvents: a namespace enforcing Pod Security "baseline" refuses
-// the IPC_LOCK capability RDMA profiles add; the user sees why in a FailedCreate event, and
-// the job is neither failed nor restarted.
+// the IPC_LOCK capability RDMA profiles add; the user sees why in a FailedCreate event and in
+// the Running condition (no silent wait), and the job is neither failed nor restarted.
 func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -138,6 +138,10 @@ func TestRefusedPodsAreReportedAsEvents(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(eventNotes(g, ns, "rdma", trainingv1alpha1.ReasonFailedCreate)).To(ContainElement(And(ContainSubstring("PodSecurity"), ContainSubstring("IPC_LOCK"))))
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonFailedCreate))
+		g.Expect(c.Message).To(And(ContainSubstring("PodSecurity"), ContainSubstring("IPC_LOCK")))
 	}, timeout, interval).Should(Succeed())
 	got := getJob(g, job)
 	g.Expect(got.Status.Restarts).To(BeZero())
