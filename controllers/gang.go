@@ -30,7 +30,9 @@ type gang struct {
 	ready, scheduled, succeeded, unschedulable int32
 	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
 	unschedulableSince                         time.Time // earliest verdict still standing
-	checkpointStep                             int64     // newest step in a termination message, -1 if none
+	notStarting                                *corev1.Pod // the placed rank whose worker has waited to start longest
+	notStartingSince                           time.Time   // when it was placed
+	checkpointStep                             int64       // newest step in a termination message, -1 if none
 	containerRestarts                          int64     // worker containers' restartCount, summed
 	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
@@ -116,6 +118,11 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 					g.unschedulableSince = c.LastTransitionTime.Time
 				}
 				g.unschedulable++
+			} else if c != nil && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+				if s := workerStatus(pod); s != nil && s.State.Waiting != nil && s.State.Waiting.Reason != "" &&
+					(g.notStarting == nil || c.LastTransitionTime.Time.Before(g.notStartingSince)) {
+					g.notStarting, g.notStartingSince = pod, c.LastTransitionTime.Time
+				}
 			}
 		}
 	}

@@ -390,6 +390,55 @@ func TestAForeignSchedulingGateIsNamed(t *testing.T) {
 	}
 }
 
+// A placed rank whose worker keeps waiting to start says so in Running, naming the rank, its
+// node and the kubelet's reason, with one warning: an error soon, ContainerCreating (also a
+// large image being pulled) only after minutes.
+func TestARankThatDoesNotStartIsNamed(t *testing.T) {
+	waiting := func(node, reason, msg string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.NodeName = node
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now)}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
+		}
+	}
+	for _, c := range []struct {
+		reason, msg string
+		grace       time.Duration
+		want        string
+	}{
+		{"ImagePullBackOff", `Back-off pulling image "registry.example/llm:v9"`, startErrorGrace, `ImagePullBackOff: Back-off pulling image "registry.example/llm:v9"`},
+		{"ContainerCreating", "", createGrace, "a volume that does not attach or mount"},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
+			h := newHarness(t, interceptor.Funcs{}, job)
+			h.mustReconcile(t, job)
+			h.setPod(t, "llm-0-0", running("n0"))
+			h.setPod(t, "llm-0-1", waiting("n1", c.reason, c.msg))
+			h.r.Clock = clockAt(now.Add(c.grace - time.Second))
+			if res := h.mustReconcile(t, job); res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+				t.Errorf("requeue after %v, want at most 1s: when the wait is news", res.RequeueAfter)
+			}
+			if r := condition(h.get(t, job), "Running"); r.Reason != trainingv1alpha1.ReasonStarting {
+				t.Fatalf("Running %+v within the grace, want Starting", r)
+			}
+			h.drainEvents()
+			h.r.Clock = clockAt(now.Add(c.grace))
+			h.mustReconcile(t, job)
+			r := condition(h.get(t, job), "Running")
+			if want := "1/2 ranks running; rank 1 on node n1 has not started since it was placed at 2026-11-21T08:00:00Z: " + c.reason; r.Reason != trainingv1alpha1.ReasonRankNotStarting ||
+				!strings.HasPrefix(r.Message, want) || !strings.Contains(r.Message, c.want) {
+				t.Fatalf("Running %+v, want RankNotStarting %q ... %q", r, want, c.want)
+			}
+			h.mustReconcile(t, job)
+			if ev := h.drainEvents(); len(slices.DeleteFunc(ev, func(e string) bool { return !strings.Contains(e, "RankNotStarting") })) != 1 {
+				t.Errorf("events %q, want one RankNotStarting warning", ev)
+			}
+		})
+	}
+}
+
 func TestCheckpointClaimIsCreatedOnceAndExistingClaimsAreNot(t *testing.T) {
 	ctx := context.Background()
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).NewCheckpoint("10Ti", "ibmc-vpc-file-3000-iops").Defaulted().Obj()

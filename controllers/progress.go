@@ -26,6 +26,7 @@ func (p *pass) recordCheckpoint(g gang) {
 // updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods, and
 // asks to be called again when a pending capacity verdict becomes reportable.
 func (p *pass) updateProgress(g gang) ctrl.Result {
+	var recheck time.Duration
 	job := p.job
 	n := job.Spec.Nodes
 	job.Status.ReadyNodes = g.ready
@@ -43,21 +44,59 @@ func (p *pass) updateProgress(g gang) ctrl.Result {
 				p.whenStored(func() { timeToRunning.Observe(took.Seconds()) })
 			}
 		}
+	} else if msg, wait := notStarting(g, p.now); msg != "" {
+		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRankNotStarting,
+			fmt.Sprintf("%d/%d ranks running; %s", g.ready, n, msg)) {
+			p.warning(trainingv1alpha1.ReasonRankNotStarting, "Run", "%s", msg)
+		}
 	} else {
 		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonStarting,
 			fmt.Sprintf("%d/%d ranks running", g.ready, n))
+		recheck = wait
 	}
 
 	if g.unschedulable == 0 {
 		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.scheduled, n))
-		return ctrl.Result{}
+		return ctrl.Result{RequeueAfter: recheck}
 	}
 	if wait := g.unschedulableSince.Add(capacityGrace).Sub(p.now); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}
+		return soonest(ctrl.Result{RequeueAfter: wait}, ctrl.Result{RequeueAfter: recheck})
 	}
 	msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage())
 	if p.becameTrue(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonUnschedulable, msg) {
 		p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
 	}
-	return ctrl.Result{}
+	return ctrl.Result{RequeueAfter: recheck}
+}
+
+// A placed rank whose worker container keeps waiting to start is news once the kubelet's
+// reason has stood for a while: an error (an image it cannot pull, a missing Secret) after
+// startErrorGrace; ContainerCreating, which is also an image being pulled (a ROCm image is
+// many GB), after createGrace, when a volume that does not attach or mount is likelier.
+const (
+	startErrorGrace = 30 * time.Second
+	createGrace     = 5 * time.Minute
+)
+
+// notStarting says which placed rank has waited too long to start and why, or how long until
+// the longest wait so far is news.
+func notStarting(g gang, now time.Time) (string, time.Duration) {
+	if g.notStarting == nil {
+		return "", 0
+	}
+	w := workerStatus(g.notStarting).State.Waiting
+	grace, hint := startErrorGrace, ""
+	if w.Reason == "ContainerCreating" {
+		grace, hint = createGrace, " (pulling a large image, or a volume that does not attach or mount: the pod's events say which)"
+	}
+	if wait := g.notStartingSince.Add(grace).Sub(now); wait > 0 {
+		return "", wait
+	}
+	rank, _ := podRank(g.notStarting)
+	msg := fmt.Sprintf("rank %d on node %s has not started since it was placed at %s: %s", rank, g.notStarting.Spec.NodeName,
+		g.notStartingSince.UTC().Format(time.RFC3339), w.Reason)
+	if w.Message != "" {
+		msg += ": " + w.Message
+	}
+	return truncate(msg + hint), 0
 }

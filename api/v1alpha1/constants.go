@@ -103,6 +103,10 @@ const (
 	ReasonFailedCreate = "FailedCreate"
 	// ReasonStarting: some ranks are not running yet.
 	ReasonStarting = "Starting"
+	// ReasonRankNotStarting: a placed rank's worker container has waited too long to start (an
+	// image that cannot be pulled, a missing Secret or ConfigMap, a volume that does not attach
+	// or mount); the message names the rank, its node and the kubelet's reason.
+	ReasonRankNotStarting = "RankNotStarting"
 	// ReasonAllRanksRunning: every rank of the current attempt runs.
 	ReasonAllRanksRunning = "AllRanksRunning"
 	// ReasonUnschedulable: the scheduler cannot place some ranks.

@@ -8,6 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,4 +69,56 @@ func TestARankWhoseLabelsAreRemovedStaysTheJobs(t *testing.T) {
 			}, 3*time.Second, interval).Should(Succeed())
 		})
 	}
+}
+
+// An existing checkpoint claim no rank can write is refused before the first pod, naming the
+// field; a ReadWriteOnce one mounted from several nodes runs, with one warning.
+func TestAnExistingClaimsAccessModeIsCheckedOnTheAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startManager(t)
+	for _, c := range []struct {
+		job  string
+		mode corev1.PersistentVolumeAccessMode
+	}{{"ro", corev1.ReadOnlyMany}, {"rwo", corev1.ReadWriteOnce}} {
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.job + "-ckpt", Namespace: ns},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{c.mode},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		g.Expect(k8sClient.Create(ctx, claim)).To(Succeed())
+		g.Expect(k8sClient.Create(ctx, testjob.MakeZayaTrainingJob(c.job, ns).Nodes(2).ClaimCheckpoint(claim.Name).Obj())).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, testjob.MakeZayaTrainingJob("ro", ns).Obj()).Status.Conditions, trainingv1alpha1.ConditionCreated)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(And(ContainSubstring("spec.checkpoint.volume.claimName"), ContainSubstring("needs ReadWriteMany")))
+		g.Expect(jobPods(g, ns, "rwo")).To(HaveLen(2))
+		g.Expect(eventNotes(g, ns, "rwo", trainingv1alpha1.ReasonCheckpointClaimAccessMode)).To(ConsistOf(ContainSubstring("Multi-Attach")))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(jobPods(g, ns, "ro")).To(BeEmpty())
+}
+
+// A scheduling gate the template sets (or a webhook adds) holds the ranks for good: the job
+// names it once the scheduler has said the pods are gated.
+func TestAForeignSchedulingGateIsNamedOnTheAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	startManager(t)
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
+	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/hold"}}
+	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
+	pods := waitPods(g, ns, "llm", 2)
+	// What the scheduler writes of a gated pod (envtest runs none).
+	gated := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonSchedulingGated, Message: "Scheduling is blocked due to non-empty scheduling gates", LastTransitionTime: metav1.Now()}}}
+	for _, p := range pods {
+		setPodStatus(g, p, gated)
+	}
+	g.Eventually(func(g Gomega) {
+		c := meta.FindStatusCondition(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionWaitingForCapacity)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Message).To(ContainSubstring("held by scheduling gates the operator did not set (example.com/hold)"))
+	}, 2*timeout, interval).Should(Succeed())
 }
