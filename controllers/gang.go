@@ -28,12 +28,12 @@ type gang struct {
 	renewed   []bool        // by rank: its pod replaces one status.replacing names
 
 	ready, scheduled, succeeded, unschedulable int32
-	firstUnschedulable                         int32     // lowest unschedulable rank (valid when unschedulable > 0)
-	unschedulableSince                         time.Time // earliest verdict still standing
+	firstUnschedulable                         int32       // lowest unschedulable rank (valid when unschedulable > 0)
+	unschedulableSince                         time.Time   // earliest verdict still standing
 	notStarting                                *corev1.Pod // the placed rank whose worker has waited to start longest
 	notStartingSince                           time.Time   // when it was placed
 	checkpointStep                             int64       // newest step in a termination message, -1 if none
-	containerRestarts                          int64     // worker containers' restartCount, summed
+	containerRestarts                          int64       // worker containers' restartCount, summed
 	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
 	failed                                     []*corev1.Pod // every failed pod, in listing order
