@@ -280,6 +280,9 @@ func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*traini
 	if len(left) == 0 || len(left) > leaseChecksPerPass {
 		return nil, 0, nil
 	}
+	// Exit times are whole seconds, cut down: a renewal in the stop's own second may have come
+	// before the stop (a node lost at .7 renewed at .5), so only a later one proves the node alive.
+	since = since.Truncate(time.Second).Add(time.Second)
 	var wait time.Duration
 	for _, r := range left {
 		pod := g.ranks[r]

@@ -200,6 +200,18 @@ func TestALapsedLeaseBehindThePeersStopsIsTheRoot(t *testing.T) {
 		}
 	})
 
+	// Exit times are whole seconds, cut down: the stops stamped 3 s ago happened up to a second
+	// later, and a renewal in that second may have come before the node was lost.
+	t.Run("renewed in the stops' second", func(t *testing.T) {
+		h, job := recreateGang(t)
+		lease(h, now.Add(-2500*time.Millisecond))
+		stops(h)
+		res := h.mustReconcile(t, job)
+		if st := h.get(t, job).Status; st.Restarts != 0 || st.LastFailure != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("restarts %d, lastFailure %+v, requeue %v: a renewal in the stops' second proves nothing", st.Restarts, st.LastFailure, res.RequeueAfter)
+		}
+	})
+
 	t.Run("renewed", func(t *testing.T) {
 		h, job := recreateGang(t)
 		lease(h, now.Add(-time.Second)) // renewed after the stops: the node is alive
