@@ -421,7 +421,10 @@ named in ` + "`" + `WaitingForCapacity` + "`" + ` (` + "`" + `TestAForeignSchedu
 word before); a rank's pod whose labels are removed stays the job's: found by its name, proven
 by its controller reference and mark, and labelled again (` + "`" + `TestARankWhoseLabelsAreRemovedStaysTheJobs` + "`" + `;
 before, a running gang was restarted with the unlabelled pod left running on its GPUs, and a
-starting one waited for it for good).
+starting one waited for it for good). The classes are played on the real API server too:
+` + "`" + `TestATenantsFaultLineTaintsNoNodeOnTheAPIServer` + "`" + `, ` + "`" + `TestAForgedAcceptanceRunsNoRefusedSpecOnTheAPIServer` + "`" + `,
+` + "`" + `TestSparesAreGoodNeighboursOnTheAPIServer` + "`" + `, ` + "`" + `TestAnExistingClaimsAccessModeIsCheckedOnTheAPIServer` + "`" + `,
+` + "`" + `TestAForeignSchedulingGateIsNamedOnTheAPIServer` + "`" + ` (each seen failing with its fix taken out).
 
 What the workers say is the tenant's word, and moves only its own job: a termination message
 that claims a GPU fault quarantines a node for that job alone (a cluster-wide taint needs jobs
