@@ -29,7 +29,9 @@ func TestATenantsFaultLineTaintsNoNodeOnTheAPIServer(t *testing.T) {
 	ns := newNamespace(t)
 	nodes := []string{makeReadyNode(g, ns+"-n0"), makeReadyNode(g, ns+"-n1"), makeReadyNode(g, ns+"-n2")}
 	for _, n := range nodes {
-		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}) })
+		t.Cleanup(func() {
+			_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		})
 	}
 	startManager(t)
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
@@ -114,7 +116,9 @@ func TestSparesAreGoodNeighboursOnTheAPIServer(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	for r, p := range []string{"llm-0-0", "llm-0-1"} {
 		node := makeReadyNode(g, fmt.Sprintf("%s-n%d", ns, r))
-		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+		t.Cleanup(func() {
+			_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+		})
 		bindAndRun(g, waitPods(g, ns, "llm", 2)[p], node)
 	}
 	var spare corev1.Pod
