@@ -50,8 +50,10 @@ type markKey struct {
 // the original is gone, minutes or hours later, is no rank.
 
 // markWindow is how far a marked pod's creation may be from its mark's issue: the operator
-// creates the pod right after marking it, and its clock and the API server's may differ.
-const markWindow = 5 * time.Minute
+// marks a pod the moment before it sends it (not at the start of its pass, which takes seconds
+// at 2,048 ranks), so this covers the request and the clocks' difference. A replay must come
+// within it of the original's creation, with the original already gone.
+const markWindow = time.Minute
 
 // podMark is the mark of the pod of job, attempt and rank named name, issued at unix second at.
 func (k *markKey) podMark(jobUID types.UID, attempt, rank, name string, at int64) string {

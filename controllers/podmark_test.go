@@ -70,6 +70,10 @@ func TestAMarkIsBoundToTheJobAttemptRankAndName(t *testing.T) {
 	if k.made(job.UID, replay) {
 		t.Error("a pod made later under a replaced rank's name, with its mark copied, counts as the rank")
 	}
+	replay.CreationTimestamp = metav1.NewTime(now.Add(markWindow + 2*time.Second))
+	if k.made(job.UID, replay) {
+		t.Errorf("a replay %v after the mark's issue counts as the rank", markWindow+2*time.Second)
+	}
 	// Marks by name alone (an earlier version's) hold for pods made before this process.
 	v1 := &markKey{key: k.key, since: now, v1Until: now.Add(time.Minute)}
 	legacy := made("llm-0-0", "0", "0")

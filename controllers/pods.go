@@ -53,7 +53,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 		eg.Go(func() error {
 			pod := newWorkerPod(p.job, network, rank)
 			p.placeOn(pod, workersPodSet)
-			p.marks.stamp(p.job, pod, p.now)
+			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
 			err := p.r.Create(ctx, pod)
 			switch {
 			case err == nil:

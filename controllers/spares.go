@@ -263,7 +263,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 		}
 		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
 		p.placeOn(pod, sparesPodSet)
-		p.marks.stamp(job, pod, p.now)
+		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
 		if err := p.r.Create(ctx, pod); err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod
 			// costs the job its spare, never its ranks.
