@@ -157,14 +157,24 @@ func (p *pass) isOwn(existing, want client.Object) bool {
 	return len(want.GetOwnerReferences()) == 0 && existing.GetLabels()[trainingv1alpha1.JobNameLabel] == p.job.Name
 }
 
-// checkTaken reads the object of obj's name from the API server (list, which the operator may
-// do, by name) and returns a nameConflict unless it is the job's own.
-func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) error {
+// listByName reads the metadata of the core object of kind and name from the API server (a
+// list by name, which the operator may do; it may not get every object), not the cache.
+func (p *pass) listByName(ctx context.Context, kind, name string) (*metav1.PartialObjectMetadataList, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
-	if err := p.r.apiReader().List(ctx, list, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", obj.GetName())}); err != nil {
-		return fmt.Errorf("reading %s %s: %w", kind, obj.GetName(), err)
+	if err := p.r.apiReader().List(ctx, list, client.InNamespace(p.job.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)}); err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)
+	}
+	return list, nil
+}
+
+// checkTaken reads the object of obj's name from the API server and returns a nameConflict
+// unless it is the job's own.
+func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) error {
+	list, err := p.listByName(ctx, kind, obj.GetName())
+	if err != nil {
+		return err
 	}
 	for i := range list.Items {
 		if pod, ok := obj.(*corev1.Pod); ok {

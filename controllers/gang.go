@@ -132,6 +132,17 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 // vanishedAnnotation marks the stand-in for a rank's pod that went away unseen.
 const vanishedAnnotation = "training.zaya.dev/vanished"
 
+// disruptedRanks are the ranks whose pods were seen deleted under the running gang.
+func (g *gang) disruptedRanks() map[int32]bool {
+	going := make(map[int32]bool, len(g.disrupted))
+	for _, pod := range g.disrupted {
+		if r, ok := podRank(pod); ok {
+			going[r] = true
+		}
+	}
+	return going
+}
+
 // noticeVanished counts as deleted under the running gang each rank whose pod is gone without
 // the operator having seen it go: a force delete, or its Node object removed (the pod garbage
 // collector deletes such pods at once). The stored status had every rank ready and no
@@ -141,12 +152,7 @@ func (g *gang) noticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Ti
 	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
 		return
 	}
-	going := make(map[int32]bool, len(g.disrupted))
-	for _, pod := range g.disrupted {
-		if r, ok := podRank(pod); ok {
-			going[r] = true
-		}
-	}
+	going := g.disruptedRanks()
 	attempt := job.Status.Attempt()
 	// The loss is as old as the first worker exit since the last failure: peers that stopped
 	// over the missing rank restarted after it, and an in-place restart timed from now would

@@ -2,14 +2,12 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -29,15 +27,20 @@ const maxReclaimLooks = 16
 // rankLabels are the labels by which the operator finds a rank's pod.
 var rankLabels = []string{trainingv1alpha1.JobNameLabel, trainingv1alpha1.RoleLabel, trainingv1alpha1.RankLabel, trainingv1alpha1.AttemptLabel}
 
-// rankIdentity is the name and labels of the current attempt's pod of rank.
-func rankIdentity(job *trainingv1alpha1.ZayaTrainingJob, rank int32) *corev1.Pod {
-	attempt := job.Status.Attempt()
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName(job, attempt, rank), Namespace: job.Namespace, Labels: map[string]string{
+// rankLabelsOf are the labels of the pod of rank in attempt: rankLabels' values.
+func rankLabelsOf(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) map[string]string {
+	return map[string]string{
 		trainingv1alpha1.JobNameLabel: job.Name,
 		trainingv1alpha1.RoleLabel:    trainingv1alpha1.RoleRank,
 		trainingv1alpha1.RankLabel:    strconv.FormatInt(int64(rank), 10),
 		trainingv1alpha1.AttemptLabel: strconv.FormatInt(int64(attempt), 10),
-	}}}
+	}
+}
+
+// rankIdentity is the name and labels of the current attempt's pod of rank.
+func rankIdentity(job *trainingv1alpha1.ZayaTrainingJob, rank int32) *corev1.Pod {
+	attempt := job.Status.Attempt()
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName(job, attempt, rank), Namespace: job.Namespace, Labels: rankLabelsOf(job, attempt, rank)}}
 }
 
 // relabel puts want's rank labels back on existing, a pod of want's name the cache does not
@@ -80,12 +83,7 @@ func (p *pass) reclaimRanks(ctx context.Context, g gang) (int, error) {
 	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
 		return 0, nil
 	}
-	going := make(map[int32]bool, len(g.disrupted))
-	for _, pod := range g.disrupted {
-		if r, ok := podRank(pod); ok {
-			going[r] = true
-		}
-	}
+	going := g.disruptedRanks()
 	n, looked := 0, 0
 	for _, r := range g.missing() {
 		if going[r] {
@@ -95,11 +93,9 @@ func (p *pass) reclaimRanks(ctx context.Context, g gang) (int, error) {
 			break // the rest next pass: those found return to the cache meanwhile
 		}
 		want := rankIdentity(job, r)
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-		if err := p.r.apiReader().List(ctx, list, client.InNamespace(job.Namespace),
-			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", want.Name)}); err != nil {
-			return n, fmt.Errorf("reading pod %s: %w", want.Name, err)
+		list, err := p.listByName(ctx, "Pod", want.Name)
+		if err != nil {
+			return n, err
 		}
 		for i := range list.Items {
 			ok, err := p.relabel(ctx, &list.Items[i], want)

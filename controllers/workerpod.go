@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -118,10 +119,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[trainingv1alpha1.JobNameLabel] = job.Name
-	pod.Labels[trainingv1alpha1.RoleLabel] = trainingv1alpha1.RoleRank
-	pod.Labels[trainingv1alpha1.RankLabel] = strconv.FormatInt(int64(rank), 10)
-	pod.Labels[trainingv1alpha1.AttemptLabel] = strconv.FormatInt(int64(attempt), 10)
+	maps.Copy(pod.Labels, rankLabelsOf(job, attempt, rank))
 	joinPodGroup(job, pod, attempt)
 
 	ps := &pod.Spec

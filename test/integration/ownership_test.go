@@ -45,11 +45,18 @@ func TestARankWhoseLabelsAreRemovedStaysTheJobs(t *testing.T) {
 				victim = "llm-0-1"
 			} else {
 				g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
-				waitPods(g, ns, "llm", 2)
+				// Pending, unplaced for a while: WaitingForCapacity shows once a pass has seen
+				// the pods (stripped before, a rank is trusted to exist for expectationTTL,
+				// 30 s, before it is looked for).
+				unplaced := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+					Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}}
+				for _, p := range waitPods(g, ns, "llm", 2) {
+					setPodStatus(g, p, unplaced)
+				}
+				g.Eventually(func(g Gomega) {
+					g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionWaitingForCapacity)).To(BeTrue())
+				}, timeout, interval).Should(Succeed())
 				victim = "llm-0-0"
-				// Stripped before any pass saw the pod, the rank is trusted to exist for
-				// expectationTTL (30 s) before it is looked for: give that pass a moment.
-				time.Sleep(time.Second)
 			}
 			uid := stripJobLabel(g, ns, victim)
 			g.Eventually(func(g Gomega) {
@@ -57,7 +64,7 @@ func TestARankWhoseLabelsAreRemovedStaysTheJobs(t *testing.T) {
 				g.Expect(pods).To(HaveKey(victim))
 				g.Expect(pods[victim].UID).To(Equal(uid))
 				g.Expect(eventNotes(g, ns, "llm", trainingv1alpha1.ReasonPodRelabelled)).To(ContainElement(ContainSubstring(victim)))
-			}, 45*time.Second, interval).Should(Succeed())
+			}, timeout, interval).Should(Succeed())
 			g.Consistently(func(g Gomega) {
 				got := getJob(g, job)
 				g.Expect(got.Status.Restarts).To(BeZero())

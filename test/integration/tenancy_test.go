@@ -20,6 +20,14 @@ import (
 
 // Issue 35's classes on the real API server: what a tenant writes moves its own job only.
 
+// testNode is a Ready node (makeReadyNode) removed when the test ends: nodes are cluster-wide.
+func testNode(t *testing.T, g Gomega, name string) string {
+	t.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return makeReadyNode(g, name)
+}
+
 // A job asking for the quarantine taint, whose worker prints a GPU fault line, quarantines the
 // node for itself but taints it for nobody: the line is the tenant's word, not a platform
 // signal (before, the node was tainted NoSchedule for every workload, for good).
@@ -27,12 +35,7 @@ func TestATenantsFaultLineTaintsNoNodeOnTheAPIServer(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	nodes := []string{makeReadyNode(g, ns+"-n0"), makeReadyNode(g, ns+"-n1"), makeReadyNode(g, ns+"-n2")}
-	for _, n := range nodes {
-		t.Cleanup(func() {
-			_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
-		})
-	}
+	nodes := []string{testNode(t, g, ns+"-n0"), testNode(t, g, ns+"-n1"), testNode(t, g, ns+"-n2")}
 	startManager(t)
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Obj()
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
@@ -115,10 +118,7 @@ func TestSparesAreGoodNeighboursOnTheAPIServer(t *testing.T) {
 	// Spares are made for a placed gang.
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	for r, p := range []string{"llm-0-0", "llm-0-1"} {
-		node := makeReadyNode(g, fmt.Sprintf("%s-n%d", ns, r))
-		t.Cleanup(func() {
-			_ = k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-		})
+		node := testNode(t, g, fmt.Sprintf("%s-n%d", ns, r))
 		bindAndRun(g, waitPods(g, ns, "llm", 2)[p], node)
 	}
 	var spare corev1.Pod
