@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test-e2e: runs test/e2e against a fresh local cluster of fake MI300X nodes, then removes
-# it: 18 fake MI300X nodes (16 for the gang tests, 2 spare). Extra arguments go to `go test`. The suite itself only needs KUBECONFIG, so the same tests
-# run against any cluster whose nodes advertise amd.com/gpu (hack/kind-e2e.sh, later).
+# it: 18 fake MI300X nodes (16 for the gang tests, 2 spare), process-backed nodes started by the
+# tests that run the worker, and the operator binary as a process. Extra arguments go to `go
+# test`. The same suite runs on kind with real kubelets (hack/kind/e2e.sh, make test-kind).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export ZAYA_CLUSTER=${ZAYA_CLUSTER:-zaya-e2e}

@@ -4,7 +4,7 @@
 # project's images (hack/images.sh), which are loaded into every node. Workers get fake AMD
 # devices from the fake device plugin (test/fakedeviceplugin/deploy/daemonset.yaml):
 # amd.com/gpu: 8 and amd.com/nic: 8 each.
-#   hack/kind/cluster.sh up [WORKERS]   create (or reuse) the cluster (default 3 workers, 1..20)
+#   hack/kind/cluster.sh up [WORKERS]   create (or reuse) the cluster (default 4 workers, 1..20)
 #                                       and print its kubeconfig path
 #   hack/kind/cluster.sh down           delete it; leaves no container, network or volume
 #   hack/kind/cluster.sh kubeconfig     print the kubeconfig path
@@ -188,6 +188,13 @@ EOF
 
 # device_plugin: the fake AMD devices on every worker.
 device_plugin() {
+	# What IBM Cloud puts on a worker of an MI300X pool (hack/cluster/mi300x-node.yaml has the
+	# kwok nodes carry the same): not the kubelet's to set (NodeRestriction refuses
+	# kubernetes.io labels it does not own), so set here, as IBM's own controllers do.
+	kubectl label nodes -l '!node-role.kubernetes.io/control-plane' --overwrite >/dev/null \
+		topology.kubernetes.io/zone=us-east-1 topology.kubernetes.io/region=us-east \
+		ibm-cloud.kubernetes.io/worker-pool-name=mi300x ibm-cloud.kubernetes.io/worker-pool-id=pool-mi300x \
+		ibm-cloud.kubernetes.io/zone=us-east-1 ibm-cloud.kubernetes.io/region=us-east
 	kubectl apply -f "$root/test/fakedeviceplugin/deploy/daemonset.yaml" >/dev/null
 	kubectl -n kube-system rollout status daemonset/amd-fake-device-plugin --timeout=180s >/dev/null
 	local i short
@@ -202,7 +209,7 @@ device_plugin() {
 }
 
 up() {
-	local workers=${1:-3} start=$SECONDS
+	local workers=${1:-4} start=$SECONDS
 	[[ $workers =~ ^[0-9]+$ ]] && [ "$workers" -ge 1 ] && [ "$workers" -le 20 ] ||
 		{ log "WORKERS must be 1..20, got '$workers'"; exit 2; }
 	command -v docker >/dev/null && docker info >/dev/null 2>&1 || { log "no Docker engine reachable"; exit 1; }
@@ -272,7 +279,7 @@ down() {
 }
 
 case ${1:-} in
-up) up "${2:-3}" ;;
+up) up "${2:-4}" ;;
 down) down ;;
 kubeconfig) echo "$kubeconfig" ;;
 *) sed -n '2,15p' "$0" >&2; exit 2 ;;

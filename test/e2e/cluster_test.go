@@ -16,10 +16,9 @@ import (
 
 func TestFakeNodesLookLikeMI300XWorkers(t *testing.T) {
 	g := NewWithT(t)
-	nodes := &corev1.NodeList{}
-	g.Expect(k8sClient.List(context.Background(), nodes)).To(Succeed())
-	g.Expect(len(nodes.Items)).To(BeNumerically(">=", 4))
-	for _, n := range nodes.Items {
+	nodes := gpuNodes(g)
+	g.Expect(len(nodes)).To(BeNumerically(">=", 4))
+	for _, n := range nodes {
 		g.Expect(n.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceName("amd.com/gpu"), resource.MustParse("8")), n.Name)
 		g.Expect(n.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceName("amd.com/gpu"), resource.MustParse("8")), n.Name)
 		g.Expect(n.Status.Allocatable).To(HaveKeyWithValue(corev1.ResourceName("amd.com/nic"), resource.MustParse("8")), n.Name)
@@ -36,10 +35,23 @@ func TestFakeNodesLookLikeMI300XWorkers(t *testing.T) {
 	}
 }
 
+// gpuNodes are the nodes jobs run on: all but a control plane (kind's runs no GPU job).
+func gpuNodes(g Gomega) []corev1.Node {
+	nodes := &corev1.NodeList{}
+	g.Expect(k8sClient.List(context.Background(), nodes)).To(Succeed())
+	var out []corev1.Node
+	for _, n := range nodes.Items {
+		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; !cp {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // gpuPod asks for gpus amd.com/gpu.
 func gpuPod(ns, name string, gpus int64) *corev1.Pod {
 	q := *resource.NewQuantity(gpus, resource.DecimalSI)
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken: ptr.To(false),
@@ -53,6 +65,8 @@ func gpuPod(ns, name string, gpus int64) *corev1.Pod {
 			}},
 		},
 	}
+	w.idleContainer(&p.Spec.Containers[0])
+	return p
 }
 
 func TestSchedulerPlacesPodsByAMDGPUs(t *testing.T) {

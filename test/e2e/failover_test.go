@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,70 +20,44 @@ import (
 const failoverTimeout = 60 * time.Second
 
 // TestFollowerFinishesWhatTheCrashedLeaderStarted runs two operator replicas with leader
-// election, crashes the leader (SIGKILL: no lease released) in the middle of a launch and
-// again in the middle of a gang restart, and checks that the follower finishes each exactly
-// once: one pod per rank, one restart counted, the job Running.
+// election (on kind, the chart's Deployment scaled to two), crashes the leader (SIGKILL: no
+// lease released) in the middle of a launch and again in the middle of a gang restart, and
+// checks that the follower finishes each exactly once: one pod per rank, one restart counted,
+// the job Running.
 func TestFollowerFinishesWhatTheCrashedLeaderStarted(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	pauseSuiteOperator(t)
-	id := fmt.Sprintf("failover-%d", time.Now().UnixNano()%100000)
-	flags := []string{"--leader-elect", "--leader-election-namespace=" + ns, "--leader-election-id=" + id}
-	replicas := []*operatorProcess{}
-	start := func() {
-		o, err := startOperator(flags...)
-		g.Expect(err).NotTo(HaveOccurred())
-		replicas = append(replicas, o)
-		t.Cleanup(o.stop)
-	}
-	leader := func() *operatorProcess {
-		var l *operatorProcess
-		g.Eventually(func() *operatorProcess {
-			for _, o := range replicas {
-				select {
-				case <-o.exited:
-					continue
-				default:
-				}
-				if strings.Contains(strings.ToLower(o.log()), "successfully acquired lease") {
-					l = o
-					return o
-				}
-			}
-			return nil
-		}, failoverTimeout, interval).ShouldNot(BeNil(), "no replica became leader")
-		return l
-	}
-	start()
-	start()
-	first := leader()
+	replicas := w.replicas(t, g, ns)
+	first := replicas.leader(g)
 
 	// Mid-launch: the leader has created the gang (or part of it) and dies before the job runs.
-	job := testjob.MakeZayaTrainingJob("failover", ns).Nodes(8).Obj()
+	nodes := min(8, gangNodes)
+	job := testjob.MakeZayaTrainingJob("failover", ns).Nodes(nodes).Obj()
+	w.idle(job)
 	g.Expect(k8sClient.Create(context.Background(), job)).To(Succeed())
 	g.Eventually(func() int { return len(rankPods(g, job, 0)) }, timeout, 10*time.Millisecond).Should(BeNumerically(">", 0))
-	first.kill()
-	t.Logf("leader killed mid-launch: %d of 8 pods existed, job Running: %v", len(rankPods(g, job, 0)),
+	replicas.kill(g, first)
+	t.Logf("leader killed mid-launch: %d of %d pods existed, job Running: %v", len(rankPods(g, job, 0)), nodes,
 		meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionRunning))
 
-	second := leader()
-	g.Expect(second).NotTo(BeIdenticalTo(first))
-	got := waitRunningWithin(g, job, 0, failoverTimeout)
+	second := replicas.leader(g)
+	g.Expect(second).NotTo(Equal(first))
+	got := waitRunningWithin(g, job, 0, failoverTimeout+gangTimeout)
 	g.Expect(got.Status.Restarts).To(BeZero())
-	g.Expect(jobPodCount(g, job)).To(Equal(8), "one pod per rank, none twice")
+	g.Expect(jobPodCount(g, job)).To(Equal(int(nodes)), "one pod per rank, none twice")
 
 	// Mid-recovery: a rank fails, the leader decides the restart and dies; a fresh replica
 	// joins as the follower.
-	start()
-	exitWorker(g, rankPods(g, job, 0)["3"], 1)
-	g.Eventually(func() int32 { return getJob(g, job).Status.Restarts }, timeout, 10*time.Millisecond).Should(Equal(int32(1)))
-	second.kill()
-	third := leader()
-	g.Expect(third).NotTo(BeIdenticalTo(second))
-	got = waitRunningWithin(g, job, 1, failoverTimeout)
+	replicas.join(g)
+	w.exitWorker(g, rankPods(g, job, 0)[fmt.Sprint(nodes-1)], 1)
+	g.Eventually(func() int32 { return getJob(g, job).Status.Restarts }, gangTimeout, 10*time.Millisecond).Should(Equal(int32(1)))
+	replicas.kill(g, second)
+	third := replicas.leader(g)
+	g.Expect(third).NotTo(Equal(second))
+	got = waitRunningWithin(g, job, 1, failoverTimeout+gangTimeout)
 	g.Expect(got.Status.Restarts).To(Equal(int32(1)), "the restart was counted twice")
 	g.Expect(got.Status.RestartTimes).To(HaveLen(1))
-	g.Expect(len(rankPods(g, job, 1))).To(Equal(8))
+	g.Expect(len(rankPods(g, job, 1))).To(Equal(int(nodes)))
 	g.Expect(rankPods(g, job, 2)).To(BeEmpty(), "a second restart happened")
 }
 

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/test/nodeagent"
 	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
@@ -35,13 +32,15 @@ func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 
 func frozenNodeRun(t *testing.T, spares int32) {
 	const steps = 600
-	// A cluster of its own: the frozen node stays frozen (and schedulable) until it ends.
-	a := processCluster(t, trainNodes+1+int(spares)*2)
+	// The gang, a node for the frozen rank's new pod, and one more per spare (the spare the
+	// new pod takes is held again elsewhere). On kwok a cluster of its own: the frozen node
+	// stays frozen (and schedulable) until it ends.
+	procs := w.processes(t, int(trainNodes)+1+int(spares))
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
-	sharedClaim(t, ns, "frozen")
-	job := trainingJob(ns, "frozen", "frozen", steps)
+	procs.sharedClaim(t, ns, "frozen")
+	job := trainingJob(procs, ns, "frozen", "frozen", steps)
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
 	job.Spec.FaultTolerance.Spares = spares
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -63,10 +62,7 @@ func frozenNodeRun(t *testing.T, spares int32) {
 		}
 		return ranks, spareNodes
 	}
-	rank0Run := func(restarts int32) string {
-		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(a.PodDir(ns, job.Name+"-0-0"), "worker.log"), restarts))
-		return string(b)
-	}
+	rank0Run := func(restarts int32) string { return procs.runLog(ns, job.Name+"-0-0", restarts) }
 	// Let it train past a checkpoint, with its spares held.
 	g.Eventually(func() int64 { return train.ParseLog(rank0Run(0)).Last }, 2*time.Minute, 20*time.Millisecond).
 		Should(BeNumerically(">=", 2*ckptEvery+5), "no progress:\n%s", rank0Run(0))
@@ -74,11 +70,11 @@ func frozenNodeRun(t *testing.T, spares int32) {
 
 	before, heldOn := pods(g)
 	victim := job.Name + "-0-1"
-	node := a.NodeOf(ns, victim)
+	node := procs.nodeOf(ns, victim)
 	g.Expect(node).NotTo(BeEmpty())
 	t.Logf("freezing node %s (rank 1, pod %s)", node, victim)
 	frozen := time.Now()
-	g.Expect(a.Freeze(node)).To(Succeed())
+	procs.freeze(t, g, node)
 
 	// Rank 0 restarts in place (its restart count rises) and its new run trains again.
 	var advancing time.Duration

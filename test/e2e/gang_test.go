@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -18,28 +17,28 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// gangTimeout covers kwok's pod start delay (up to ~6 s) on top of scheduling.
-const gangTimeout = time.Minute
-
-func TestSixteenNodeGangRunsOnePodPerNode(t *testing.T) {
+// TestAGangRunsOnePodPerNode: a gang as large as the cluster holds (16 nodes on kwok, every
+// worker on kind) runs one pod per node.
+func TestAGangRunsOnePodPerNode(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
 
-	job := testjob.MakeZayaTrainingJob("gang16", ns).Nodes(16).Obj()
+	job := testjob.MakeZayaTrainingJob("gang", ns).Nodes(gangNodes).Obj()
+	w.idle(job)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
 
 	g.Eventually(func(g Gomega) {
 		got := &trainingv1alpha1.ZayaTrainingJob{}
 		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got)).To(Succeed())
-		g.Expect(got.Status.ReadyNodes).To(Equal(int32(16)))
+		g.Expect(got.Status.ReadyNodes).To(Equal(gangNodes))
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
 	}, gangTimeout, interval).Should(Succeed())
 
 	pods := &corev1.PodList{}
-	g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: "gang16"})).To(Succeed())
-	g.Expect(pods.Items).To(HaveLen(16))
+	g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: "gang"})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(int(gangNodes)))
 	nodes := map[string]string{}
 	for _, p := range pods.Items {
 		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
@@ -47,9 +46,9 @@ func TestSixteenNodeGangRunsOnePodPerNode(t *testing.T) {
 		nodes[p.Spec.NodeName] = p.Name
 	}
 
-	out, err := kubectl("get", "ztj", "gang16", "-n", ns)
+	out, err := kubectl("get", "ztj", "gang", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(out).To(MatchRegexp(`gang16\s+16\s+8\s+16\s+`))
+	g.Expect(out).To(MatchRegexp(`gang\s+%d\s+8\s+%d\s+`, gangNodes, gangNodes))
 }
 
 func TestTooBigAGangReportsWhyItCannotBePlaced(t *testing.T) {
@@ -61,6 +60,7 @@ func TestTooBigAGangReportsWhyItCannotBePlaced(t *testing.T) {
 	g.Expect(k8sClient.List(ctx, nodes)).To(Succeed())
 	want := int32(len(nodes.Items) + 4)
 	job := testjob.MakeZayaTrainingJob("too-big", ns).Nodes(want).Obj()
+	w.idle(job)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
 
@@ -84,7 +84,9 @@ func TestDeletingAJobKeepsItsCheckpoints(t *testing.T) {
 	keep := testjob.MakeZayaTrainingJob("keep", ns).Nodes(2).NewCheckpoint("1Ti", "").Obj()
 	drop := testjob.MakeZayaTrainingJob("drop", ns).Nodes(2).NewCheckpoint("1Ti", "").Obj()
 	drop.Spec.Checkpoint.RetainOnDelete = ptr.To(false)
+	w.claimVolumes(t, ns, "keep-checkpoints", "drop-checkpoints")
 	for _, j := range []*trainingv1alpha1.ZayaTrainingJob{keep, drop} {
+		w.idle(j)
 		g.Expect(k8sClient.Create(ctx, j)).To(Succeed())
 	}
 	for _, j := range []*trainingv1alpha1.ZayaTrainingJob{keep, drop} {

@@ -38,6 +38,7 @@ while :; do sleep 0.1; done`
 // probe; and deleting the pod gives its process SIGTERM and its grace period, so its final
 // save finishes, instead of a force-delete and SIGKILL.
 func TestProcessNodesAreTheNodeAgentsAlone(t *testing.T) {
+	kwokOnly(t, "it tests test/nodeagent, the kubelet imitation kind does not need")
 	g := NewWithT(t)
 	ctx := context.Background()
 	a := processCluster(t, 1)

@@ -40,10 +40,8 @@ func TestPoisonPillsCannotStopTheOperator(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	pauseSuiteOperator(t)
-	op, err := startOperator()
-	g.Expect(err).NotTo(HaveOccurred(), "a fresh operator must sync with the pills stored")
-	t.Cleanup(op.stop)
+	// A fresh operator must sync with the pills stored.
+	pid, alive := w.restartOperator(t, g)
 
 	// The healthy job: an edit is observed, a failed rank restarts the gang.
 	g.Expect(k8sClient.Patch(ctx, job, client.RawPatch("application/merge-patch+json",
@@ -52,7 +50,7 @@ func TestPoisonPillsCannotStopTheOperator(t *testing.T) {
 		got := getJob(g, job)
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 	}, timeout, interval).Should(Succeed())
-	exitWorker(g, rankPods(g, job, 0)["1"], 1)
+	w.exitWorker(g, rankPods(g, job, 0)["1"], 1)
 	waitRunning(g, job, 1)
 
 	for i, u := range pills {
@@ -71,15 +69,13 @@ func TestPoisonPillsCannotStopTheOperator(t *testing.T) {
 	}
 
 	// Up, idle and small: the quantity pill alone would hold a core and grow without end.
-	cpu0 := cpuSeconds(g, op.cmd.Process.Pid)
+	cpu0 := cpuSeconds(g, pid)
 	time.Sleep(5 * time.Second)
-	busy := cpuSeconds(g, op.cmd.Process.Pid) - cpu0
-	select {
-	case <-op.exited:
-		t.Fatalf("the operator exited: %v\n%s", op.waitErr, op.log())
-	default:
+	busy := cpuSeconds(g, pid) - cpu0
+	if err := alive(); err != nil {
+		t.Fatal(err)
 	}
-	rss := rssMiB(g, op.cmd.Process.Pid)
+	rss := rssMiB(g, pid)
 	t.Logf("operator with %d pills stored: %.2f CPU seconds in 5 idle seconds, %.0f MiB resident", len(pills), busy, rss)
 	g.Expect(busy).To(BeNumerically("<", 2.5), "operator CPU over 5 idle seconds")
 	g.Expect(rss).To(BeNumerically("<", 512), "operator resident memory, MiB")

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,14 +18,12 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
-// runningJobNodes is the size of the jobs the recovery tests fail.
-const runningJobNodes = 4
-
 // runningJob creates a job of runningJobNodes nodes and waits until all its ranks run.
 func runningJob(t *testing.T, ns, name string, mutate func(*trainingv1alpha1.ZayaTrainingJob)) *trainingv1alpha1.ZayaTrainingJob {
 	t.Helper()
 	g := NewWithT(t)
 	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(runningJobNodes).Obj()
+	w.idle(job)
 	if mutate != nil {
 		mutate(job)
 	}
@@ -56,42 +53,6 @@ func rankPods(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) ma
 	return out
 }
 
-// exitWorker makes a rank's worker exit with code, as its kubelet would report it.
-func exitWorker(g Gomega, pod corev1.Pod, code int32) {
-	patch := client.MergeFrom(pod.DeepCopy())
-	pod.Status.Phase = corev1.PodFailed
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: "worker", Image: pod.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: code, Reason: "Error", FinishedAt: metav1.Now(), Message: "checkpoint-step=300",
-		}},
-	}}
-	g.Expect(k8sClient.Status().Patch(context.Background(), &pod, patch)).To(Succeed())
-}
-
-// patchNode changes a node and restores it when the test ends (the cluster is shared).
-func patchNode(t *testing.T, g Gomega, name string, mutate func(*corev1.Node), restore func(*corev1.Node)) {
-	t.Helper()
-	ctx := context.Background()
-	// Metadata and status are separate writes, each from its own copy: a patch's response
-	// overwrites the object it was given.
-	change := func(f func(*corev1.Node)) error {
-		n := &corev1.Node{}
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			return err
-		}
-		meta, status := n.DeepCopy(), n.DeepCopy()
-		f(meta)
-		f(status)
-		if err := k8sClient.Patch(ctx, meta, client.MergeFrom(n)); err != nil {
-			return err
-		}
-		return k8sClient.Status().Patch(ctx, status, client.MergeFrom(n))
-	}
-	g.Expect(change(mutate)).To(Succeed())
-	t.Cleanup(func() { _ = change(restore) })
-}
-
 // expectAvoids checks that no rank of the attempt runs on node.
 func expectAvoids(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt int32, node string) {
 	pods := rankPods(g, job, attempt)
@@ -105,11 +66,12 @@ func TestRetryableExitRestartsTheGang(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	job := runningJob(t, ns, "retry", nil)
-	exitWorker(g, rankPods(g, job, 0)["2"], 1)
+	last := runningJobNodes - 1
+	w.exitWorker(g, rankPods(g, job, 0)[fmt.Sprint(last)], 1)
 
 	got := waitRunning(g, job, 1)
 	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonExitCode))
-	g.Expect(*got.Status.LastFailure.Rank).To(Equal(int32(2)))
+	g.Expect(*got.Status.LastFailure.Rank).To(Equal(last))
 	g.Expect(got.Status.RestartTimes).To(HaveLen(1))
 	g.Expect(got.Status.LastCheckpoint).NotTo(BeNil())
 	g.Expect(got.Status.LastCheckpoint.Step).To(Equal(int64(300)))
@@ -121,7 +83,7 @@ func TestFatalExitFailsTheJob(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	job := runningJob(t, ns, "fatal", nil)
-	exitWorker(g, rankPods(g, job, 0)["1"], trainingv1alpha1.ExitCodeConfigError)
+	w.exitWorker(g, rankPods(g, job, 0)["1"], trainingv1alpha1.ExitCodeConfigError)
 
 	g.Eventually(func(g Gomega) {
 		got := &trainingv1alpha1.ZayaTrainingJob{}
@@ -147,13 +109,10 @@ func TestUnhealthyGPUQuarantinesTheNode(t *testing.T) {
 	ns := newNamespace(t)
 	// kwok restarts no container, so only a recreate brings a kwok gang back; replacing one
 	// rank while the others restart in place is TestAFrozenNodesRankIsReplacedAlone's, on
-	// process-backed nodes.
+	// process-backed nodes, and TestRecoveryOnRealKubelets on kind.
 	job := runningJob(t, ns, "gpu", recreating)
 	bad := rankPods(g, job, 0)["1"].Spec.NodeName
-
-	patchNode(t, g, bad,
-		func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") },
-		func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("8") })
+	w.unhealthyGPU(t, g, bad)
 
 	got := waitRunning(g, job, 1)
 	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonDeviceUnhealthy))
@@ -168,20 +127,8 @@ func TestLostNodeIsAvoided(t *testing.T) {
 		recreating(j) // as above: kwok restarts no container
 		j.Spec.FaultTolerance.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	})
-	dead := rankPods(g, job, 0)["3"].Spec.NodeName
-
-	// The kubelet goes silent: kwok stops minding the node and its Ready turns Unknown.
-	patchNode(t, g, dead,
-		func(n *corev1.Node) {
-			n.Labels["zaya.dev/fault"] = "down"
-			for i := range n.Status.Conditions {
-				if n.Status.Conditions[i].Type == corev1.NodeReady {
-					n.Status.Conditions[i].Status = corev1.ConditionUnknown
-					n.Status.Conditions[i].Reason = "NodeStatusUnknown"
-				}
-			}
-		},
-		func(n *corev1.Node) { delete(n.Labels, "zaya.dev/fault") })
+	dead := rankPods(g, job, 0)[fmt.Sprint(runningJobNodes-1)].Spec.NodeName
+	w.loseNode(t, g, dead)
 
 	got := waitRunning(g, job, 1)
 	g.Expect(got.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeLost))

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/test/nodeagent"
 	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
@@ -26,21 +23,22 @@ import (
 // pod is replaced away from that node at the next checkpoint, the ranks restart in place, the
 // condition clears, and the job completes.
 func TestAStragglerIsFoundAndReplaced(t *testing.T) {
-	a := processCluster(t, trainNodes+2)
+	procs := w.processes(t, int(trainNodes)+2)
 	ns := newNamespace(t)
 	ctx := context.Background()
-	sharedClaim(t, ns, "slow")
-	job := trainingJob(ns, "slow", "slow", 900)
+	procs.sharedClaim(t, ns, "slow")
+	job := trainingJob(procs, ns, "slow", "slow", 900)
 	job.Spec.FaultTolerance.Stragglers.Action = trainingv1alpha1.StragglerActionReplace
 	g := NewWithT(t)
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunning(g, job, 0)
-	g.Eventually(func() int64 { return readProgress(a, job, 0) }, time.Minute, 50*time.Millisecond).Should(BeNumerically(">=", 40))
+	g.Eventually(func() int64 { return train.ParseLog(procs.runLog(ns, job.Name+"-0-0", 0)).Last }, 2*time.Minute, 50*time.Millisecond).
+		Should(BeNumerically(">=", 40))
 
-	const victim = 3
+	victim := trainNodes - 1
 	pod := fmt.Sprintf("%s-0-%d", job.Name, victim)
-	node := a.NodeOf(ns, pod)
-	g.Expect(os.WriteFile(filepath.Join(a.PodDir(ns, pod), "volumes", "zaya-shm", "zaya-fault"), []byte("slow"), 0o644)).To(Succeed())
+	node := procs.nodeOf(ns, pod)
+	procs.fault(g, ns, pod, "slow")
 	slowed := time.Now()
 
 	var found *metav1.Condition
@@ -62,7 +60,7 @@ func TestAStragglerIsFoundAndReplaced(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 	g.Expect(replaced.Category).To(Equal("Straggler"), "%+v", replaced)
 	g.Expect(replaced.Node).To(Equal(node))
-	g.Expect(*replaced.Rank).To(Equal(int32(victim)))
+	g.Expect(*replaced.Rank).To(Equal(victim))
 	t.Logf("replaced %v after the slow-down: %s", time.Since(slowed).Round(time.Millisecond), replaced.Message)
 
 	got := waitRunning(g, job, 1)
@@ -78,9 +76,4 @@ func TestAStragglerIsFoundAndReplaced(t *testing.T) {
 	if gp := done.Status.Goodput; gp == nil || !strings.Contains(fmt.Sprint(gp.Lost), "Straggler") {
 		t.Errorf("goodput %+v does not count the straggler's replacement", gp)
 	}
-}
-
-// readProgress is the last step rank 0 of attempt logged.
-func readProgress(a *nodeagent.Agent, job *trainingv1alpha1.ZayaTrainingJob, attempt int32) int64 {
-	return train.ParseLog(rank0Log(a, job, attempt)).Last
 }

@@ -1,8 +1,10 @@
 //go:build e2e
 
-// Package e2e tests the operator as users run it: the CRD applied with kubectl, the operator
-// binary as a process, and a real scheduler placing pods on nodes that advertise amd.com/gpu.
-// hack/e2e.sh provides the cluster (KUBECONFIG), kubectl and the operator binary.
+// Package e2e tests the operator as users run it: the CRD applied with kubectl, a real
+// scheduler placing pods on nodes that advertise amd.com/gpu, workers failing as they fail.
+// It runs on two clusters (world_test.go): kwok with process-backed nodes and the operator
+// binary as a process (hack/e2e.sh, make test-e2e), and kind with real kubelets and the
+// operator from its chart (hack/kind/e2e.sh, make test-kind).
 package e2e
 
 import (
@@ -23,6 +25,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +41,7 @@ const (
 
 var (
 	k8sClient                           client.Client
+	clients                             *kubernetes.Clientset
 	kubectlBin, operatorBin, kubeconfig string
 	repoRoot                            = filepath.Join("..", "..")
 )
@@ -47,9 +51,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	var err error
+	if w, err = selectWorld(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	kubeconfig, kubectlBin, operatorBin = os.Getenv("KUBECONFIG"), os.Getenv("ZAYA_E2E_KUBECTL"), os.Getenv("ZAYA_E2E_OPERATOR")
-	if kubeconfig == "" || kubectlBin == "" || operatorBin == "" {
-		fmt.Fprintln(os.Stderr, "e2e needs KUBECONFIG, ZAYA_E2E_KUBECTL and ZAYA_E2E_OPERATOR: run it through make test-e2e")
+	if kubeconfig == "" || kubectlBin == "" || (operatorBin == "" && !w.kind()) {
+		fmt.Fprintln(os.Stderr, "e2e needs KUBECONFIG, ZAYA_E2E_KUBECTL and (on kwok) ZAYA_E2E_OPERATOR: run it through make test-e2e or make test-kind")
 		return 1
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -57,12 +66,21 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "kubeconfig: %v\n", err)
 		return 1
 	}
+	cfg.QPS, cfg.Burst = 100, 200
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(trainingv1alpha1.AddToScheme(scheme))
 	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintf(os.Stderr, "client: %v\n", err)
 		return 1
+	}
+	if clients, err = kubernetes.NewForConfig(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "clientset: %v\n", err)
+		return 1
+	}
+	if w.kind() {
+		// The chart installed the CRD and runs the operator (hack/kind/e2e.sh).
+		return m.Run()
 	}
 
 	// Install as a user would, then run the operator binary for the whole suite.

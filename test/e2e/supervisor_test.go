@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -20,15 +19,14 @@ import (
 // at once, naming the rank and the code, as it does under restart rules. A retryable exit of
 // the other rank's worker, before it, restarted the gang in place without a new pod.
 func TestASupervisedWorkersFatalExitFailsTheJob(t *testing.T) {
-	processCluster(t, 2)
+	procs := w.processes(t, 2)
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
 	job := testjob.MakeZayaTrainingJob("sup", ns).Nodes(2).GPUsPerNode(1).Profile(trainingv1alpha1.NetworkSocket).Obj()
 	job.Spec.FaultTolerance.InPlaceMechanism = trainingv1alpha1.InPlaceMechanismSupervisor
 	ps := &job.Spec.Template.Spec
-	ps.NodeSelector = map[string]string{agentLabel: "true"}
-	ps.Tolerations = []corev1.Toleration{{Key: agentLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	procs.place(ps)
 	// Rank 0's first run exits 3 (retryable); its second, and rank 1's once rank 0 is back,
 	// wait. Then rank 1 exits 78. The runs count themselves in the pod's emptyDir (/dev/shm).
 	ps.Containers[0].Command = []string{"zaya-supervisor", "--", "/bin/sh", "-c", `

@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,98 +47,16 @@ func chaosSettings() (faults int, seed uint64) {
 }
 
 const (
-	agentLabel  = "zaya.dev/process-node"
 	ckptEvery   = 20
-	trainNodes  = 8
 	workerSteps = "-seq=16 -dim=6 -pace=25ms -log-every=1"
 )
 
-// processCluster starts a node agent with n process-backed MI300X nodes for this test.
-func processCluster(t *testing.T, n int) *nodeagent.Agent {
-	t.Helper()
-	worker := os.Getenv("ZAYA_E2E_WORKER")
-	if worker == "" {
-		t.Fatal("ZAYA_E2E_WORKER (the zaya-worker binary) is not set: run through make test-e2e")
-	}
-	cs := clientset(t)
-	nodes := make([]string, n)
-	stamp := time.Now().UnixNano() % 100000
-	for i := range nodes {
-		nodes[i] = fmt.Sprintf("proc-%d-%d", stamp, i)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := nodeagent.Start(ctx, nodeagent.Options{
-		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
-		Labels:   map[string]string{agentLabel: "true"},
-		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-		Commands: map[string]string{"zaya-worker": worker, "zaya-supervisor": os.Getenv("ZAYA_E2E_SUPERVISOR"), "sh": "/bin/sh"},
-		// A kubelet configured with crashLoopBackOff.maxContainerRestartPeriod: 1s (KEP-4603):
-		// a default one waits 10 s before a container's second in-place restart within 10 min.
-		MaxContainerRestartPeriod: time.Second,
-		// A lost node turns NotReady 5 s after its kubelet died, before its Lease lapses (10 s):
-		// a Recreate judged between the peers' stops and the lapse has been seen, under CI's
-		// load, to place the new gang on the dead node and restart twice (known, open). The real
-		// grace (50 s, the Lease first) is played on kind (test/kind, node-stopped/recreate).
-		NodeMonitorGracePeriod: 5 * time.Second,
-		Logf:                   t.Logf,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		for _, n := range nodes {
-			_ = cs.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
-		}
-	})
-	return a
-}
-
-// supervise runs the container's command under zaya-supervisor, as an image whose
-// entrypoint wraps its worker would (the process-backed node runs host binaries: the worker
-// is named by its path).
-func supervise(t testing.TB, c *corev1.Container) {
-	t.Helper()
-	if os.Getenv("ZAYA_E2E_SUPERVISOR") == "" {
-		t.Fatal("ZAYA_E2E_SUPERVISOR (the zaya-supervisor binary) is not set: run through make test-e2e")
-	}
-	cmd := slices.Clone(c.Command)
-	if len(cmd) > 0 && cmd[0] == "zaya-worker" {
-		cmd[0] = os.Getenv("ZAYA_E2E_WORKER")
-	}
-	c.Command = append([]string{"zaya-supervisor", "--"}, cmd...)
-}
-
 // clientset is a typed client of the e2e cluster.
-func clientset(t *testing.T) *kubernetes.Clientset {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 100, 200
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
+func clientset(*testing.T) *kubernetes.Clientset { return clients }
 
-// sharedClaim is a claim bound to a volume of its own (the agent backs it with a folder).
-func sharedClaim(t testing.TB, ns, name string) {
-	t.Helper()
-	g := NewWithT(t)
-	ctx := context.Background()
-	pv, pvc := testjob.SharedClaim(ns, name, "/tmp/zaya-"+ns+"-"+name, corev1.PersistentVolumeReclaimDelete)
-	g.Expect(k8sClient.Create(ctx, pv)).To(Succeed())
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
-	g.Eventually(func() error { return k8sClient.Create(ctx, pvc) }, timeout, interval).Should(Succeed())
-}
-
-// trainingJob is the reference worker as an 8-node × 1-rank job with context parallel 2 on
-// the process-backed nodes, checkpointing every ckptEvery steps.
-func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTrainingJob {
+// trainingJob is the reference worker as a trainNodes-node × 1-rank job with context
+// parallel 2 on the process nodes, checkpointing every ckptEvery steps.
+func trainingJob(p processNodes, ns, name, claim string, steps int) *trainingv1alpha1.ZayaTrainingJob {
 	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(trainNodes).GPUsPerNode(1).ContextParallel(2).
 		Profile(trainingv1alpha1.NetworkSocket).ClaimCheckpoint(claim).Obj()
 	job.Spec.Checkpoint.Interval = &trainingv1alpha1.CheckpointInterval{Steps: ptr.To[int32](ckptEvery)}
@@ -150,14 +67,13 @@ func trainingJob(ns, name, claim string, steps int) *trainingv1alpha1.ZayaTraini
 	ft.UserCodeRestarts = ptr.To[int32](7) // the chaos schedule plays bugs among the faults
 	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	ps := &job.Spec.Template.Spec
-	ps.NodeSelector = map[string]string{agentLabel: "true"}
-	ps.Tolerations = []corev1.Toleration{{Key: agentLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
 	w := &ps.Containers[0]
 	w.Command = []string{"zaya-worker"}
 	w.Args = append(strings.Fields(workerSteps), fmt.Sprintf("-steps=%d", steps), "-metrics-addr=$(POD_IP):9400", "-master-listen=$(POD_IP):29500",
 		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=60s", "-fault-file=/dev/shm/zaya-fault")
 	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	p.place(ps)
 	return job
 }
 
@@ -218,16 +134,18 @@ type runID struct {
 // in-place restart replaces no pod for a crash, one for a lost node, an unhealthy GPU or a
 // hung worker.
 func TestTrainingJobSurvivesChaos(t *testing.T) {
+	kwokOnly(t, "the schedule needs 8 nodes for the gang and two more per fault, and every run's log (a kubelet keeps two): TestRecoveryOnRealKubelets plays each fault on kind")
 	nFaults, seed := chaosSettings()
 	steps := 300 + 120*nFaults
 	// Each mode may lose a node and quarantine another per five faults.
-	a := processCluster(t, trainNodes+2+2*nFaults)
+	a := processCluster(t, int(trainNodes)+2+2*nFaults)
+	procs := kwokProcesses{a}
 	ns := newNamespace(t)
 	ctx := context.Background()
 
 	// Uninterrupted.
-	sharedClaim(t, ns, "ref")
-	ref := trainingJob(ns, "ref", "ref", steps)
+	procs.sharedClaim(t, ns, "ref")
+	ref := trainingJob(procs, ns, "ref", "ref", steps)
 	NewWithT(t).Expect(k8sClient.Create(ctx, ref)).To(Succeed())
 	start := time.Now()
 	done := waitSucceeded(t, ref, 5*time.Minute)
@@ -290,12 +208,13 @@ type restartVariant struct {
 func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, steps, nFaults int, seed uint64, want []byte) (string, int, int) {
 	ctx := context.Background()
 	name := "chaos-" + strings.ToLower(v.name)
-	sharedClaim(t, ns, name)
-	job := trainingJob(ns, name, name, steps)
+	procs := kwokProcesses{a}
+	procs.sharedClaim(t, ns, name)
+	job := trainingJob(procs, ns, name, name, steps)
 	job.Spec.FaultTolerance.RestartMode = v.mode
 	job.Spec.FaultTolerance.InPlaceMechanism = v.mechanism
 	if v.mechanism == trainingv1alpha1.InPlaceMechanismSupervisor {
-		supervise(t, &job.Spec.Template.Spec.Containers[0])
+		procs.supervise(t, &job.Spec.Template.Spec.Containers[0])
 	}
 	mode := v.mode
 	g := NewWithT(t)
@@ -350,7 +269,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			return begin >= 0 && last >= begin+target
 		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "run %+v made no progress:\n%s", before, runLog(before))
 		attempt := getJob(g, job).Status.Attempt()
-		victimRank := int32(r.IntN(trainNodes))
+		victimRank := int32(r.IntN(int(trainNodes)))
 		victim := fmt.Sprintf("%s-%d-%d", job.Name, attempt, victimRank)
 		node := a.NodeOf(ns, victim)
 		pods := podUIDs(g)
@@ -406,7 +325,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			want := 0
 			switch {
 			case kind == "gpu-fault" || kind == "nic-fault":
-				want = trainNodes // its process restarted in place and rejoined: the gang is recreated
+				want = int(trainNodes) // its process restarted in place and rejoined: the gang is recreated
 			case movesOff[kind] || kind == "hang":
 				want = 1
 			}

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package kind
+package e2e
 
 import (
 	"bytes"
@@ -16,95 +16,35 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/internal/testjob"
 	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
 const (
-	// ranks of every job: two nodes, one context-parallel ring, so a kind cluster of three
-	// workers keeps one node free for a replacement.
-	ranks     = 2
-	ckptEvery = 20
-	steps     = 400
-	pace      = "25ms"
-	// controlDir is the fake device plugin's health control folder on every node.
-	controlDir = "/var/lib/kubelet/device-plugins/amd-fake-control"
+	// realSteps is how long the recovery matrix's jobs train: a few minutes on kind.
+	realSteps = 400
 )
 
-// trainingJob is the reference worker from its image as a ranks-node job, checkpointing every
-// ckptEvery steps to a folder of the shared host directory.
-func trainingJob(t *testing.T, ns, name string) *trainingv1alpha1.ZayaTrainingJob {
+// realJob is the reference worker on kind's nodes (trainNodes ranks, one ring), with a
+// checkpoint share; a test may change it before it is created.
+func realJob(t *testing.T, ns, name string) (*trainingv1alpha1.ZayaTrainingJob, string) {
 	t.Helper()
-	claim := sharedClaim(t, ns, name)
-	job := testjob.MakeZayaTrainingJob(name, ns).Nodes(ranks).GPUsPerNode(1).ContextParallel(2).
-		Profile(trainingv1alpha1.NetworkSocket).ClaimCheckpoint(claim).Obj()
-	job.Spec.Checkpoint.Interval = &trainingv1alpha1.CheckpointInterval{Steps: ptr.To[int32](ckptEvery)}
-	ft := &job.Spec.FaultTolerance
-	ft.MaxRestarts = ptr.To[int32](5)
-	ft.Backoff.Initial, ft.Backoff.Max = &metav1.Duration{Duration: time.Second}, &metav1.Duration{Duration: 2 * time.Second}
-	ft.HangTimeout = &metav1.Duration{Duration: 30 * time.Second}
-	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
-	ps := &job.Spec.Template.Spec
-	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
-	w := &ps.Containers[0]
-	w.Image, w.ImagePullPolicy = workerImg, corev1.PullNever
-	w.Command = []string{"zaya-worker"}
-	w.Args = []string{"-seq=16", "-dim=6", "-pace=" + pace, "-log-every=1", fmt.Sprintf("-steps=%d", steps),
-		"-params-out=/checkpoints/final-params", "-rendezvous-timeout=120s", "-fault-file=/dev/shm/zaya-fault"}
-	return job
+	procs := w.processes(t, int(trainNodes)+1)
+	dir := procs.sharedClaim(t, ns, name)
+	job := trainingJob(procs, ns, name, name, realSteps)
+	job.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](5)
+	return job, dir
 }
 
-// sharedClaim binds a claim to a hostPath volume in the shared folder, which every node
-// mounts at the same path: a ReadWriteMany share, as the worker contract asks.
-func sharedClaim(t *testing.T, ns, name string) string {
+// kindOnly skips a test whose faults only a kind cluster can play.
+func kindOnly(t *testing.T, why string) {
 	t.Helper()
-	g := NewWithT(t)
-	ctx := context.Background()
-	dir := filepath.Join(sharedDir, ns+"-"+name)
-	g.Expect(os.MkdirAll(dir, 0o777)).To(Succeed())
-	g.Expect(os.Chmod(dir, 0o777)).To(Succeed()) // the worker runs as 65532
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pv, pvc := testjob.SharedClaim(ns, name, dir, corev1.PersistentVolumeReclaimRetain)
-	g.Expect(k8sClient.Create(ctx, pv)).To(Succeed())
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
-	g.Eventually(func() error { return k8sClient.Create(ctx, pvc) }, time.Minute, time.Second).Should(Succeed())
-	return name
-}
-
-func getJob(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
-	got := &trainingv1alpha1.ZayaTrainingJob{}
-	g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), got)).To(Succeed())
-	return got
-}
-
-// waitRunning waits for restart number `restarts` to run with every rank ready.
-func waitRunning(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, restarts int32, within time.Duration) *trainingv1alpha1.ZayaTrainingJob {
-	var got *trainingv1alpha1.ZayaTrainingJob
-	g.Eventually(func(g Gomega) {
-		got = getJob(g, job)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse(), "job failed: %+v", got.Status.Conditions)
-		g.Expect(got.Status.Restarts).To(Equal(restarts))
-		g.Expect(got.Status.ReadyNodes).To(Equal(job.Spec.Nodes))
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
-	}, within, 200*time.Millisecond).Should(Succeed())
-	return got
-}
-
-// waitSucceeded waits for the job to succeed: a few minutes of training at most.
-func waitSucceeded(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) *trainingv1alpha1.ZayaTrainingJob {
-	var got *trainingv1alpha1.ZayaTrainingJob
-	g.Eventually(func(g Gomega) {
-		got = getJob(g, job)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionFailed)).To(BeFalse(), "job failed: %+v", got.Status.Conditions)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionSucceeded)).To(BeTrue())
-	}, 5*time.Minute, time.Second).Should(Succeed())
-	return got
+	if !w.kind() {
+		t.Skip("kind only: " + why)
+	}
 }
 
 // rankPod is the live pod of a rank: of the newest attempt that has one (a rank replaced in
@@ -151,9 +91,9 @@ func rank0Run(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) workerRun {
 	return r
 }
 
-// runLog is the worker log of the pod's current container, as the kubelet keeps it.
-func runLog(ns, pod string) string {
-	b, err := clientset.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "worker"}).Do(context.Background()).Raw()
+// currentLog is the worker log of the pod's current container, as the kubelet keeps it.
+func currentLog(ns, pod string) string {
+	b, err := clients.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "worker"}).Do(context.Background()).Raw()
 	if err != nil {
 		return ""
 	}
@@ -184,16 +124,15 @@ func reference(t *testing.T) []byte {
 	t.Helper()
 	referenceOnce.Do(func() {
 		ns := newNamespace(t)
-		job := trainingJob(t, ns, "reference")
+		job, dir := realJob(t, ns, "reference")
 		if err := k8sClient.Create(context.Background(), job); err != nil {
 			referenceErr = err
 			return
 		}
-		g := NewWithT(t)
 		started := time.Now()
-		waitSucceeded(g, job)
-		t.Logf("uninterrupted run: %d steps in %v", steps, time.Since(started).Round(time.Second))
-		referenceParams, referenceErr = os.ReadFile(filepath.Join(sharedDir, ns+"-reference", "final-params"))
+		waitSucceeded(t, job, 5*time.Minute)
+		t.Logf("uninterrupted run: %d steps in %v", realSteps, time.Since(started).Round(time.Second))
+		referenceParams, referenceErr = os.ReadFile(filepath.Join(dir, "final-params"))
 	})
 	if referenceErr != nil {
 		t.Fatalf("the uninterrupted run: %v", referenceErr)
@@ -223,27 +162,6 @@ func killWorker(sig string) func(t *testing.T, g Gomega, node string) {
 	}
 }
 
-// stopNode is a node lost: the container and everything in it stop; it is started again
-// when the test ends.
-func stopNode(t *testing.T, g Gomega, node string) {
-	out, err := docker("stop", "-t", "0", node)
-	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.Cleanup(func() { restartNode(t, node) })
-}
-
-// freezeNode is a hung host: every process of the node, its kubelet included, frozen with its
-// sockets open.
-func freezeNode(t *testing.T, g Gomega, node string) {
-	out, err := docker("pause", node)
-	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.Cleanup(func() {
-		if out, err := docker("unpause", node); err != nil {
-			t.Errorf("unpausing %s: %v\n%s", node, err, out)
-		}
-		waitNodeReady(t, node)
-	})
-}
-
 // cutNode takes the node off the cluster's network: its kubelet and its rank lose every peer.
 func cutNode(t *testing.T, g Gomega, node string) {
 	ip, err := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node)
@@ -251,6 +169,7 @@ func cutNode(t *testing.T, g Gomega, node string) {
 	out, err := docker("network", "disconnect", "kind", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
+		back := time.Now()
 		if out, err := docker("network", "connect", "kind", node); err != nil {
 			t.Errorf("reconnecting %s: %v\n%s", node, err, out)
 			return
@@ -265,38 +184,12 @@ func cutNode(t *testing.T, g Gomega, node string) {
 				t.Errorf("restarting %s: %v\n%s", node, err, out)
 			}
 		}
-		if out, err := command(os.Getenv("ZAYA_KIND_CLUSTER_SCRIPT"), "up", os.Getenv("ZAYA_KIND_WORKERS")); err != nil {
+		k := w.(*kindWorld)
+		if out, err := command(k.clusterScript, "up", fmt.Sprint(k.workers)); err != nil {
 			t.Errorf("routing the pod network again: %v\n%s", err, out)
 		}
-		waitNodeReady(t, node)
+		waitNodeBack(t, node, back)
 	})
-}
-
-// unhealthyGPU has the fake device plugin report the node's GPU 0 unhealthy: the kubelet
-// lowers amd.com/gpu's allocatable, as AMD's plugin makes it do.
-func unhealthyGPU(t *testing.T, g Gomega, node string) {
-	out, err := docker("exec", node, "touch", controlDir+"/unhealthy-gpu-0")
-	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.Cleanup(func() {
-		if out, err := docker("exec", node, "rm", "-f", controlDir+"/unhealthy-gpu-0"); err != nil {
-			t.Errorf("healing %s: %v\n%s", node, err, out)
-		}
-	})
-}
-
-func restartNode(t *testing.T, node string) {
-	if out, err := docker("start", node); err != nil {
-		t.Errorf("starting %s again: %v\n%s", node, err, out)
-		return
-	}
-	// The node image routes its pod network again at boot (hack/kind/node).
-	waitNodeReady(t, node)
-}
-
-func waitNodeReady(t *testing.T, node string) {
-	if out, err := kubectl("wait", "--for=condition=Ready", "--timeout=180s", "node/"+node); err != nil {
-		t.Errorf("node %s not Ready again: %v\n%s", node, err, out)
-	}
 }
 
 // TestRecoveryOnRealKubelets trains the reference worker on kind and plays one fault per
@@ -306,18 +199,21 @@ func waitNodeReady(t *testing.T, node string) {
 // ends with parameters bit-identical to an uninterrupted run's. Each subtest logs the time
 // from the fault to every rank running and to rank 0 training steps again.
 func TestRecoveryOnRealKubelets(t *testing.T) {
+	kindOnly(t, "the faults are Docker's (a node's container stopped, paused, cut off) and the kubelet's (restart rules, probes); kwok's process nodes play them in TestTrainingJobSurvivesChaos")
 	want := reference(t)
+	ranks := int(trainNodes)
+	frozen := func(t *testing.T, g Gomega, node string) { kindProcesses{w.(*kindWorld)}.freeze(t, g, node) }
 	inPlace, recreate := trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate
 	for _, f := range []nodeFault{
 		{name: "worker-killed/in-place", mode: inPlace, inject: killWorker("KILL"), replaced: 0, category: "Unknown"},
 		{name: "worker-killed/supervisor", mode: inPlace, supervise: true, inject: killWorker("KILL"), replaced: 0, category: "Unknown"},
 		{name: "worker-killed/recreate", mode: recreate, inject: killWorker("KILL"), replaced: ranks, category: "Unknown"},
 		{name: "worker-hung/in-place", mode: inPlace, inject: killWorker("STOP"), replaced: 1, category: "Hang"},
-		{name: "node-stopped/in-place", mode: inPlace, inject: stopNode, replaced: 1, category: "NodeLost"},
-		{name: "node-stopped/recreate", mode: recreate, inject: stopNode, replaced: ranks, category: "NodeLost"},
-		{name: "node-frozen/in-place", mode: inPlace, inject: freezeNode, replaced: 1, category: "NodeLost"},
+		{name: "node-stopped/in-place", mode: inPlace, inject: w.loseNode, replaced: 1, category: "NodeLost"},
+		{name: "node-stopped/recreate", mode: recreate, inject: w.loseNode, replaced: ranks, category: "NodeLost"},
+		{name: "node-frozen/in-place", mode: inPlace, inject: frozen, replaced: 1, category: "NodeLost"},
 		{name: "network-cut/in-place", mode: inPlace, inject: cutNode, replaced: 1, category: "NodeLost"},
-		{name: "gpu-unhealthy/in-place", mode: inPlace, inject: unhealthyGPU, replaced: 1, category: "GPUHardware"},
+		{name: "gpu-unhealthy/in-place", mode: inPlace, inject: w.unhealthyGPU, replaced: 1, category: "GPUHardware"},
 	} {
 		t.Run(f.name, func(t *testing.T) { faultRun(t, f, want) })
 	}
@@ -327,35 +223,34 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	job := trainingJob(t, ns, "faulted")
+	job, dir := realJob(t, ns, "faulted")
 	job.Spec.FaultTolerance.RestartMode = f.mode
 	if f.supervise {
 		job.Spec.FaultTolerance.InPlaceMechanism = trainingv1alpha1.InPlaceMechanismSupervisor
-		w := &job.Spec.Template.Spec.Containers[0]
-		w.Command = []string{"zaya-supervisor", "--", "zaya-worker"}
+		kindProcesses{}.supervise(t, &job.Spec.Template.Spec.Containers[0])
 	}
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	waitRunning(g, job, 0, 3*time.Minute)
+	waitRunningWithin(g, job, 0, 3*time.Minute)
 
 	before := rank0Run(g, job)
-	g.Eventually(func() int64 { return train.ParseLog(runLog(ns, before.pod)).Last }, 3*time.Minute, 100*time.Millisecond).
+	g.Eventually(func() int64 { return train.ParseLog(currentLog(ns, before.pod)).Last }, 3*time.Minute, 100*time.Millisecond).
 		Should(BeNumerically(">=", 2*ckptEvery+5), "no progress")
 	victim := rankPod(g, job, 1)
 	node := victim.Spec.NodeName
 	pods := podUIDs(g, job)
-	atStep := train.ParseLog(runLog(ns, before.pod)).Last
+	atStep := train.ParseLog(currentLog(ns, before.pod)).Last
 	t.Logf("%s on %s (rank 1, pod %s) at rank 0's step %d", f.name, node, victim.Name, atStep)
 	injected := time.Now()
 	f.inject(t, g, node)
 
-	got := waitRunning(g, job, 1, 4*time.Minute)
+	got := waitRunningWithin(g, job, 1, 4*time.Minute)
 	recovery := time.Since(injected)
 	var after workerRun
 	var resumed int64
 	g.Eventually(func(g Gomega) {
 		after = rank0Run(g, job)
 		g.Expect(after).NotTo(Equal(before), "rank 0 still runs the process the fault found")
-		p := train.ParseLog(runLog(ns, after.pod))
+		p := train.ParseLog(currentLog(ns, after.pod))
 		g.Expect(p.Resumed).To(BeNumerically(">", 0), "rank 0's new run did not resume from a checkpoint")
 		g.Expect(p.Last).To(BeNumerically(">", p.Resumed))
 		resumed = p.Resumed
@@ -385,14 +280,14 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	g.Expect(got.Status.LastRestartMode).To(Equal(f.mode))
 	wantReplaced := f.replaced
 	if f.mode == trainingv1alpha1.RestartModeRecreate {
-		wantReplaced = ranks
+		wantReplaced = int(job.Spec.Nodes)
 	}
 	g.Expect(replaced).To(Equal(wantReplaced), "pods replaced")
 	g.Expect(atStep-resumed).To(BeNumerically("<=", ckptEvery+1), "steps lost")
 
-	final := waitSucceeded(g, job)
+	final := waitSucceeded(t, job, 5*time.Minute)
 	g.Expect(final.Status.Restarts).To(Equal(int32(1)))
-	params, err := os.ReadFile(filepath.Join(sharedDir, ns+"-faulted", "final-params"))
+	params, err := os.ReadFile(filepath.Join(dir, "final-params"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Equal(params, want)).To(BeTrue(), "final parameters differ from the uninterrupted run's")
 	fmt.Printf("kind-recovery %-26s running-again %8v training-again %8v pods-replaced %d lost-steps %d\n",
@@ -405,17 +300,18 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 // termination log and fails, the kubelet kills the worker, and the operator must read the
 // line as a Hang of rank 0 and bring the job back to finish.
 func TestHangCaughtByTheKubeletsProbe(t *testing.T) {
+	kindOnly(t, "the probe is run by the real kubelet from the worker image; the node agent runs it in TestTrainingJobSurvivesChaos's hangs")
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	job := trainingJob(t, ns, "alone")
+	job, _ := realJob(t, ns, "alone")
 	job.Spec.Nodes, job.Spec.Parallelism.ContextParallel = 1, 1
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	waitRunning(g, job, 0, 3*time.Minute)
+	waitRunningWithin(g, job, 0, 3*time.Minute)
 
 	before := rankPod(g, job, 0)
-	g.Eventually(func() int64 { return train.ParseLog(runLog(ns, before.Name)).Last }, 3*time.Minute, 100*time.Millisecond).
+	g.Eventually(func() int64 { return train.ParseLog(currentLog(ns, before.Name)).Last }, 3*time.Minute, 100*time.Millisecond).
 		Should(BeNumerically(">=", ckptEvery+5), "no progress")
 	t.Logf("freezing the worker on %s (pod %s)", before.Spec.NodeName, before.Name)
 	injected := time.Now()
@@ -427,7 +323,7 @@ func TestHangCaughtByTheKubeletsProbe(t *testing.T) {
 		}
 	}()
 
-	got := waitRunning(g, job, 1, 3*time.Minute)
+	got := waitRunningWithin(g, job, 1, 3*time.Minute)
 	lf := got.Status.LastFailure
 	g.Expect(lf).NotTo(BeNil())
 	t.Logf("probe: running again after %v, blamed rank %v: %s/%s (%s)", time.Since(injected).Round(10*time.Millisecond),
@@ -438,6 +334,6 @@ func TestHangCaughtByTheKubeletsProbe(t *testing.T) {
 	// kubelet kept, not a crash the operator guessed at.
 	g.Expect(lf.Reason).To(Equal(trainingv1alpha1.FailureReasonHang))
 	g.Expect(lf.Message).To(ContainSubstring("zaya: hang:"))
-	final := waitSucceeded(g, job)
+	final := waitSucceeded(t, job, 5*time.Minute)
 	g.Expect(final.Status.Restarts).To(Equal(int32(1)))
 }
