@@ -63,6 +63,11 @@ type Options struct {
 	// lifecycle controller marks a node whose kubelet went silent (50 s by default on a real
 	// cluster); until then it looks Ready and only its Lease tells. Zero: 30 s.
 	NodeMonitorGracePeriod time.Duration
+	// RelistPeriod is how often the kubelet's PLEG relists its containers: an exit is seen,
+	// reported and restarted at the first relist after it, not the moment the process ends
+	// (kind showed a killed rank's exit reaching the API server after its peers' stops).
+	// Zero: the kubelet's 1 s; negative: at once.
+	RelistPeriod time.Duration
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
 	// Config is how processes reach the API server. With it, a pod that mounts its
@@ -604,6 +609,7 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 		_ = runf.Close()
 		code, finishedAt := exitCode(err), metav1.Now()
 		close(inst)
+		a.awaitRelist(ctx)
 		a.mu.Lock()
 		down, stopping, probeKilled := a.down[r.node], r.stopping, r.probeKilled
 		r.probeKilled = false
@@ -638,6 +644,23 @@ func (a *Agent) supervise(ctx context.Context, key string, pod *corev1.Pod, r *r
 		}
 		a.queue.Add(key) // a pod being deleted can go now
 		return
+	}
+}
+
+// awaitRelist waits for the node's next relist: relists tick every RelistPeriod on the
+// clock, so exits at once on several nodes are seen together or a period apart, as a real
+// kubelet's are.
+func (a *Agent) awaitRelist(ctx context.Context) {
+	period := a.opts.RelistPeriod
+	if period == 0 {
+		period = time.Second
+	}
+	if period < 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(period - time.Duration(time.Now().UnixNano()%int64(period))):
 	}
 }
 
