@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-kind: the operator on real kubelets. A kind cluster (one control plane, 3 workers
+# make test-kind: the operator on real kubelets. A kind cluster (one control plane, 4 workers
 # with fake MI300X devices from test/fakedeviceplugin) from the node image built here
 # (hack/kind/node-image.sh; KIND_NODE_IMAGE=kindest/node:... for users with a registry), the
 # project's images built here and loaded, the chart installed as users install it (the

@@ -106,7 +106,8 @@ func selectWorld() (world, error) {
 		if err != nil {
 			return nil, err
 		}
-		gangNodes, runningJobNodes, trainNodes, gangTimeout = k.workers, k.workers-2, k.workers-2, 4*time.Minute
+		// Training jobs are one context-parallel ring of two per pair of nodes: an even size.
+		gangNodes, runningJobNodes, trainNodes, gangTimeout = k.workers, k.workers-2, (k.workers-2)&^1, 4*time.Minute
 		return k, nil
 	}
 	gangNodes, runningJobNodes, trainNodes, gangTimeout = 16, 4, 8, time.Minute
