@@ -36,13 +36,6 @@ func realJob(t *testing.T, ns, name string) (*trainingv1alpha1.ZayaTrainingJob, 
 	dir := procs.sharedClaim(t, ns, name)
 	job := trainingJob(procs, ns, name, name, realSteps)
 	job.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](5)
-	// A recreated gang's pods start one by one on a loaded machine: give its rendezvous the
-	// time the kwok process nodes do not need.
-	for i, a := range job.Spec.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "-rendezvous-timeout=") {
-			job.Spec.Template.Spec.Containers[0].Args[i] = "-rendezvous-timeout=120s"
-		}
-	}
 	return job, dir
 }
 
@@ -171,8 +164,8 @@ func killWorker(sig string) func(t *testing.T, g Gomega, node string) {
 
 // cutNode takes the node off the cluster's network: its kubelet and its rank lose every peer.
 func cutNode(t *testing.T, g Gomega, node string) {
-	ip := nodeIP(node)
-	g.Expect(ip).NotTo(BeEmpty(), "%s has no address on the kind network", node)
+	ip, err := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node)
+	g.Expect(err).NotTo(HaveOccurred(), ip)
 	out, err := docker("network", "disconnect", "kind", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
@@ -185,13 +178,16 @@ func cutNode(t *testing.T, g Gomega, node string) {
 		// entrypoint moves a node's own configuration to its new address at boot. Either way
 		// the node's routes to the other nodes' pods went with its interface: the cluster
 		// script routes every node again.
-		if now := nodeIP(node); now != ip {
-			t.Logf("%s came back as %s (was %s): restarting it", node, now, ip)
+		if now, _ := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node); strings.TrimSpace(now) != strings.TrimSpace(ip) {
+			t.Logf("%s came back as %s (was %s): restarting it", node, strings.TrimSpace(now), strings.TrimSpace(ip))
 			if out, err := docker("restart", node); err != nil {
 				t.Errorf("restarting %s: %v\n%s", node, err, out)
 			}
 		}
-		w.(*kindWorld).reroute(t)
+		k := w.(*kindWorld)
+		if out, err := command(k.clusterScript, "up", fmt.Sprint(k.workers)); err != nil {
+			t.Errorf("routing the pod network again: %v\n%s", err, out)
+		}
 		waitNodeBack(t, node, back)
 	})
 }

@@ -58,9 +58,8 @@ func (*kindWorld) kind() bool { return true }
 
 // idleScript waits to be told to exit (exitWorker writes the code and the termination
 // message to the pod's /dev/shm, which outlives a container restart), touching the heartbeat
-// the operator's probe reads. On SIGTERM it exits 75, as the worker contract asks of a stop
-// (0 would say the run is complete).
-const idleScript = `trap 'exit 75' TERM
+// the operator's probe reads. It leaves on SIGTERM, as a worker that saves nothing.
+const idleScript = `trap 'exit 0' TERM
 while [ ! -e /dev/shm/zaya-exit ]; do [ -z "$ZAYA_HEARTBEAT_FILE" ] || touch "$ZAYA_HEARTBEAT_FILE"; sleep 1; done
 cat /dev/shm/zaya-exit.msg >>"$ZAYA_TERMINATION_LOG"
 code=$(cat /dev/shm/zaya-exit); rm -f /dev/shm/zaya-exit; exit "$code"`
@@ -83,15 +82,13 @@ func (k *kindWorld) idleContainer(c *corev1.Container) {
 
 func (*kindWorld) exitWorker(g Gomega, pod corev1.Pod, code int32) {
 	out, err := kubectl("exec", "-n", pod.Namespace, pod.Name, "-c", "worker", "--", "sh", "-c",
-		`echo checkpoint-step=300 >/dev/shm/zaya-exit.msg && echo "$1" >/dev/shm/zaya-exit.tmp && mv /dev/shm/zaya-exit.tmp /dev/shm/zaya-exit`,
-		"sh", strconv.Itoa(int(code)))
+		`echo checkpoint-step=300 >/dev/shm/zaya-exit.msg && echo "$1" >/dev/shm/zaya-exit`, "sh", strconv.Itoa(int(code)))
 	g.Expect(err).NotTo(HaveOccurred(), out)
 }
 
 // loseNode stops the node's container, everything in it at once; it starts again when the
 // test ends.
-func (k *kindWorld) loseNode(t *testing.T, g Gomega, node string) {
-	ip := nodeIP(node)
+func (*kindWorld) loseNode(t *testing.T, g Gomega, node string) {
 	out, err := docker("stop", "-t", "0", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
@@ -100,27 +97,9 @@ func (k *kindWorld) loseNode(t *testing.T, g Gomega, node string) {
 			t.Errorf("starting %s again: %v\n%s", node, err, out)
 			return
 		}
-		// The node image routes its pod network again at boot (hack/kind/node); the other
-		// nodes' routes to it hold unless Docker gave it another address.
-		if now := nodeIP(node); now != ip {
-			t.Logf("%s came back as %s (was %s)", node, now, ip)
-			k.reroute(t)
-		}
+		// The node image routes its pod network again at boot (hack/kind/node).
 		waitNodeBack(t, node, back)
 	})
-}
-
-// nodeIP is a node's address on the kind network ("" when it has none).
-func nodeIP(node string) string {
-	out, _ := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node)
-	return strings.TrimSpace(out)
-}
-
-// reroute has the cluster script route every node's pod network again.
-func (k *kindWorld) reroute(t *testing.T) {
-	if out, err := commandWithin(5*time.Minute, k.clusterScript, "up", fmt.Sprint(k.workers)); err != nil {
-		t.Errorf("routing the pod network again: %v\n%s", err, out)
-	}
 }
 
 // unhealthyGPU has the fake device plugin report the node's GPU 0 unhealthy: the kubelet
@@ -132,7 +111,6 @@ func (*kindWorld) unhealthyGPU(t *testing.T, g Gomega, node string) {
 		if out, err := docker("exec", node, "rm", "-f", controlDir+"/unhealthy-gpu-0"); err != nil {
 			t.Errorf("healing %s: %v\n%s", node, err, out)
 		}
-		waitNodeBack(t, node, time.Time{})
 	})
 }
 
@@ -268,23 +246,12 @@ func (kindProcesses) freeze(t *testing.T, g Gomega, node string) {
 	})
 }
 
-// allDevices: the fake device plugin advertises all 8 GPUs and NICs of the node again (after a
-// restart it registers anew; a healed GPU is reported by the kubelet's next status update).
-func allDevices(n *corev1.Node) bool {
-	return n.Status.Allocatable.Name("amd.com/gpu", resource.DecimalSI).Value() == 8 &&
-		n.Status.Allocatable.Name("amd.com/nic", resource.DecimalSI).Value() == 8
-}
-
 // docker runs the Docker CLI: what a test does to a node (a container) from outside.
 func docker(args ...string) (string, error) { return command("docker", args...) }
 
 // command runs a program for at most two minutes and returns its combined output.
 func command(name string, args ...string) (string, error) {
-	return commandWithin(2*time.Minute, name, args...)
-}
-
-func commandWithin(limit time.Duration, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	var out bytes.Buffer
@@ -313,12 +280,12 @@ func waitNodeBack(t *testing.T, node string, since time.Time) {
 			continue
 		}
 		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && allDevices(n) {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 				return
 			}
 		}
 	}
-	t.Errorf("node %s has not renewed its Lease since %s and been Ready with all its devices", node, since.Format(time.RFC3339))
+	t.Errorf("node %s has not renewed its Lease since %s and been Ready", node, since.Format(time.RFC3339))
 }
 
 // The chart's release, as hack/kind/e2e.sh installs it: its Deployment and its Lease are
@@ -340,12 +307,6 @@ func (*kindWorld) restartOperator(t *testing.T, g Gomega) (int, func() error) {
 		g.Expect(pods).To(HaveLen(1))
 		pod = pods[0]
 	}, time.Minute, interval).Should(Succeed())
-	// The new pod leads once the old one's Lease is gone: until then it only waits.
-	g.Eventually(func(g Gomega) {
-		lease := &coordinationv1.Lease{}
-		g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: operatorRelease}, lease)).To(Succeed())
-		g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(HavePrefix(pod.Name+"_"), "the restarted operator does not lead")
-	}, failoverTimeout, interval).Should(Succeed())
 	pid := processOfPod(g, pod)
 	return pid, func() error {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {

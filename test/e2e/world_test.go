@@ -106,8 +106,7 @@ func selectWorld() (world, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Training jobs are one context-parallel ring of two per pair of nodes: an even size.
-		gangNodes, runningJobNodes, trainNodes, gangTimeout = k.workers, k.workers-2, (k.workers-2)&^1, 4*time.Minute
+		gangNodes, runningJobNodes, trainNodes, gangTimeout = k.workers, k.workers-2, k.workers-2, 4*time.Minute
 		return k, nil
 	}
 	gangNodes, runningJobNodes, trainNodes, gangTimeout = 16, 4, 8, time.Minute
