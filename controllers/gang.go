@@ -34,6 +34,8 @@ type gang struct {
 	notStartingSince                           time.Time   // when it was placed
 	checkpointStep                             int64       // newest step in a termination message, -1 if none
 	containerRestarts                          int64       // worker containers' restartCount, summed
+	counts                                     []int32     // by rank: its worker container's restartCount (0 where missing)
+	base                                       []int32     // by rank: status.rankRestarts, the counts before the restart's fault; nil if unknown
 	resume                                     resumeReport
 	firstFailed                                *corev1.Pod
 	failed                                     []*corev1.Pod // every failed pod, in listing order
@@ -42,7 +44,8 @@ type gang struct {
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), checkpointStep: -1, resume: resumeReport{step: -1}}
+	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), counts: make([]int32, n), checkpointStep: -1, resume: resumeReport{step: -1}}
+	g.base = restartBaseline(&job.Status, n)
 	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
 	previous := strconv.FormatInt(int64(job.Status.Attempt()-1), 10)
 	var replacing map[string]bool
@@ -89,6 +92,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		g.ranks[rank] = pod
 		g.renewed[rank] = replacedRank[rank]
 		g.containerRestarts += containerRestarts(pod)
+		g.counts[rank] = int32(containerRestarts(pod))
 		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
 			g.checkpointStep = step
 		}

@@ -70,6 +70,29 @@ func containerRestarts(pod *corev1.Pod) int64 {
 	return 0
 }
 
+// restartBaseline is status.rankRestarts for a gang of n ranks: nil when it cannot be known (a
+// status written before it was kept, or by someone else, of another size), then the ranks'
+// start times decide instead.
+func restartBaseline(st *trainingv1alpha1.ZayaTrainingJobStatus, n int32) []int32 {
+	switch {
+	case len(st.RankRestarts) == int(n):
+		return st.RankRestarts
+	case len(st.RankRestarts) == 0 && st.ContainerRestarts == 0:
+		return make([]int32, n) // omitted: every count is 0
+	}
+	return nil
+}
+
+// keepCounts records the gang's restart counts as the baseline of the next in-place restart.
+func (p *pass) keepCounts(g gang) {
+	st := &p.job.Status
+	st.ContainerRestarts = g.containerRestarts
+	st.RankRestarts = nil
+	if g.containerRestarts > 0 {
+		st.RankRestarts = slices.Clone(g.counts)
+	}
+}
+
 // inPlaceUnderWay reports whether an in-place restart is under way, and since the fault.
 func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 	since, ok := p.restarting()
@@ -90,8 +113,8 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 		// status write per rank coming back (O(1) writes per restart, whatever the gang's size).
 		return false, 0, nil
 	}
-	seen := st.ContainerRestarts
-	st.ContainerRestarts = g.containerRestarts // falls when pods are replaced: nothing to count
+	seen, baseline := st.ContainerRestarts, st.RankRestarts
+	p.keepCounts(g) // falls when pods are replaced: nothing to count
 	// Exits up to the last failure, or up to the end of the restart that followed it (the
 	// cascade's), are accounted for.
 	var after time.Time
@@ -117,10 +140,13 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 		// The ranks restart themselves either way: waiting costs the gang nothing, and the
 		// peer's own exit, which its kubelet may report seconds later, names the cause.
 		if wait := cascadeWait(exit.FinishedAt.Time, p.now); wait > 0 {
-			st.ContainerRestarts = seen
+			st.ContainerRestarts, st.RankRestarts = seen, baseline
 			return false, wait, nil
 		}
 	}
+	// The restart is over once every rank's count rose past what it was before the fault
+	// (spelt out: containerRestarts no longer says they were all 0).
+	st.RankRestarts = g.base
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))
 	blameSilentPeer(&v.failure, exit.Message, g, p.job.Spec.GPUsPerNode)
@@ -193,11 +219,11 @@ func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 }
 
 // restartedSince reports whether every rank has come back from an in-place restart that
-// began at t (rankBack): the restart is over only once the cascade reached every rank, or a
-// rank not yet torn down would be counted as recovered.
+// began at t (back): the restart is over only once the cascade reached every rank, or a rank
+// not yet torn down would be counted as recovered.
 func (g gang) restartedSince(t time.Time) bool {
 	for r, pod := range g.ranks {
-		if pod == nil || !rankBack(pod, t, g.renewed[r]) {
+		if pod == nil || !g.back(r, t) {
 			return false
 		}
 	}

@@ -418,3 +418,66 @@ func TestAWorkerKilledByItsProbeGetsANewPod(t *testing.T) {
 		t.Errorf("replacing %+v (mode %s): want rank 1 given a new pod while the others restart in place", st.Replacing, st.LastRestartMode)
 	}
 }
+
+// An in-place restart ends when every rank's restart count rose, whatever the kubelets' whole-
+// second times say: ranks whose container restarted before the root's own exit was recorded,
+// or within the second in which the operator decided (the decision lags the fault), are back.
+// Judged by start times against the restart's start they never were, and the restart was
+// escalated at inPlaceTimeout with every rank running (issue 37's 185.8 s bench run).
+func TestAnInPlaceRestartEndsByRestartCountsNotTheClock(t *testing.T) {
+	recovered := func(t *testing.T, h *harness, job *trainingv1alpha1.ZayaTrainingJob) {
+		t.Helper()
+		st := h.get(t, job).Status
+		if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c == nil || c.Reason != trainingv1alpha1.ReasonRecovered {
+			t.Fatalf("Restarting %+v with every rank restarted and running; want Recovered", c)
+		}
+		if want := restartCountsOf(t, h, job); st.Restarts != 1 || !slices.Equal(st.RankRestarts, want) {
+			t.Errorf("restarts %d, rankRestarts %v; want 1 and the counts now, %v", st.Restarts, st.RankRestarts, want)
+		}
+	}
+	t.Run("the cascade restarted in the second before the root's exit", func(t *testing.T) {
+		h, job := inPlaceGang(t)
+		t0 := now.Truncate(time.Second).Add(-10 * time.Second)
+		h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(time.Second)))
+		h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(time.Second)))
+		h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, t0.Add(time.Second), t0.Add(time.Second)))
+		h.mustReconcile(t, job)
+		h.mustReconcile(t, job)
+		recovered(t, h, job)
+	})
+	t.Run("the peers restarted in the second of a lagging decision", func(t *testing.T) {
+		h, job := inPlaceGang(t)
+		// Rank 1's node is lost: its peers find it silent, exit 75 a second before the
+		// operator decides, and their kubelets restart them within the decision's second.
+		stopped := now.Add(-time.Second)
+		h.setPod(t, "llm-0-0", restartedInPlace("node-llm-0-0", 1, trainingv1alpha1.ExitStopped, stopped, now.Add(300*time.Millisecond)))
+		h.setPod(t, "llm-0-2", restartedInPlace("node-llm-0-2", 1, trainingv1alpha1.ExitStopped, stopped, now.Add(300*time.Millisecond)))
+		h.setNode(t, "node-llm-0-1", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+		h.mustReconcile(t, job)
+		if st := h.get(t, job).Status; len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 {
+			t.Fatalf("replacing %+v, want rank 1 for its lost node", st.Replacing)
+		}
+		h.mustReconcile(t, job) // deletes rank 1's pod
+		h.mustReconcile(t, job) // creates its new one
+		h.setPod(t, "llm-0-1", runningSince("n3", now.Add(500*time.Millisecond)))
+		h.mustReconcile(t, job)
+		recovered(t, h, job)
+	})
+}
+
+// restartCountsOf is the job's ranks' worker restart counts, as status.rankRestarts keeps them.
+func restartCountsOf(t testing.TB, h *harness, job *trainingv1alpha1.ZayaTrainingJob) []int32 {
+	counts := make([]int32, job.Spec.Nodes)
+	for _, p := range h.pods(t) {
+		if r, ok := podRank(p); ok && int(r) < len(counts) && p.DeletionTimestamp.IsZero() {
+			s := workerStatus(p)
+			if s != nil {
+				counts[r] = s.RestartCount
+			}
+		}
+	}
+	if slices.Max(counts) == 0 {
+		return nil
+	}
+	return counts
+}

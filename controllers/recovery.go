@@ -191,7 +191,7 @@ func (p *pass) finishRecovery(g gang) {
 			}
 		}
 	}
-	p.job.Status.ContainerRestarts = g.containerRestarts // the restart's cascade, accounted for
+	p.keepCounts(g) // the restart's cascade, accounted for: the next restart's baseline
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	p.job.Status.LastRecoverySeconds = &secs

@@ -146,7 +146,7 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
 func (p *pass) replaceLaggards(ctx context.Context, g gang, since time.Time, timeout time.Duration) bool {
 	var laggards []int32
 	for r, pod := range g.ranks {
-		if pod != nil && !rankBack(pod, since, g.renewed[r]) {
+		if pod != nil && !g.back(r, since) {
 			laggards = append(laggards, int32(r))
 		}
 	}
@@ -159,18 +159,27 @@ func (p *pass) replaceLaggards(ctx context.Context, g gang, since time.Time, tim
 	return true
 }
 
-// rankBack reports whether pod's rank has come back from the in-place restart that began at
-// since: ready, and running a process started after it. Times are whole seconds, so a process
-// started in the fault's own second counts only if it is a new pod's (renewed: it replaces the
-// rank's old one) or its container ran before and that run ended since; otherwise a rank the
-// cascade has not reached yet, started in that second, would be taken for restarted.
-func rankBack(pod *corev1.Pod, since time.Time, renewed bool) bool {
+// back reports whether rank r has come back from the in-place restart that began at since:
+// ready, and running a process started after the fault. Its restart count tells, where the
+// count before the fault is known (g.base): a rank whose count rose has restarted, one whose
+// pod was replaced runs a new pod's first process. Otherwise its start time decides, which is
+// whole seconds: a process started in the fault's own second counts only if its container ran
+// before and that run ended since, or a rank the cascade has not reached yet, started in that
+// second, would be taken for restarted.
+func (g gang) back(r int, since time.Time) bool {
+	pod := g.ranks[r]
 	if !podReady(pod) {
 		return false
 	}
 	s := workerStatus(pod)
 	if s == nil || s.State.Running == nil {
 		return false
+	}
+	if g.renewed[r] {
+		return true
+	}
+	if g.base != nil {
+		return g.counts[r] != g.base[r] // fewer: a pod created since, with its own count
 	}
 	t, started := since.Truncate(time.Second), s.State.Running.StartedAt.Time
 	switch {
@@ -180,7 +189,7 @@ func rankBack(pod *corev1.Pod, since time.Time, renewed bool) bool {
 		return false
 	}
 	last := s.LastTerminationState.Terminated
-	return renewed || (last != nil && !last.FinishedAt.Time.Before(t))
+	return last != nil && !last.FinishedAt.Time.Before(t)
 }
 
 // lostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
@@ -200,7 +209,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 	for r, pod := range g.ranks {
 		switch {
 		case pod == nil:
-		case rankBack(pod, since, g.renewed[r]):
+		case g.back(r, since):
 			back++
 		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
 			laggards = append(laggards, int32(r))
@@ -314,16 +323,22 @@ func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*traini
 // too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
 func hungLaggard(g gang, rank int32, since time.Time, gpusPerNode int32) bool {
 	s := workerStatus(g.ranks[rank])
-	if s == nil || s.State.Running == nil || !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
+	if s == nil || s.State.Running == nil || g.renewed[rank] {
+		return false
+	}
+	if g.base != nil && g.counts[rank] != g.base[rank] {
+		return false // restarted since the fault
+	}
+	if g.base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
 		return false
 	}
 	for r, pod := range g.ranks {
-		if pod == nil || int32(r) == rank || !rankBack(pod, since, g.renewed[r]) {
+		if pod == nil || int32(r) == rank || !g.back(r, since) {
 			continue
 		}
 		exit := workerStatus(pod).LastTerminationState.Terminated
-		if exit == nil || exit.FinishedAt.Time.Before(since.Truncate(time.Second)) {
-			continue
+		if exit == nil || (g.base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
+			continue // with counts known, a peer that is back ended its last run in this restart
 		}
 		for _, m := range silentPeer.FindAllStringSubmatch(exit.Message, -1) {
 			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {

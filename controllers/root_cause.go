@@ -169,11 +169,11 @@ func (g gang) cascadeSince(since time.Time, root int32) int32 {
 		if pod == nil || int32(r) == root {
 			continue
 		}
-		if g.renewed[r] {
+		if g.renewed[r] || (g.base != nil && g.counts[r] != g.base[r]) {
 			n++
 			continue
 		}
-		if t := lastExit(pod); t != nil && !t.FinishedAt.Time.Before(since) {
+		if t := lastExit(pod); g.base == nil && t != nil && !t.FinishedAt.Time.Before(since) {
 			n++
 		}
 	}

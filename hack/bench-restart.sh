@@ -32,6 +32,6 @@ for n in $nodes_list; do
 	stop_operator
 done
 
-echo "| nodes | mode | fault | runs | fault → restart decided | fault → recovered, every rank running | pods deleted | pods created | operator API writes | operator API requests | operator CPU |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| nodes | mode | fault | runs | fault → restart decided | fault → recovered, every rank running | pods deleted | pods created | operator API writes | operator API requests | operator CPU | slowest recovery | in-place restarts escalated to a recreate |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

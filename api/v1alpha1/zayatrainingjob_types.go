@@ -694,6 +694,16 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	ContainerRestarts int64 `json:"containerRestarts,omitempty"`
 
+	// rankRestarts is each rank's worker container restartCount, by rank, before the fault of
+	// the in-place restart under way (or, between restarts, when the operator last looked;
+	// omitted while every count is 0). The restart is over once every rank's count rose past
+	// it: a count, unlike a start time in whole seconds, cannot be fooled by the clock.
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:Minimum=0
+	// +listType=atomic
+	// +optional
+	RankRestarts []int32 `json:"rankRestarts,omitempty"`
+
 	// replacing are the ranks the in-place restart under way gives new pods because their own
 	// pods cannot restart in place (their node failed, or the pod was evicted, deleted or did
 	// not rejoin): each old pod, by UID, is deleted and a pod of the same name created on

@@ -568,6 +568,11 @@ func (in *ZayaTrainingJobStatus) DeepCopyInto(out *ZayaTrainingJobStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.RankRestarts != nil {
+		in, out := &in.RankRestarts, &out.RankRestarts
+		*out = make([]int32, len(*in))
+		copy(*out, *in)
+	}
 	if in.Replacing != nil {
 		in, out := &in.Replacing, &out.Replacing
 		*out = make([]ReplacedPod, len(*in))

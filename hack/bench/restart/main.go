@@ -47,6 +47,7 @@ type sample struct {
 	deleted, created   int           // pods of the job
 	writes, requests   float64       // the operator's
 	cpu                float64       // the operator's CPU seconds
+	escalated          bool          // an in-place restart that ended as a recreate of the gang
 }
 
 func main() {
@@ -72,17 +73,24 @@ func main() {
 			// Names are never reused: kwok acts on pods by name.
 			name := fmt.Sprintf("r%d-%s-%s-%d", *nodes, suffix, cs.short(), i)
 			s := b.run(ctx, name, cs)
-			fmt.Fprintf(os.Stderr, "%s %s run %d: decided %.2fs, kubelets done %.2fs, recovered %.2fs, pods deleted %d created %d, writes %.0f, requests %.0f, cpu %.2fs\n",
-				cs.mode, cs.fault, i, s.decided.Seconds(), s.kubelets.Seconds(), s.recovered.Seconds(), s.deleted, s.created, s.writes, s.requests, s.cpu)
+			fmt.Fprintf(os.Stderr, "%s %s run %d: decided %.2fs, kubelets done %.2fs, recovered %.2fs, pods deleted %d created %d, writes %.0f, requests %.0f, cpu %.2fs, escalated %t\n",
+				cs.mode, cs.fault, i, s.decided.Seconds(), s.kubelets.Seconds(), s.recovered.Seconds(), s.deleted, s.created, s.writes, s.requests, s.cpu, s.escalated)
 			samples = append(samples, s)
 		}
 		med := func(f func(sample) float64) float64 { return stats.Median(samples, f) }
-		// | nodes | mode | fault | runs | fault → decided | fault → recovered | pods deleted | pods created | operator writes | operator requests | operator CPU |
-		fmt.Printf("| %d | %s | %s | %d | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.2f s |\n", *nodes, cs.mode, cs.fault, len(samples),
+		escalated, slowest := 0, 0.0
+		for _, s := range samples {
+			if s.escalated {
+				escalated++
+			}
+			slowest = max(slowest, s.recovered.Seconds())
+		}
+		// | nodes | mode | fault | runs | fault → decided | fault → recovered | pods deleted | pods created | operator writes | operator requests | operator CPU | slowest recovery | escalated |
+		fmt.Printf("| %d | %s | %s | %d | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.2f s | %.2f s | %d |\n", *nodes, cs.mode, cs.fault, len(samples),
 			med(func(s sample) float64 { return s.decided.Seconds() }), med(func(s sample) float64 { return s.recovered.Seconds() }),
 			med(func(s sample) float64 { return float64(s.deleted) }), med(func(s sample) float64 { return float64(s.created) }),
 			med(func(s sample) float64 { return s.writes }), med(func(s sample) float64 { return s.requests }),
-			med(func(s sample) float64 { return s.cpu }))
+			med(func(s sample) float64 { return s.cpu }), slowest, escalated)
 	}
 }
 
@@ -236,6 +244,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 			j.Status.ReadyNodes == b.nodes && meta.IsStatusConditionTrue(j.Status.Conditions, trainingv1alpha1.ConditionRunning)
 	})
 	s.recovered = time.Since(start)
+	s.escalated = cs.mode == trainingv1alpha1.RestartModeInPlace && j.Status.Attempt() > 0
 	w, r, c := b.operatorCounts()
 	s.writes, s.requests, s.cpu = w-writes, r-requests, c-cpu
 	check(inf.RemoveEventHandler(reg))
