@@ -22,8 +22,8 @@ func TestHeartbeatScriptRunsInAShell(t *testing.T) {
 		cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+beat, "ZAYA_TERMINATION_LOG="+termLog)
 		return cmd.Run()
 	}
-	if err := run(); err == nil {
-		t.Error("no heartbeat yet (past the initial delay) must fail")
+	if err := run(); err != nil {
+		t.Errorf("a worker that never touched its heartbeat failed the probe: %v", err)
 	}
 	if err := os.WriteFile(beat, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -79,11 +79,16 @@ func TestNoPathFromTheSpecReachesTheProbesShell(t *testing.T) {
 	if strings.Contains(script, "pwned") {
 		t.Fatalf("the probe's script contains the template's path: %s", script)
 	}
-	cmd := exec.Command("sh", "-c", script) // no heartbeat file: the probe fails and writes
-	cmd.Dir = dir                           // where the injected commands would leave the canary
-	cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+filepath.Join(dir, "none"), "ZAYA_TERMINATION_LOG="+envMap(w.Env)["ZAYA_TERMINATION_LOG"])
+	beat := filepath.Join(dir, "heartbeat") // stale: the probe fails and writes
+	old := time.Now().Add(-time.Hour)
+	if err := os.WriteFile(beat, nil, 0o600); err != nil || os.Chtimes(beat, old, old) != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir // where the injected commands would leave the canary
+	cmd.Env = append(os.Environ(), "ZAYA_HEARTBEAT_FILE="+beat, "ZAYA_TERMINATION_LOG="+envMap(w.Env)["ZAYA_TERMINATION_LOG"])
 	if err := cmd.Run(); err == nil {
-		t.Fatal("a missing heartbeat passed the probe")
+		t.Fatal("a stale heartbeat passed the probe")
 	}
 	if _, err := os.Stat(canary); err == nil {
 		t.Fatal("the shell ran a command from the template's terminationMessagePath")

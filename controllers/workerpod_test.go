@@ -96,7 +96,7 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 				},
 				LivenessProbe: &corev1.Probe{
 					ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
-						`f="$ZAYA_HEARTBEAT_FILE"; [ -f "$f" ] && [ $(( $(date +%s) - $(stat -c %Y "$f") )) -lt 1800 ] || ` +
+						`f="$ZAYA_HEARTBEAT_FILE"; [ ! -e "$f" ] || [ $(( $(date +%s) - $(stat -c %Y "$f") )) -lt 1800 ] || ` +
 							`{ echo "zaya: hang: no heartbeat for 1800s" >> "$ZAYA_TERMINATION_LOG"; exit 1; }`}}},
 					InitialDelaySeconds: 1800, PeriodSeconds: 60, TimeoutSeconds: 10, FailureThreshold: 1,
 				},

@@ -416,9 +416,10 @@ type FaultToleranceSpec struct {
 	// +optional
 	Backoff BackoffSpec `json:"backoff,omitempty"`
 
-	// hangTimeout restarts the gang when a worker has not touched its heartbeat file
-	// (ZAYA_HEARTBEAT_FILE) for this long, a duration from 30s to 24h (default 30m). It is
-	// enforced by a liveness probe the operator adds unless the template has its own.
+	// hangTimeout restarts the gang when a worker that touches its heartbeat file
+	// (ZAYA_HEARTBEAT_FILE) has not for this long, a duration from 30s to 24h (default 30m). It
+	// is enforced by a liveness probe the operator adds unless the template has its own; a
+	// worker that never touches the file is not judged by it.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="faultTolerance.hangTimeout must be a duration such as 90s, 30m or 1h30m, from 30s to 24h"
