@@ -12,6 +12,9 @@ import (
 const (
 	// MasterPort is the rendezvous port on rank 0 (MASTER_PORT), exposed by the job's Service.
 	MasterPort = 29500
+	// GangWatchPort is where rank 0's zaya-supervisor takes the other ranks' supervisors
+	// (workers/gangwatch), at MASTER_ADDR.
+	GangWatchPort = 29510
 	// HeartbeatFile is where workers touch a file every step (ZAYA_HEARTBEAT_FILE).
 	HeartbeatFile = "/dev/shm/zaya-heartbeat"
 	// TerminationMessageCheckpointPrefix starts the termination-message line that reports

@@ -20,8 +20,10 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/workers/gangwatch"
 )
 
 // Config is one supervised run.
@@ -34,6 +36,11 @@ type Config struct {
 	TerminationLog string
 	// Log receives the supervisor's own messages.
 	Log io.Writer
+	// Gang, when set, watches the gang's other ranks (gangwatch): when one fails or is lost the
+	// worker is stopped and the container exits 75, to be restarted in place with the others.
+	Gang *gangwatch.Config
+	// StopGrace is how long a stopped worker has between SIGTERM and SIGKILL.
+	StopGrace time.Duration
 }
 
 // forwarded are the signals the worker gets as the container would have given them to it.
@@ -66,19 +73,50 @@ func (cfg Config) run() int32 {
 	pid := cmd.Process.Pid
 	done := make(chan syscall.WaitStatus, 1)
 	go func() { done <- reap(pid) }()
+	var gang *gangwatch.Member
+	var gangStop <-chan string
+	if cfg.Gang != nil {
+		m, err := gangwatch.Join(*cfg.Gang)
+		if err != nil {
+			fmt.Fprintf(cfg.Log, "zaya-supervisor: %v: running unwatched\n", err)
+		} else {
+			gang, gangStop = m, m.Stopped()
+		}
+	}
+	var stopped string // why the gang stopped this rank
+	var kill <-chan time.Time
 	for {
 		select {
 		case s := <-sigs:
 			// The group: a launcher's children (torchrun's ranks) get the signal too.
 			_ = syscall.Kill(-pid, s.(syscall.Signal))
+		case why := <-gangStop:
+			// A peer failed or was lost: this rank's worker may sit in a collective for as
+			// long as its backend allows. Stop it now; the kubelet restarts the container.
+			stopped, gangStop = why, nil
+			fmt.Fprintf(cfg.Log, "zaya-supervisor: stopping the worker: %s\n", why)
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+			kill = time.After(cfg.StopGrace)
+		case <-kill:
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		case ws := <-done:
 			// Nothing the worker started may outlive it into the next run: a stray rank would
 			// hold its port, its GPU memory and its checkpoint files.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			code := int32(ws.ExitStatus())
 			if ws.Signaled() {
-				return 128 + int32(ws.Signal())
+				code = 128 + int32(ws.Signal())
 			}
-			return int32(ws.ExitStatus())
+			if stopped != "" {
+				if err := appendLine(cfg.TerminationLog, contract.TerminationMessageStoppedPrefix+" "+stopped); err != nil {
+					fmt.Fprintf(cfg.Log, "zaya-supervisor: %v\n", err)
+				}
+				code = contract.ExitStopped
+			}
+			if gang != nil {
+				gang.Leave(code != 0, fmt.Sprintf("exit %d", code))
+			}
+			return code
 		}
 	}
 }

@@ -1,25 +1,56 @@
 // zaya-supervisor runs a worker's command under the job's restart rule, for clusters whose
-// kubelet has no container restart rules (faultTolerance.inPlaceMechanism Supervisor):
+// kubelet has no container restart rules (faultTolerance.inPlaceMechanism Supervisor), and
+// stops it when another rank of the gang fails or is lost (the gang watch):
 //
-//	zaya-supervisor [--] command [args...]
+//	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--] command [args...]
 //
 // It needs no API access. See docs/worker-contract.md, "Supervisor".
 package main
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/workers/gangwatch"
 	"github.com/zaya-operator/zaya-operator/workers/supervisor"
 )
 
 func main() {
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
+	listen, timeout, watch := ":"+strconv.Itoa(contract.GangWatchPort), 5*time.Second, true
+	if d, err := time.ParseDuration(os.Getenv(contract.EnvPeerTimeout)); err == nil && d > 0 {
+		timeout = d
 	}
-	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr}
+	var bad error
+	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+		a := args[0]
+		args = args[1:]
+		switch {
+		case a == "--":
+		case a == "--no-gang":
+			watch = false
+			continue
+		case strings.HasPrefix(a, "--gang-listen="):
+			listen = strings.TrimPrefix(a, "--gang-listen=")
+			continue
+		case strings.HasPrefix(a, "--gang-timeout="):
+			d, err := time.ParseDuration(strings.TrimPrefix(a, "--gang-timeout="))
+			if err != nil || d < 100*time.Millisecond {
+				bad = fmt.Errorf("%s: want a duration of at least 100ms", a)
+			}
+			timeout = d
+			continue
+		default:
+			bad = fmt.Errorf("unknown flag %s", a)
+		}
+		break
+	}
+	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, StopGrace: 5 * time.Second}
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
 	}
@@ -28,11 +59,38 @@ func main() {
 		if err != nil {
 			// A rule it cannot read is a configuration error, reported as the worker's fatal
 			// exit: restarting would loop on it.
-			fmt.Fprintf(os.Stderr, "zaya-supervisor: %s: %v\n", contract.EnvRestartExitCodes, err)
-			cfg.Args = nil
+			bad = fmt.Errorf("%s: %w", contract.EnvRestartExitCodes, err)
 			rule = contract.RestartRule{Codes: []int32{0, contract.ExitConfig}}
 		}
 		cfg.Rule = &rule
 	}
+	if bad != nil {
+		fmt.Fprintf(os.Stderr, "zaya-supervisor: %v\n", bad)
+		cfg.Args = nil
+	}
+	if watch {
+		cfg.Gang = gangOf(listen, timeout)
+	}
 	os.Exit(supervisor.Run(cfg))
+}
+
+// gangOf is this rank's gang watch from the worker contract's environment: nil for a job of
+// one node, or outside a job.
+func gangOf(listen string, timeout time.Duration) *gangwatch.Config {
+	nodes, err1 := strconv.Atoi(os.Getenv(contract.EnvNNodes))
+	rank, err2 := strconv.Atoi(os.Getenv(contract.EnvNodeRank))
+	gpus, _ := strconv.Atoi(os.Getenv(contract.EnvGPUsPerNode))
+	addr := os.Getenv(contract.EnvMasterAddr)
+	if err1 != nil || err2 != nil || nodes < 2 || rank < 0 || rank >= nodes || addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		port = strconv.Itoa(contract.GangWatchPort)
+	}
+	return &gangwatch.Config{
+		Rank: rank, GPUsPerNode: max(gpus, 1), Hub: net.JoinHostPort(addr, port), Listen: listen,
+		Token:   os.Getenv(contract.EnvJobUID) + "/" + os.Getenv(contract.EnvRestartAttempt),
+		Timeout: timeout, Log: os.Stderr,
+	}
 }

@@ -1,0 +1,383 @@
+// Package gangwatch lets the supervisors of one gang's ranks stop together when one rank
+// fails, for trainers that do not: a PyTorch rank whose peer died sits in its collective until
+// the backend times out, and torchrun's agent then waits up to 300 s in its exit barrier, so
+// the kubelet never gets to restart it in place. Rank 0's supervisor runs a hub at
+// MASTER_ADDR; every rank's supervisor (rank 0's too) holds a connection to it and both sides
+// send a beat every quarter of the timeout. A member whose worker failed, whose connection
+// closed without its worker being done, or that fell silent (a frozen node) makes the hub tell
+// every other member to stop, and a member that loses the hub stops by itself. A stopped
+// member ends its worker and exits 75, which the kubelet restarts in place: one failure costs
+// a few seconds, no API token in any pod and no write by the operator.
+package gangwatch
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config is one rank's membership.
+type Config struct {
+	// Rank is this pod's node rank (NODE_RANK); rank 0 runs the hub.
+	Rank int
+	// GPUsPerNode turns node ranks into the global ranks of a stop's message (the operator
+	// reads "lost rank N …: peer silent" with N global).
+	GPUsPerNode int
+	// Hub is the hub's address (MASTER_ADDR and the gang port).
+	Hub string
+	// Listen is where rank 0's hub listens (":<gang port>", or the pod's own address where
+	// pods share a host).
+	Listen string
+	// Token names the gang (the job's UID and attempt): a connection that does not present
+	// it is another job's, or an older attempt's, and is dropped.
+	Token string
+	// Timeout is how long a member or the hub may stay silent before it is lost.
+	Timeout time.Duration
+	// Log receives what the watch sees.
+	Log io.Writer
+}
+
+// Member is one rank's place in the gang.
+type Member struct {
+	cfg     Config
+	stop    chan string // the reason the gang stops, once
+	once    sync.Once
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	conn    net.Conn // to the hub, once connected
+	hub     *hub
+	stopped bool
+}
+
+// Join starts rank 0's hub (on every other rank: nothing) and connects to the hub in the
+// background. It fails only when rank 0's hub cannot listen.
+func Join(cfg Config) (*Member, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Member{cfg: cfg, stop: make(chan string, 1), cancel: cancel}
+	if cfg.Rank == 0 {
+		h, err := listen(cfg)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		m.hub = h
+		go h.serve()
+	}
+	go m.connect(ctx)
+	return m, nil
+}
+
+// Stopped yields why the gang stops, when it does.
+func (m *Member) Stopped() <-chan string { return m.stop }
+
+// Leave tells the hub how this rank's worker ended (failed: the gang stops; done: it leaves
+// quietly) and closes the membership.
+func (m *Member) Leave(failed bool, why string) {
+	m.mu.Lock()
+	m.stopped = true
+	if m.conn != nil {
+		word := "done"
+		if failed {
+			word = "down " + oneLine(why)
+		}
+		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = fmt.Fprintf(m.conn, "%s\n", word)
+		_ = m.conn.Close()
+	}
+	m.mu.Unlock()
+	m.cancel()
+	if m.hub != nil {
+		if !failed {
+			m.hub.end() // the run is complete: the others finish theirs unwatched
+		}
+		m.hub.waitStopped(time.Second) // rank 0: the others hear of its worker's end first
+		m.hub.close()
+	}
+}
+
+func (m *Member) fire(why string) {
+	m.once.Do(func() { m.stop <- why })
+}
+
+// connect dials the hub until it answers (it may not run yet: rank 0 starts with the others),
+// then follows it: its stop, its beats, its loss.
+func (m *Member) connect(ctx context.Context) {
+	var c net.Conn
+	for c == nil {
+		d := net.Dialer{Timeout: m.cfg.Timeout}
+		conn, err := d.DialContext(ctx, "tcp", m.cfg.Hub)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			_ = conn.SetWriteDeadline(time.Now().Add(m.cfg.Timeout))
+			if _, err = fmt.Fprintf(conn, "hello %s %d\n", m.cfg.Token, m.cfg.Rank); err == nil {
+				c = conn
+				break
+			}
+			_ = conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	m.conn = c
+	m.mu.Unlock()
+	go beat(ctx, c, m.cfg.Timeout, &m.mu)
+	r := bufio.NewReader(c)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
+		line, err := r.ReadString('\n')
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				m.fire(fmt.Sprintf("gang watch: lost rank 0 (node rank 0, the hub at %s): peer silent for %s", m.cfg.Hub, m.cfg.Timeout))
+			} else {
+				m.fire(fmt.Sprintf("gang watch: lost the hub (node rank 0 at %s): %v", m.cfg.Hub, err))
+			}
+			return
+		}
+		word := strings.TrimSpace(line)
+		if why, ok := strings.CutPrefix(word, "stop "); ok {
+			m.fire("gang watch: " + why)
+			return
+		}
+		if word == "end" {
+			return // rank 0 is done: nothing left to watch
+		}
+	}
+}
+
+// beat writes a beat every quarter of timeout until ctx ends; mu guards the connection's writes.
+func beat(ctx context.Context, c net.Conn, timeout time.Duration, mu *sync.Mutex) {
+	t := time.NewTicker(timeout / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			mu.Lock()
+			_ = c.SetWriteDeadline(time.Now().Add(timeout))
+			_, err := io.WriteString(c, "beat\n")
+			mu.Unlock()
+			if err != nil {
+				return // the reader sees the loss
+			}
+		}
+	}
+}
+
+// hub is rank 0's: it knows the members and stops them all at the first failure.
+type hub struct {
+	cfg      Config
+	ln       net.Listener
+	mu       sync.Mutex
+	members  map[int]*member
+	stopped  bool
+	stopDone chan struct{}
+}
+
+type member struct {
+	conn net.Conn
+	mu   sync.Mutex // its writes
+}
+
+func listen(cfg Config) (*hub, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("gang watch: the hub cannot listen at %s: %w", cfg.Listen, err)
+	}
+	return &hub{cfg: cfg, ln: ln, members: map[int]*member{}, stopDone: make(chan struct{})}, nil
+}
+
+func (h *hub) serve() {
+	for {
+		c, err := h.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		go h.admit(c)
+	}
+}
+
+// admit reads a connection's hello and follows the member until it leaves or is lost.
+func (h *hub) admit(c net.Conn) {
+	r := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
+	line, err := r.ReadString('\n')
+	f := strings.Fields(line)
+	rank := -1
+	if len(f) == 3 && f[0] == "hello" && f[1] == h.cfg.Token {
+		if n, perr := strconv.Atoi(f[2]); perr == nil && n >= 0 {
+			rank = n
+		}
+	}
+	if err != nil || rank < 0 {
+		_ = c.Close() // a stray client, another job's or an older attempt's rank
+		return
+	}
+	m := &member{conn: c}
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	if old := h.members[rank]; old != nil {
+		_ = old.conn.Close() // the rank's new run replaces its old one
+	}
+	h.members[rank] = m
+	h.mu.Unlock()
+	fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: node rank %d joined\n", rank)
+	go func() {
+		t := time.NewTicker(h.cfg.Timeout / 4)
+		defer t.Stop()
+		for range t.C {
+			m.mu.Lock()
+			_ = c.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
+			_, err := io.WriteString(c, "beat\n")
+			m.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
+		line, err := r.ReadString('\n')
+		word := strings.TrimSpace(line)
+		switch {
+		case err == nil && word == "beat":
+			continue
+		case err == nil && word == "done":
+			h.leave(rank, m)
+			return
+		case err == nil && strings.HasPrefix(word, "down"):
+			h.stopAll(rank, fmt.Sprintf("node rank %d's worker failed: %s", rank, strings.TrimSpace(strings.TrimPrefix(word, "down"))))
+			return
+		case err == nil:
+			continue // a word of a newer supervisor
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			g := rank * max(h.cfg.GPUsPerNode, 1)
+			h.stopAll(rank, fmt.Sprintf("lost rank %d (node rank %d): peer silent for %s", g, rank, h.cfg.Timeout))
+		} else {
+			h.stopAll(rank, fmt.Sprintf("node rank %d's supervisor went away: %v", rank, err))
+		}
+		return
+	}
+}
+
+func (h *hub) leave(rank int, m *member) {
+	h.mu.Lock()
+	if h.members[rank] == m {
+		delete(h.members, rank)
+	}
+	h.mu.Unlock()
+	_ = m.conn.Close()
+}
+
+// stopAll tells every member but from to stop, once, and takes no one in any more: the gang
+// meets again at the next hub, rank 0's next run.
+func (h *hub) stopAll(from int, why string) {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	_ = h.ln.Close()
+	others := make([]*member, 0, len(h.members))
+	for r, m := range h.members {
+		if r != from {
+			others = append(others, m)
+		}
+	}
+	h.mu.Unlock()
+	fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: stopping the gang: %s\n", why)
+	var wg sync.WaitGroup
+	for _, m := range others {
+		wg.Go(func() {
+			m.mu.Lock()
+			_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = fmt.Fprintf(m.conn, "stop %s\n", oneLine(why))
+			m.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(h.stopDone)
+}
+
+// waitStopped waits up to d for a stop under way to reach the members.
+func (h *hub) waitStopped(d time.Duration) {
+	h.mu.Lock()
+	stopped := h.stopped
+	h.mu.Unlock()
+	if !stopped {
+		return
+	}
+	select {
+	case <-h.stopDone:
+	case <-time.After(d):
+	}
+}
+
+// end tells every member that rank 0's run is complete, and takes no one in any more.
+func (h *hub) end() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	_ = h.ln.Close()
+	members := make([]*member, 0, len(h.members))
+	for _, m := range h.members {
+		members = append(members, m)
+	}
+	h.mu.Unlock()
+	for _, m := range members {
+		m.mu.Lock()
+		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = io.WriteString(m.conn, "end\n")
+		m.mu.Unlock()
+	}
+	close(h.stopDone)
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_ = h.ln.Close()
+	for _, m := range h.members {
+		_ = m.conn.Close()
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}

@@ -1,0 +1,191 @@
+package gangwatch
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+const timeout = 400 * time.Millisecond
+
+// gang joins n members on loopback, rank 0's hub at a free port, and waits until every member
+// is in the hub.
+func gang(t *testing.T, n int) []*Member {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	ms := make([]*Member, n)
+	for r := range n {
+		m, err := Join(Config{Rank: r, GPUsPerNode: 8, Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Leave(false, "") })
+		ms[r] = m
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ms[0].hub.mu.Lock()
+		joined := len(ms[0].hub.members)
+		ms[0].hub.mu.Unlock()
+		if joined == n {
+			return ms
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d members joined", joined, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stopped waits for m's stop and returns its reason ("" if none came within d).
+func stopped(m *Member, d time.Duration) string {
+	select {
+	case why := <-m.Stopped():
+		return why
+	case <-time.After(d):
+		return ""
+	}
+}
+
+// crash ends m as a killed container does: its connection closes, nothing said.
+func crash(m *Member) {
+	m.mu.Lock()
+	m.stopped = true
+	if m.conn != nil {
+		_ = m.conn.Close()
+	}
+	m.mu.Unlock()
+	m.cancel()
+	if m.hub != nil {
+		m.hub.close()
+	}
+}
+
+func TestAFailedWorkerStopsEveryOtherRank(t *testing.T) {
+	ms := gang(t, 3)
+	ms[1].Leave(true, "exit 1")
+	for _, r := range []int{0, 2} {
+		if why := stopped(ms[r], 2*time.Second); !strings.Contains(why, "node rank 1's worker failed: exit 1") {
+			t.Errorf("rank %d: stop %q, want rank 1's failure", r, why)
+		}
+	}
+}
+
+func TestAKilledRankStopsTheOthers(t *testing.T) {
+	ms := gang(t, 3)
+	start := time.Now()
+	crash(ms[2])
+	for _, r := range []int{0, 1} {
+		if why := stopped(ms[r], 2*time.Second); !strings.Contains(why, "node rank 2's supervisor went away") {
+			t.Errorf("rank %d: stop %q, want rank 2 gone", r, why)
+		}
+	}
+	if d := time.Since(start); d > timeout {
+		t.Errorf("the stop took %v: a closed connection is seen at once, not after the timeout", d)
+	}
+}
+
+// A frozen node's supervisor says nothing and keeps its connection open: the hub loses it
+// after the timeout, with the words the operator reads as a silent peer (global rank).
+func TestASilentRankIsLostAfterTheTimeout(t *testing.T) {
+	ms := gang(t, 2)
+	c, err := net.Dial("tcp", ms[0].cfg.Hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "hello uid/0 3\n") // node rank 3, then silence
+	why := stopped(ms[1], 5*timeout)
+	if !strings.Contains(why, "lost rank 24 (node rank 3): peer silent") {
+		t.Errorf("stop %q, want rank 24 (node rank 3 × 8 GPUs) silent", why)
+	}
+}
+
+// The hub's rank lost: every member stops by itself.
+func TestLosingTheHubStopsTheRank(t *testing.T) {
+	ms := gang(t, 3)
+	crash(ms[0])
+	for _, r := range []int{1, 2} {
+		if why := stopped(ms[r], 2*time.Second); !strings.Contains(why, "lost the hub") {
+			t.Errorf("rank %d: stop %q, want the hub lost", r, why)
+		}
+	}
+}
+
+// Rank 0 done (the run is complete) and a rank done: nobody is stopped.
+func TestRanksThatFinishStopNobody(t *testing.T) {
+	ms := gang(t, 3)
+	ms[2].Leave(false, "")
+	ms[0].Leave(false, "")
+	if why := stopped(ms[1], 3*timeout); why != "" {
+		t.Errorf("rank 1 stopped after its peers finished: %q", why)
+	}
+}
+
+// A connection that does not present the gang's token is dropped and changes nothing.
+func TestAStrangerIsNotAMember(t *testing.T) {
+	ms := gang(t, 2)
+	c, err := net.Dial("tcp", ms[0].cfg.Hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "hello other-uid/0 1\ndown evil\n")
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+		t.Error("the hub talked to a stranger")
+	}
+	if why := stopped(ms[1], 3*timeout); why != "" {
+		t.Errorf("a stranger stopped the gang: %q", why)
+	}
+}
+
+// A member that joins before the hub listens (rank 0 starts with the others) gets in once it
+// does, and a stop after that reaches it.
+func TestAMemberWaitsForTheHub(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard}
+	one := cfg
+	one.Rank = 1
+	m1, err := Join(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Leave(false, "")
+	time.Sleep(3 * timeout) // no hub yet: no stop either
+	if why := stopped(m1, 0); why != "" {
+		t.Fatalf("stopped before there was a hub: %q", why)
+	}
+	m0, err := Join(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m0.hub.mu.Lock()
+		n := len(m0.hub.members)
+		m0.hub.mu.Unlock()
+		if n == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m0.Leave(true, "exit 134")
+	if why := stopped(m1, 2*time.Second); !strings.Contains(why, "node rank 0's worker failed") {
+		t.Errorf("stop %q, want rank 0's failure", why)
+	}
+}
