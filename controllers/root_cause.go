@@ -76,6 +76,8 @@ func strength(table *attribution.Table, f failedRank) int {
 	}
 	if m, ok := table.Match(f.exit.Message); ok {
 		switch m.Category {
+		case attribution.PeerLost:
+			return evidenceCascade
 		case attribution.GPUHardware, attribution.NICFabric, attribution.OutOfMemory, attribution.Storage, attribution.UserCode:
 			return evidenceStrong
 		}

@@ -262,3 +262,21 @@ func TestOnlyStopsOverAPeerWaitAMomentForTheirCause(t *testing.T) {
 		t.Errorf("restarts %d after the grace, want 1", got.Status.Restarts)
 	}
 }
+
+// A PyTorch rank killed (137, no words) and its peers' gloo collectives broken in the same
+// second: each peer's traceback ends in "Connection reset by peer", which is a symptom, not
+// the program's own error, so the killed rank is the root even though it is not the first
+// rank in the listing and a peer's traceback would otherwise read as UserCode.
+func TestAPeersConnectionResetIsNotTheRoot(t *testing.T) {
+	h, job := recreateGang(t)
+	reset := "Traceback (most recent call last):\n  File \"/app/train.py\", line 86, in main\n    loss.backward()\n" +
+		"RuntimeError: [./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:26031: Connection reset by peer\n"
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", reset))
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 137, now, "", ""))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", 1, now, "", reset))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || *f.ExitCode != 137 || f.Cascaded != 2 {
+		t.Fatalf("lastFailure %+v: want rank 1's exit 137, the root of 2 broken collectives", f)
+	}
+}

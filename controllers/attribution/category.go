@@ -14,6 +14,10 @@ const (
 	// NICFabric is a NIC or fabric fault (RDMA completion errors such as retry exceeded, a link
 	// or port down).
 	NICFabric Category = "NICFabric"
+	// PeerLost is a rank whose collective broke because a peer went away (gloo's "Connection
+	// reset by peer"): a symptom of another rank's failure, never its root while another rank
+	// failed otherwise.
+	PeerLost Category = "PeerLost"
 	// CollectiveTimeout is a collective that did not complete in time (a watchdog timeout).
 	CollectiveTimeout Category = "CollectiveTimeout"
 	// OutOfMemory is host or GPU memory exhausted.
@@ -41,7 +45,7 @@ const (
 
 // Categories lists every category, most specific evidence first: when a rank's message
 // matches several (a GPU fault also prints a Python traceback), the first wins.
-var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Straggler, Unknown}
+var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, PeerLost, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Straggler, Unknown}
 
 // rank orders categories by Categories: lower is more specific.
 func rank(c Category) int {

@@ -47,6 +47,9 @@ var corpus = []struct {
 	{"estale", "OSError: [Errno 116] Stale file handle", Storage},
 	{"erofs", "open /checkpoints/x: read-only file system\nOSError: [Errno 30] Read-only file system: '/checkpoints/x'", Storage},
 
+	// A peer gone (examples/pytorch, a peer of a SIGKILLed rank).
+	{"gloo read reset", "Traceback (most recent call last):\n  File \"/app/train.py\", line 86, in main\n    loss.backward()\nRuntimeError: [./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:26031: Connection reset by peer\nERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 32164) of binary: /usr/bin/python3.11", PeerLost},
+
 	// Collective timeouts.
 	{"torch watchdog", "[rank3]:[E1125 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=123456, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.", CollectiveTimeout},
 	{"torch heartbeat monitor", "[rank0]:[E1125 10:10:00.0 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info.", CollectiveTimeout},
