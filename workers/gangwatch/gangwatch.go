@@ -47,7 +47,8 @@ type Config struct {
 // Member is one rank's place in the gang.
 type Member struct {
 	cfg     Config
-	stop    chan string // the reason the gang stops, once
+	joined  chan struct{} // closed once the hub has this member
+	stop    chan string   // the reason the gang stops, once
 	once    sync.Once
 	cancel  context.CancelFunc
 	mu      sync.Mutex
@@ -60,7 +61,7 @@ type Member struct {
 // background. It fails only when rank 0's hub cannot listen.
 func Join(cfg Config) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Member{cfg: cfg, stop: make(chan string, 1), cancel: cancel}
+	m := &Member{cfg: cfg, joined: make(chan struct{}), stop: make(chan string, 1), cancel: cancel}
 	if cfg.Rank == 0 {
 		h, err := listen(cfg)
 		if err != nil {
@@ -73,6 +74,11 @@ func Join(cfg Config) (*Member, error) {
 	go m.connect(ctx)
 	return m, nil
 }
+
+// Joined is closed once this member is in the hub: a worker started after it meets a gang
+// whose rank 0 is new too. One started before may meet the last run's rank 0, still stopping
+// (its rendezvous store still up), and fail again when that goes.
+func (m *Member) Joined() <-chan struct{} { return m.joined }
 
 // Stopped yields why the gang stops, when it does.
 func (m *Member) Stopped() <-chan string { return m.stop }
@@ -138,6 +144,7 @@ func (m *Member) connect(ctx context.Context) {
 	}
 	m.conn = c
 	m.mu.Unlock()
+	close(m.joined)
 	go beat(ctx, c, m.cfg.Timeout, &m.mu)
 	r := bufio.NewReader(c)
 	for {

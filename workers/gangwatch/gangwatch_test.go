@@ -170,6 +170,11 @@ func TestAMemberWaitsForTheHub(t *testing.T) {
 	if why := stopped(m1, 0); why != "" {
 		t.Fatalf("stopped before there was a hub: %q", why)
 	}
+	select {
+	case <-m1.Joined():
+		t.Fatal("joined before there was a hub")
+	default:
+	}
 	m0, err := Join(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +188,11 @@ func TestAMemberWaitsForTheHub(t *testing.T) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-m1.Joined():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not joined once the hub listens")
 	}
 	m0.Leave(true, "exit 134")
 	if why := stopped(m1, 2*time.Second); !strings.Contains(why, "node rank 0's worker failed") {

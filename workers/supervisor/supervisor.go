@@ -39,6 +39,12 @@ type Config struct {
 	// Gang, when set, watches the gang's other ranks (gangwatch): when one fails or is lost the
 	// worker is stopped and the container exits 75, to be restarted in place with the others.
 	Gang *gangwatch.Config
+	// JoinWait bounds the wait for the gang's hub before the worker starts anyway.
+	JoinWait time.Duration
+	// OwnStop is how long a worker whose gang stopped has to stop by itself before it is sent
+	// SIGTERM: a worker that notices a lost peer (the reference worker) exits 75 with its own
+	// words within it; one that does not (torchrun) is stopped.
+	OwnStop time.Duration
 	// StopGrace is how long a stopped worker has between SIGTERM and SIGKILL.
 	StopGrace time.Duration
 }
@@ -63,16 +69,6 @@ func (cfg Config) run() int32 {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(cfg.Log, "zaya-supervisor: cannot start the worker: %v\n", err)
-		return contract.ExitConfig
-	}
-	pid := cmd.Process.Pid
-	done := make(chan syscall.WaitStatus, 1)
-	go func() { done <- reap(pid) }()
 	var gang *gangwatch.Member
 	var gangStop <-chan string
 	if cfg.Gang != nil {
@@ -81,10 +77,34 @@ func (cfg Config) run() int32 {
 			fmt.Fprintf(cfg.Log, "zaya-supervisor: %v: running unwatched\n", err)
 		} else {
 			gang, gangStop = m, m.Stopped()
+			// The worker starts in the gang: after a restart, not beside the last run's rank 0
+			// while that still stops (its rendezvous store would take the new run in).
+			select {
+			case <-m.Joined():
+			case <-time.After(cfg.JoinWait):
+				fmt.Fprintf(cfg.Log, "zaya-supervisor: gang watch: no hub at %s within %s: starting the worker anyway\n", cfg.Gang.Hub, cfg.JoinWait)
+			case s := <-sigs:
+				fmt.Fprintf(cfg.Log, "zaya-supervisor: %v before the worker started\n", s)
+				m.Leave(false, "")
+				return contract.ExitStopped
+			}
 		}
 	}
+	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(cfg.Log, "zaya-supervisor: cannot start the worker: %v\n", err)
+		if gang != nil {
+			gang.Leave(false, "")
+		}
+		return contract.ExitConfig
+	}
+	pid := cmd.Process.Pid
+	done := make(chan syscall.WaitStatus, 1)
+	go func() { done <- reap(pid) }()
 	var stopped string // why the gang stopped this rank
-	var kill <-chan time.Time
+	var term, kill <-chan time.Time
 	for {
 		select {
 		case s := <-sigs:
@@ -94,7 +114,9 @@ func (cfg Config) run() int32 {
 			// A peer failed or was lost: this rank's worker may sit in a collective for as
 			// long as its backend allows. Stop it now; the kubelet restarts the container.
 			stopped, gangStop = why, nil
-			fmt.Fprintf(cfg.Log, "zaya-supervisor: stopping the worker: %s\n", why)
+			term = time.After(cfg.OwnStop)
+		case <-term:
+			fmt.Fprintf(cfg.Log, "zaya-supervisor: stopping the worker: %s\n", stopped)
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
 			kill = time.After(cfg.StopGrace)
 		case <-kill:
@@ -114,7 +136,8 @@ func (cfg Config) run() int32 {
 				code = contract.ExitStopped
 			}
 			if gang != nil {
-				gang.Leave(code != 0, fmt.Sprintf("exit %d", code))
+				// A fatal exit fails the job: the others need not restart for it.
+				gang.Leave(code != 0 && (cfg.Rule == nil || cfg.Rule.Restarts(code)), fmt.Sprintf("exit %d", code))
 			}
 			return code
 		}

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,5 +187,47 @@ func waitFor(t *testing.T, path string) {
 			t.Fatalf("%s never appeared", path)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The gang watch: two supervisors as ranks 0 and 1 of one gang on loopback. Rank 1's worker
+// starts only once rank 0's hub has it. Rank 0's worker fails; rank 1's, which would never stop by itself (torchrun in its exit barrier), is
+// stopped and its container exits 75 with the reason, to restart in place with rank 0.
+func TestAFailedRankStopsItsPeerThroughTheGangWatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	_ = ln.Close()
+	rank := func(r int, script string) *run {
+		term := filepath.Join(t.TempDir(), "termination-log")
+		cmd := exec.Command(bin, "--gang-listen="+listen, "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), contract.EnvTerminationLog+"="+term, "NNODES=2", "NODE_RANK="+strconv.Itoa(r),
+			"MASTER_ADDR=127.0.0.1", "GPUS_PER_NODE=1", "ZAYA_JOB_UID=uid", "ZAYA_RESTART_ATTEMPT=0")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return &run{cmd: cmd, term: term}
+	}
+	// Rank 1 first, alone: its worker waits for the gang's hub, rank 0's (after an in-place
+	// restart, the last run's rank 0 may still be stopping with its rendezvous store up).
+	marker := filepath.Join(t.TempDir(), "started")
+	peer := rank(1, "touch "+marker+"; sleep 60")
+	time.Sleep(time.Second)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("rank 1's worker started before there was a gang to join")
+	}
+	root := rank(0, "sleep 2; exit 1")
+	start := time.Now()
+	if code, _ := root.wait(t); code != 1 {
+		t.Errorf("rank 0 exited %d, want its worker's 1", code)
+	}
+	code, msg := peer.wait(t)
+	if code != contract.ExitStopped || !strings.Contains(msg, "zaya: stopped: gang watch: node rank 0's worker failed: exit 1") {
+		t.Errorf("rank 1 exited %d with %q; want 75 and the gang watch's reason", code, msg)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("rank 1 stopped after %v: the gang watch did not stop it", took)
 	}
 }

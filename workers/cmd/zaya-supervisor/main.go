@@ -50,7 +50,7 @@ func main() {
 		}
 		break
 	}
-	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, StopGrace: 5 * time.Second}
+	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second}
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
 	}
