@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -335,30 +336,63 @@ func operatorPods(g Gomega) []corev1.Pod {
 // containers are processes of the host, each in the cgroup of its pod (named by the pod's
 // UID, with underscores under the systemd driver).
 func processOfPod(g Gomega, pod corev1.Pod) int {
-	uid := string(pod.UID)
-	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
 	var pid int
 	g.Eventually(func() int {
 		pid = 0
-		dirs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, d := range dirs {
-			cmd, err := os.ReadFile(d + "/cmdline")
-			if err != nil || !bytes.HasPrefix(cmd, []byte("/zaya-operator\x00")) {
-				continue
-			}
-			cg, err := os.ReadFile(d + "/cgroup")
-			if err != nil {
-				continue
-			}
-			for _, m := range marks {
-				if bytes.Contains(cg, []byte(m)) {
-					pid, _ = strconv.Atoi(filepath.Base(d))
-				}
-			}
+		if pids := processesOfPod(pod, "/zaya-operator\x00"); len(pids) > 0 {
+			pid = pids[len(pids)-1]
 		}
 		return pid
 	}, time.Minute, interval).ShouldNot(BeZero(), "no process of pod %s on this machine", pod.Name)
 	return pid
+}
+
+// processesOfPod are the processes on this machine (a kind node's are the host's) in pod's
+// cgroup whose command line starts with cmdline ("" for any), by pid.
+func processesOfPod(pod corev1.Pod, cmdline string) []int {
+	uid := string(pod.UID)
+	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(d + "/cmdline")
+		if err != nil || !bytes.HasPrefix(cmd, []byte(cmdline)) {
+			continue
+		}
+		cg, err := os.ReadFile(d + "/cgroup")
+		if err != nil {
+			continue
+		}
+		for _, m := range marks {
+			if bytes.Contains(cg, []byte(m)) {
+				pid, _ := strconv.Atoi(filepath.Base(d))
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// down stops the node's container (docker stop), as the world loses a node.
+func (p kindProcesses) down(t *testing.T, g Gomega, node string) { p.k.loseNode(t, g, node) }
+
+// kill SIGKILLs every process of the pod's worker container from the host (inside its
+// container, PID 1 ignores signals it has no handler for); the pause process stays.
+func (kindProcesses) kill(g Gomega, ns, name string) {
+	pod := &corev1.Pod{}
+	g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod)).To(Succeed())
+	var killed int
+	for _, pid := range processesOfPod(*pod, "") {
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.HasPrefix(cmd, []byte("/pause\x00")) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	g.Expect(killed).To(BeNumerically(">", 0), "no worker process of pod %s on this machine", name)
 }
 
 // replicas scales the chart's Deployment to two for the test; they elect a leader in the

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,9 +119,10 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := nodeagent.Start(ctx, nodeagent.Options{
 		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
-		Labels:   map[string]string{agentLabel: "true"},
-		Taints:   []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-		Commands: map[string]string{"zaya-worker": worker, "zaya-supervisor": os.Getenv("ZAYA_E2E_SUPERVISOR"), "sh": "/bin/sh"},
+		Labels: map[string]string{agentLabel: "true"},
+		Taints: []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+		Commands: map[string]string{"zaya-worker": worker, "zaya-supervisor": os.Getenv("ZAYA_E2E_SUPERVISOR"), "sh": "/bin/sh",
+			"torchrun": debianTorchrun},
 		// A kubelet configured with crashLoopBackOff.maxContainerRestartPeriod: 1s (KEP-4603):
 		// a default one waits 10 s before a container's second in-place restart within 10 min.
 		MaxContainerRestartPeriod: time.Second,
@@ -192,6 +194,15 @@ func (p kwokProcesses) runLog(ns, pod string, restarts int32) string {
 
 func (p kwokProcesses) fault(g Gomega, ns, pod, fault string) {
 	g.Expect(os.WriteFile(filepath.Join(p.a.PodDir(ns, pod), "volumes", "zaya-shm", "zaya-fault"), []byte(fault), 0o644)).To(Succeed())
+}
+
+func (p kwokProcesses) down(_ *testing.T, g Gomega, node string) {
+	g.Expect(p.a.NodeDown(context.Background(), node)).To(Succeed())
+}
+
+// kill SIGKILLs the pod's process, whatever it started (a session of its own).
+func (p kwokProcesses) kill(g Gomega, ns, pod string) {
+	g.Expect(p.a.Signal(ns, pod, syscall.SIGKILL)).To(Succeed())
 }
 
 func (p kwokProcesses) freeze(_ *testing.T, g Gomega, node string) {

@@ -61,6 +61,10 @@ type processNodes interface {
 	runLog(ns, pod string, restarts int32) string
 	// fault writes a fault (gpu, nic, usercode, slow) to the worker's -fault-file.
 	fault(g Gomega, ns, pod, fault string)
+	// kill SIGKILLs a pod's worker process and whatever it started: a crash.
+	kill(g Gomega, ns, pod string)
+	// down loses a node: its kubelet and processes die (a power loss), until the test ends.
+	down(t *testing.T, g Gomega, node string)
 	// freeze freezes a node: its kubelet and processes stop, their sockets stay open.
 	freeze(t *testing.T, g Gomega, node string)
 }

@@ -1136,11 +1136,21 @@ func (a *Agent) volumes(pod *corev1.Pod, c *corev1.Container, dir string) ([]map
 		if v.PersistentVolumeClaim != nil {
 			host = filepath.Join(a.opts.WorkDir, "volumes", pod.Namespace, v.PersistentVolumeClaim.ClaimName)
 		}
-		if m.SubPath != "" {
-			host = filepath.Join(host, m.SubPath)
-		}
 		if err := os.MkdirAll(host, 0o755); err != nil {
 			return nil, err
+		}
+		if v.ConfigMap != nil {
+			if err := a.writeConfigMap(pod.Namespace, v.ConfigMap, host); err != nil {
+				return nil, err
+			}
+		}
+		if m.SubPath != "" {
+			host = filepath.Join(host, m.SubPath)
+			if v.ConfigMap == nil {
+				if err := os.MkdirAll(host, 0o755); err != nil {
+					return nil, err
+				}
+			}
 		}
 		out = append(out, mapping{from: m.MountPath, to: host})
 	}
@@ -1154,6 +1164,53 @@ func (a *Agent) volumes(pod *corev1.Pod, c *corev1.Container, dir string) ([]map
 	out = append(out, mapping{from: term, to: filepath.Join(dir, "termination-log")})
 	sort.Slice(out, func(i, j int) bool { return len(out[i].from) > len(out[j].from) })
 	return out, nil
+}
+
+// writeConfigMap fills dir with the ConfigMap's keys as files, as the kubelet's configMap
+// volume does (its items, or every key; its modes). A missing ConfigMap fails the start
+// unless the volume is optional.
+func (a *Agent) writeConfigMap(ns string, src *corev1.ConfigMapVolumeSource, dir string) error {
+	cm, err := a.opts.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), src.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && ptr.Deref(src.Optional, false) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("configMap volume %s: %w", src.Name, err)
+	}
+	files := map[string][]byte{}
+	for k, v := range cm.Data {
+		files[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		files[k] = v
+	}
+	type file struct {
+		key, path string
+		mode      int32
+	}
+	mode := ptr.Deref(src.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode)
+	var out []file
+	if len(src.Items) == 0 {
+		for k := range files {
+			out = append(out, file{k, k, mode})
+		}
+	}
+	for _, it := range src.Items {
+		if _, ok := files[it.Key]; !ok {
+			return fmt.Errorf("configMap volume %s: no key %q", src.Name, it.Key)
+		}
+		out = append(out, file{it.Key, it.Path, ptr.Deref(it.Mode, mode)})
+	}
+	for _, f := range out {
+		path := filepath.Join(dir, filepath.Clean("/"+f.path))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, files[f.key], os.FileMode(f.mode)&0o777); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func terminationPath(c *corev1.Container, paths []mapping) string {

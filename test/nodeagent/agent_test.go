@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -153,5 +155,41 @@ func TestRegisterTakesOverANodeAndItsLease(t *testing.T) {
 	}
 	if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "m", metav1.GetOptions{}); err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != "m" {
 		t.Errorf("new node's lease: %v %+v", err, l)
+	}
+}
+
+// A configMap volume holds the ConfigMap's keys as files, as the kubelet writes them: every
+// key, or the items' keys at their paths with their modes (the PyTorch example mounts its
+// script so).
+func TestAConfigMapVolumeHoldsItsKeys(t *testing.T) {
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "code", Namespace: "ns"},
+		Data: map[string]string{"train.py": "print('hi')\n", "other": "x"}})
+	a := &Agent{opts: Options{Client: cs}}
+	dir := t.TempDir()
+	if err := a.writeConfigMap("ns", &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "code"}}, dir); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "train.py")); err != nil || string(b) != "print('hi')\n" {
+		t.Errorf("train.py = %q, %v", b, err)
+	}
+	items := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "code"},
+		Items: []corev1.KeyToPath{{Key: "train.py", Path: "app/run.py", Mode: ptr.To[int32](0o500)}}}
+	dir = t.TempDir()
+	if err := a.writeConfigMap("ns", items, dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "app/run.py")); err != nil || fi.Mode().Perm() != 0o500 {
+		t.Errorf("app/run.py: %v, %v; want mode 0500", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other")); !os.IsNotExist(err) {
+		t.Errorf("a key not among the items was written: %v", err)
+	}
+	missing := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}}
+	if err := a.writeConfigMap("ns", missing, t.TempDir()); err == nil {
+		t.Error("a missing ConfigMap did not fail the start")
+	}
+	missing.Optional = ptr.To(true)
+	if err := a.writeConfigMap("ns", missing, t.TempDir()); err != nil {
+		t.Errorf("an optional missing ConfigMap: %v", err)
 	}
 }
