@@ -307,32 +307,43 @@ func (h *hub) leave(rank int, m *member) {
 // stopAll tells every member but from to stop, once, and takes no one in any more: the gang
 // meets again at the next hub, rank 0's next run.
 func (h *hub) stopAll(from int, why string) {
+	if h.finish(from, "stop "+oneLine(why)) {
+		fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: stopping the gang: %s\n", why)
+	}
+}
+
+// end tells every member that rank 0's run is complete, and takes no one in any more.
+func (h *hub) end() { h.finish(-1, "end") }
+
+// finish, the first time only, closes the hub to newcomers and sends line to every member but
+// except; it reports whether it did.
+func (h *hub) finish(except int, line string) bool {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	h.stopped = true
 	_ = h.ln.Close()
 	others := make([]*member, 0, len(h.members))
 	for r, m := range h.members {
-		if r != from {
+		if r != except {
 			others = append(others, m)
 		}
 	}
 	h.mu.Unlock()
-	fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: stopping the gang: %s\n", why)
 	var wg sync.WaitGroup
 	for _, m := range others {
 		wg.Go(func() {
 			m.mu.Lock()
 			_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = fmt.Fprintf(m.conn, "stop %s\n", oneLine(why))
+			_, _ = io.WriteString(m.conn, line+"\n")
 			m.mu.Unlock()
 		})
 	}
 	wg.Wait()
 	close(h.stopDone)
+	return true
 }
 
 // waitStopped waits up to d for a stop under way to reach the members.
@@ -347,29 +358,6 @@ func (h *hub) waitStopped(d time.Duration) {
 	case <-h.stopDone:
 	case <-time.After(d):
 	}
-}
-
-// end tells every member that rank 0's run is complete, and takes no one in any more.
-func (h *hub) end() {
-	h.mu.Lock()
-	if h.stopped {
-		h.mu.Unlock()
-		return
-	}
-	h.stopped = true
-	_ = h.ln.Close()
-	members := make([]*member, 0, len(h.members))
-	for _, m := range h.members {
-		members = append(members, m)
-	}
-	h.mu.Unlock()
-	for _, m := range members {
-		m.mu.Lock()
-		_ = m.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = io.WriteString(m.conn, "end\n")
-		m.mu.Unlock()
-	}
-	close(h.stopDone)
 }
 
 func (h *hub) close() {
