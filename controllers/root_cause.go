@@ -78,7 +78,7 @@ func strength(table *attribution.Table, f failedRank) int {
 		switch m.Category {
 		case attribution.PeerLost:
 			return evidenceCascade
-		case attribution.GPUHardware, attribution.NICFabric, attribution.OutOfMemory, attribution.Storage, attribution.UserCode:
+		case attribution.GPUHardware, attribution.NICFabric, attribution.OutOfMemory, attribution.Storage, attribution.Killed, attribution.UserCode:
 			return evidenceStrong
 		}
 	}

@@ -280,3 +280,22 @@ func TestAPeersConnectionResetIsNotTheRoot(t *testing.T) {
 		t.Fatalf("lastFailure %+v: want rank 1's exit 137, the root of 2 broken collectives", f)
 	}
 }
+
+// A trainer torchrun's child was killed from outside: torchrun exits 1 with its own
+// ChildFailedError traceback, which is not the user's code (PyTorch 1.13, as printed).
+func TestATorchrunChildKilledIsKilledNotUserCode(t *testing.T) {
+	h, job := recreateGang(t)
+	reset := "RuntimeError: [./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:26031: Connection reset by peer\n"
+	killed := "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 7697) of binary: /usr/bin/python3.11\n" +
+		"Traceback (most recent call last):\n  File \"/usr/bin/torchrun\", line 33, in <module>\n" +
+		"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" +
+		"Root Cause (first observed failure):\n[0]:\n  exitcode  : -9 (pid: 7697)\n  traceback : Signal 9 (SIGKILL) received by PID 7697\n"
+	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", reset))
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 1, now, "", killed))
+	h.setPod(t, "llm-0-2", exitedSaying("n2", 1, now, "", reset))
+	h.mustReconcile(t, job)
+	f := h.get(t, job).Status.LastFailure
+	if f == nil || *f.Rank != 1 || f.Category != "Killed" || f.Rule != "torchrun-child-signalled" || f.Cascaded != 2 {
+		t.Fatalf("lastFailure %+v: want rank 1, Killed by rule torchrun-child-signalled, the root of 2 broken collectives", f)
+	}
+}

@@ -839,8 +839,8 @@ type JobFailure struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// category is what the failure was, read from its evidence: GPUHardware, NICFabric,
-	// CollectiveTimeout, OutOfMemory, UserCode, Storage, PeerLost, NodeLost, Eviction,
-	// Infrastructure, Hang or Unknown (docs/recovery.md, "Why it failed").
+	// CollectiveTimeout, OutOfMemory, UserCode, Storage, PeerLost, Killed, NodeLost, Eviction,
+	// Infrastructure, Hang, Straggler or Unknown (docs/recovery.md, "Why it failed").
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Category string `json:"category,omitempty"`

@@ -20,6 +20,10 @@ const (
 	PeerLost Category = "PeerLost"
 	// CollectiveTimeout is a collective that did not complete in time (a watchdog timeout).
 	CollectiveTimeout Category = "CollectiveTimeout"
+	// Killed is a trainer killed by a signal from outside its code (SIGKILL, SIGTERM, SIGINT,
+	// SIGHUP), as its launcher reports it (torchrun's "Signal 9 (SIGKILL) received by PID"):
+	// a person, an agent or an OOM killer, never the program's own error.
+	Killed Category = "Killed"
 	// OutOfMemory is host or GPU memory exhausted.
 	OutOfMemory Category = "OutOfMemory"
 	// UserCode is the training program's own error (a traceback, an import error, bad
@@ -45,7 +49,7 @@ const (
 
 // Categories lists every category, most specific evidence first: when a rank's message
 // matches several (a GPU fault also prints a Python traceback), the first wins.
-var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, PeerLost, CollectiveTimeout, UserCode, NodeLost, Eviction, Infrastructure, Hang, Straggler, Unknown}
+var Categories = []Category{GPUHardware, NICFabric, OutOfMemory, Storage, PeerLost, CollectiveTimeout, Killed, UserCode, NodeLost, Eviction, Infrastructure, Hang, Straggler, Unknown}
 
 // rank orders categories by Categories: lower is more specific.
 func rank(c Category) int {

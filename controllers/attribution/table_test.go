@@ -56,6 +56,13 @@ var corpus = []struct {
 	{"store timeout", "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 7/8 clients joined.", CollectiveTimeout},
 	{"watchdog beats its traceback", "Traceback (most recent call last):\n  File \"train.py\", line 5\nRuntimeError: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLGATHER) ran for 1800000 milliseconds before timing out.", CollectiveTimeout},
 
+	// PyTorch 1.13 under torchrun, gloo on CPU (examples/pytorch), as printed.
+	{"gloo recv timeout", "Traceback (most recent call last):\n  File \"/tmp/pt/t.py\", line 13, in <module>\n    dist.all_reduce(x)\n  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541, in all_reduce\n    work.wait()\nRuntimeError: [./gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms for recv operation to complete\nWARNING:torch.distributed.elastic.multiprocessing.api:Sending process 7363 closing signal SIGTERM\nERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 7362) of binary: /usr/bin/python3.11", CollectiveTimeout},
+	{"gloo closed by a peer that raised", "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:18325\nERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 7982) of binary: /usr/bin/python3.11", PeerLost},
+	{"torchrun's child killed", torchrunFailed("exitcode: -9", "-9 (pid: 7697)", "Signal 9 (SIGKILL) received by PID 7697"), Killed},
+	{"torchrun's child raised", "  File \"/tmp/pt/t.py\", line 11, in <module>\n    raise ValueError(\"warmup_steps must be below total_steps\")\nValueError: warmup_steps must be below total_steps\n" + torchrunFailed("exitcode: 1", "1 (pid: 7983)", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"), UserCode},
+	{"torchrun's child segfaulted", torchrunFailed("exitcode: -11", "-11 (pid: 7697)", "Signal 11 (SIGSEGV) received by PID 7697"), UserCode},
+
 	// User code.
 	{"module not found", "Traceback (most recent call last):\n  File \"/app/train.py\", line 3, in <module>\n    import flash_attn\nModuleNotFoundError: No module named 'flash_attn'", UserCode},
 	{"type error", "Traceback (most recent call last):\n  File \"/app/model.py\", line 120, in forward\nTypeError: forward() missing 1 required positional argument: 'mask'", UserCode},
@@ -197,4 +204,25 @@ func TestAFullUserTableKeepsTheShippedRules(t *testing.T) {
 	if m, ok := table.Match("Memory access fault by GPU node-2 (Agent handle: 0x1)"); !ok || m.Category != GPUHardware {
 		t.Errorf("the shipped rules are lost: %+v", m)
 	}
+}
+
+// torchrunFailed is what torchrun (PyTorch 1.13) prints when a child fails: its log line, its
+// own ChildFailedError traceback and the root cause block.
+func torchrunFailed(failed, exitcode, traceback string) string {
+	return "ERROR:torch.distributed.elastic.multiprocessing.api:failed (" + failed + ") local_rank: 1 (pid: 7697) of binary: /usr/bin/python3.11\n" +
+		"Traceback (most recent call last):\n" +
+		"  File \"/usr/bin/torchrun\", line 33, in <module>\n" +
+		"    sys.exit(load_entry_point('torch==1.13.0a0+gitunknown', 'console_scripts', 'torchrun')())\n" +
+		"  File \"/usr/lib/python3/dist-packages/torch/distributed/launcher/api.py\", line 246, in launch_agent\n" +
+		"    raise ChildFailedError(\n" +
+		"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" +
+		"============================================================\n" +
+		"t.py FAILED\n" +
+		"------------------------------------------------------------\n" +
+		"Failures:\n  <NO_OTHER_FAILURES>\n" +
+		"------------------------------------------------------------\n" +
+		"Root Cause (first observed failure):\n[0]:\n" +
+		"  time      : 2026-11-28_16:08:50\n  host      : localhost\n  rank      : 1 (local_rank: 1)\n" +
+		"  exitcode  : " + exitcode + "\n  error_file: <N/A>\n  traceback : " + traceback + "\n" +
+		"============================================================"
 }
