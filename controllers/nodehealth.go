@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,30 @@ func nodeProblem(name string, node *corev1.Node) (reason, message string) {
 		}
 	}
 	return "", ""
+}
+
+// maxAvoidedNodes bounds the unhealthy nodes a new pod names to keep off (64 requirements,
+// about 5 KiB of the pod); past it the rest are found as today, once a rank lands there.
+const maxAvoidedNodes = 64
+
+// unhealthyNodes names the nodes a rank would be failed on at once (nodeProblem), sorted, at
+// most maxAvoidedNodes: new pods are kept off them. A device plugin lowers allocatable by its
+// broken devices only, so a rank that asks for fewer GPUs than a node has is still scheduled
+// there, and was then failed as DeviceUnhealthy before it trained a step.
+func (p *pass) unhealthyNodes(ctx context.Context) ([]string, error) {
+	list := &corev1.NodeList{}
+	if err := p.r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var out []string
+	for i := range list.Items {
+		n := &list.Items[i]
+		if reason, _ := nodeProblem(n.Name, n); reason != "" && !p.quarantined(n.Name) {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(len(out), maxAvoidedNodes)], nil
 }
 
 // unhealthyRank finds the lowest rank of the current attempt whose node can no longer run it

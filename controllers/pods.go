@@ -43,6 +43,10 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	if p.placeErr != nil {
 		return recheck, fmt.Errorf("placing the pods where Kueue admitted them: %w", p.placeErr)
 	}
+	unhealthy, err := p.unhealthyNodes(ctx)
+	if err != nil {
+		return recheck, err
+	}
 	network := networkEnv(&p.job.Spec)
 	var created atomic.Int32
 	var mu sync.Mutex
@@ -52,6 +56,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	for _, rank := range ranks {
 		eg.Go(func() error {
 			pod := newWorkerPod(p.job, network, rank)
+			avoidNodes(&pod.Spec, unhealthy)
 			p.placeOn(pod, workersPodSet)
 			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
 			err := p.r.Create(ctx, pod)
@@ -78,7 +83,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 			return nil
 		})
 	}
-	err := eg.Wait()
+	err = eg.Wait()
 	if n := created.Load(); n > 0 {
 		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Attempt())
 		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Attempt())

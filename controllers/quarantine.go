@@ -174,12 +174,21 @@ func (p *pass) expireQuarantine() time.Duration {
 // (the apiserver allows one value per node-name field requirement) is added to every required
 // node-affinity term of the template (terms are ORed, so each needs them).
 func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.QuarantinedNode) {
-	reqs := make([]corev1.NodeSelectorRequirement, 0, len(quarantined))
-	for _, q := range quarantined {
-		if len(validation.IsDNS1123Subdomain(q.Name)) > 0 {
+	names := make([]string, len(quarantined))
+	for i, q := range quarantined {
+		names[i] = q.Name
+	}
+	avoidNodes(ps, names)
+}
+
+// avoidNodes keeps a pod off the named nodes, as avoidQuarantined does.
+func avoidNodes(ps *corev1.PodSpec, names []string) {
+	reqs := make([]corev1.NodeSelectorRequirement, 0, len(names))
+	for _, name := range names {
+		if len(validation.IsDNS1123Subdomain(name)) > 0 {
 			continue // a hand-written status: no node has that name, and the API server would refuse the pod
 		}
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{q.Name}})
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
 	}
 	requireNodeFields(ps, reqs)
 }

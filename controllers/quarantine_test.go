@@ -331,3 +331,45 @@ func TestAQuarantineTaintExpiresAndTheOperatorRemovesIt(t *testing.T) {
 		t.Fatalf("an older taint stayed past the expiry it was given (%v)", err)
 	}
 }
+
+// A node with a broken GPU still has room for a rank that asks for fewer GPUs than it has (the
+// device plugin lowers allocatable by the broken ones), and the scheduler would place one there
+// that the operator fails at once as DeviceUnhealthy (the chaos soak: a new job restarted
+// before its first fault). New ranks and spares are kept off such nodes.
+func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).GPUsPerNode(1).Generation(1).Defaulted().Obj()
+	job.Spec.FaultTolerance.Spares = 1
+	h := newHarness(t, interceptor.Funcs{}, job, healthyNode("ok"), healthyNode("bad-gpu"), healthyNode("bad-nic"))
+	h.setNode(t, "bad-gpu", func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") })
+	h.setNode(t, "bad-nic", func(n *corev1.Node) { n.Status.Allocatable["amd.com/nic"] = resource.MustParse("7") })
+	h.mustReconcile(t, job)
+	want := []corev1.NodeSelectorRequirement{
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-gpu"}},
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-nic"}},
+	}
+	pods := h.pods(t)
+	for _, name := range []string{"llm-0-0", "llm-0-1"} {
+		p := pods[name]
+		if p == nil || p.Spec.Affinity == nil || p.Spec.Affinity.NodeAffinity == nil {
+			t.Fatalf("pod %s: %+v", name, p)
+		}
+		if diff := cmp.Diff(want, p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields); diff != "" {
+			t.Errorf("%s keeps off (-want +got):\n%s", name, diff)
+		}
+	}
+	h.setPod(t, "llm-0-0", running("ok"))
+	h.setPod(t, "llm-0-1", running("ok"))
+	h.mustReconcile(t, job)
+	var spare *corev1.Pod
+	for _, p := range h.pods(t) {
+		if p.Labels[trainingv1alpha1.SpareLabel] != "" {
+			spare = p
+		}
+	}
+	if spare == nil {
+		t.Fatal("no spare was made")
+	}
+	if diff := cmp.Diff(want, spare.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields); diff != "" {
+		t.Errorf("the spare keeps off (-want +got):\n%s", diff)
+	}
+}

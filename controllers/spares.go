@@ -257,11 +257,21 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 		return retry, nil // a rank's pod is still to be made or placed
 	}
 	var made []string
+	var unhealthy []string
+	listed := false
 	for i := range want {
 		if have[i] {
 			continue
 		}
+		if !listed {
+			var err error
+			if unhealthy, err = p.unhealthyNodes(ctx); err != nil {
+				return 0, err
+			}
+			listed = true
+		}
 		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
+		avoidNodes(&pod.Spec, unhealthy)
 		p.placeOn(pod, sparesPodSet)
 		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
 		if err := p.r.Create(ctx, pod); err != nil {

@@ -250,6 +250,18 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 	kinds := []string{"gpu-fault", "node-lost", "nic-fault", "hang", "user-code", "gpu-unhealthy", "kill", "corrupt"}
 	var records []faultRecord
 	var unhealthy []string
+	defer func() {
+		// Whatever the outcome: a variant that failed half way must leave the next one neither
+		// a node with a GPU taken away nor a job still training beside it.
+		for _, n := range unhealthy {
+			if err := a.SetGPUAllocatable(ctx, n, 8); err != nil {
+				t.Errorf("giving node %s its GPU back: %v", n, err)
+			}
+		}
+		if t.Failed() {
+			_ = k8sClient.Delete(ctx, job)
+		}
+	}()
 	for i := range nFaults {
 		kind := kinds[i%len(kinds)]
 		if i >= len(kinds) {
@@ -336,9 +348,6 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 		records = append(records, rec)
 	}
 	final := waitSucceeded(t, job, 5*time.Minute)
-	for _, n := range unhealthy { // the next run may use them again
-		g.Expect(a.SetGPUAllocatable(ctx, n, 8)).To(Succeed())
-	}
 
 	// What each run resumed from, and whether that checkpoint had been committed.
 	committed := map[int64]bool{0: true}
