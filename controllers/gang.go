@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -28,15 +29,16 @@ type gang struct {
 	renewed   []bool        // by rank: its pod replaces one status.replacing names
 
 	ready, scheduled, succeeded, unschedulable int32
-	firstUnschedulable                         int32       // lowest unschedulable rank (valid when unschedulable > 0)
-	unschedulableSince                         time.Time   // earliest verdict still standing
-	notStarting                                *corev1.Pod // the placed rank whose worker has waited to start longest
-	notStartingSince                           time.Time   // when it was placed
-	checkpointStep                             int64       // newest step in a termination message, -1 if none
-	containerRestarts                          int64       // worker containers' restartCount, summed
-	counts                                     []int32     // by rank: its worker container's restartCount (0 where missing)
-	base                                       []int32     // by rank: status.rankRestarts, the counts before the restart's fault; nil if unknown
-	resume                                     resumeReport
+	firstUnschedulable                         int32        // lowest unschedulable rank (valid when unschedulable > 0)
+	unschedulableSince                         time.Time    // earliest verdict still standing
+	notStarting                                *corev1.Pod  // the placed rank whose worker has waited to start longest
+	notStartingSince                           time.Time    // when it was placed
+	checkpointStep                             int64        // newest step in a termination message, -1 if none
+	containerRestarts                          int64        // worker containers' restartCount, summed
+	counts                                     []int32      // by rank: its worker container's restartCount (0 where missing)
+	base                                       []int32      // by rank: status.rankRestarts, the counts before the restart's fault; nil if unknown
+	resume                                     resumeReport // what the current restart's runs restored
+	resumeBefore                               resumeReport // and the restart's before it, told late (recordResume)
 	firstFailed                                *corev1.Pod
 	failed                                     []*corev1.Pod // every failed pod, in listing order
 }
@@ -44,8 +46,14 @@ type gang struct {
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), counts: make([]int32, n), checkpointStep: -1, resume: resumeReport{step: -1}}
+	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), counts: make([]int32, n), checkpointStep: -1, resume: resumeReport{step: -1}, resumeBefore: resumeReport{step: -1}}
 	g.base = restartBaseline(&job.Status, n)
+	restarting := meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionRestarting)
+	underWay := restarting != nil && restarting.Status == metav1.ConditionTrue
+	runBase := g.base // which restart a rank's runs followed: counts tell only in place
+	if job.Status.LastRestartMode != trainingv1alpha1.RestartModeInPlace {
+		runBase = nil
+	}
 	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
 	previous := strconv.FormatInt(int64(job.Status.Attempt()-1), 10)
 	var replacing map[string]bool
@@ -78,6 +86,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		case !current && podFinished(pod) && pod.DeletionTimestamp.IsZero() && pod.Labels[trainingv1alpha1.AttemptLabel] == previous:
 			// The previous attempt's finished pods stay for `kubectl logs`; they hold no devices.
 			g.previous = append(g.previous, pod)
+			g.resumeBefore.merge(reportedResume(pod)) // their runs followed the restart before
 			continue
 		case !current && pod.DeletionTimestamp.IsZero():
 			g.stale = append(g.stale, pod)
@@ -96,7 +105,9 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		if step, ok := reportedCheckpoint(pod); ok && step > g.checkpointStep {
 			g.checkpointStep = step
 		}
-		g.resume.merge(reportedResume(pod))
+		now, before := resumeOfRuns(pod, runBase, int(rank), g.renewed[rank], underWay)
+		g.resume.merge(now)
+		g.resumeBefore.merge(before)
 		if pod.Spec.NodeName != "" {
 			g.scheduled++
 		}

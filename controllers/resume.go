@@ -32,11 +32,63 @@ type resumeReport struct {
 
 // reportedResume reads the resume lines of a stopped worker.
 func reportedResume(pod *corev1.Pod) resumeReport {
-	r := resumeReport{step: -1}
 	msg, ok := terminationMessage(pod)
 	if !ok {
-		return r
+		return resumeReport{step: -1}
 	}
+	return parseResume(msg)
+}
+
+// resumeOfRuns reads what a current rank's runs said of their resume: the run that followed
+// the current restart (now), and the one that followed the restart before it (before). A run
+// reports only as it ends, so after an in-place restart its words are those of the container's
+// previous run (lastState), and which restart that run followed is told by its restart count
+// against status.rankRestarts (base; nil if unknown or the last restart was a recreate): while
+// the restart is under way base is the count before its fault, once it is over the count the
+// restart left.
+func resumeOfRuns(pod *corev1.Pod, base []int32, rank int, renewed, underWay bool) (now, before resumeReport) {
+	now, before = resumeReport{step: -1}, resumeReport{step: -1}
+	s := workerStatus(pod)
+	if s == nil {
+		return now, before
+	}
+	type run struct {
+		t       *corev1.ContainerStateTerminated
+		ordinal int32 // how many times the container had restarted before this run
+	}
+	runs := []run{{s.State.Terminated, s.RestartCount}}
+	if s.RestartCount > 0 {
+		runs = append(runs, run{s.LastTerminationState.Terminated, s.RestartCount - 1})
+	}
+	for _, r := range runs {
+		if r.t == nil {
+			continue
+		}
+		switch {
+		case renewed || base == nil || rank >= len(base):
+			// A pod made since the restart, or no counts to tell by: the run that ended now
+			// is the restart's, as before rankRestarts was kept.
+			if r.t == s.State.Terminated {
+				now.merge(parseResume(r.t.Message))
+			}
+		default:
+			first := base[rank] // the first run that followed the current restart
+			if underWay {
+				first++
+			}
+			if r.ordinal >= first {
+				now.merge(parseResume(r.t.Message))
+			} else if r.ordinal == first-1 {
+				before.merge(parseResume(r.t.Message))
+			}
+		}
+	}
+	return now, before
+}
+
+// parseResume reads the resume lines of a termination message.
+func parseResume(msg string) resumeReport {
+	r := resumeReport{step: -1}
 	for line := range strings.Lines(msg) {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, trainingv1alpha1.TerminationMessageRestoredPrefix); ok {
@@ -84,17 +136,27 @@ func (r *resumeReport) merge(o resumeReport) {
 	}
 }
 
-// recordResume stores what the current attempt restored, once a pod of it has said, with an
-// event: a warning when committed steps were found corrupt.
+// recordResume stores what the current restart restored, once a pod of it has said, with an
+// event: a warning when committed steps were found corrupt. A run reports only as it ends: one
+// restarted in place says so when the next fault ends it, often once the operator has counted
+// that fault, so the restart before the current one is recorded late rather than never.
 func (p *pass) recordResume(g gang) {
 	job := p.job
-	attempt := job.Status.Restarts
-	if g.resume.step < 0 || (job.Status.LastResume != nil && job.Status.LastResume.Attempt == attempt) {
-		return
+	last := job.Status.LastResume
+	switch restarts := job.Status.Restarts; {
+	case g.resume.step >= 0 && (last == nil || last.Attempt != restarts):
+		p.recordResumeOf(restarts, g.resume)
+	case g.resumeBefore.step >= 0 && restarts > 0 && (last == nil || last.Attempt < restarts-1):
+		p.recordResumeOf(restarts-1, g.resumeBefore)
 	}
-	rs := &trainingv1alpha1.ResumeStatus{Attempt: attempt, Step: g.resume.step}
-	for _, c := range g.resume.corrupt {
-		if c.step > g.resume.step {
+}
+
+// recordResumeOf stores what restart attempt restored, as report says.
+func (p *pass) recordResumeOf(attempt int32, report resumeReport) {
+	job := p.job
+	rs := &trainingv1alpha1.ResumeStatus{Attempt: attempt, Step: report.step}
+	for _, c := range report.corrupt {
+		if c.step > report.step {
 			rs.CorruptSteps = append(rs.CorruptSteps, c.step)
 		}
 	}
@@ -107,7 +169,7 @@ func (p *pass) recordResume(g gang) {
 		return
 	}
 	var details []string
-	for _, c := range g.resume.corrupt {
+	for _, c := range report.corrupt {
 		details = append(details, fmt.Sprintf("step %d %s", c.step, c.detail))
 	}
 	p.warning(trainingv1alpha1.ReasonCheckpointCorrupt, "Resume",

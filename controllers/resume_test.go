@@ -4,8 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -111,5 +113,71 @@ func TestResumeReportsIgnoreGarbageAndListingOrder(t *testing.T) {
 		if len(m.corrupt) != 1 || !strings.Contains(m.corrupt[0].detail, "crc32c") {
 			t.Errorf("merged %+v, want rank 0's account of step 20", m.corrupt)
 		}
+	}
+}
+
+// A run restarted in place says what it restored only as it ends, when the next fault ends it:
+// the kubelet has restarted it by then, so its words are in lastState, and the operator may
+// have counted that fault already. The chaos soak's in-place run lost a corrupt checkpoint's
+// report this way (no CheckpointCorrupt event).
+func TestAnInPlaceRestartsResumeIsReportedWhenItsRunsEnd(t *testing.T) {
+	corrupt := "checkpoint-restored=160\nzaya: checkpoint-corrupt: step=180 moved to corrupt-step-180-1: manifest.json: crc32c mismatch\ncheckpoint-step=200\nzaya: stopped: lost rank 2 at step 203: EOF\n"
+	saying := func(msg string, f func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			f(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = msg
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// whether the peers' exits are seen before the operator counts the killed rank's
+		peersFirst bool
+	}{{"seen before the next fault is counted", true}, {"seen once it is counted", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, job := inPlaceGang(t)
+			// Fault 1: rank 1 killed; its peers stop and every rank comes back.
+			f1 := now.Add(-time.Minute)
+			h.setPod(t, "llm-0-1", saying("", restartedInPlace("node-llm-0-1", 1, 137, f1, f1.Add(time.Second))))
+			h.mustReconcile(t, job)
+			h.setPod(t, "llm-0-0", saying("checkpoint-restored=0\n", restartedInPlace("node-llm-0-0", 1, trainingv1alpha1.ExitStopped, f1, f1.Add(time.Second))))
+			h.setPod(t, "llm-0-2", saying("checkpoint-restored=0\n", restartedInPlace("node-llm-0-2", 1, trainingv1alpha1.ExitStopped, f1, f1.Add(time.Second))))
+			h.mustReconcile(t, job)
+			if st := h.get(t, job).Status; st.Restarts != 1 || meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting).Reason != trainingv1alpha1.ReasonRecovered {
+				t.Fatalf("after fault 1: restarts %d, conditions %+v", st.Restarts, st.Conditions)
+			}
+			h.drainEvents()
+
+			// The runs of restart 1 found step 180 corrupt and resumed from 160. Fault 2 (rank
+			// 2 killed) ends them: their words come now.
+			f2 := now.Add(-5 * time.Second)
+			peers := func() {
+				h.setPod(t, "llm-0-0", saying(corrupt, restartedInPlace("node-llm-0-0", 2, trainingv1alpha1.ExitStopped, f2, f2.Add(time.Second))))
+				h.setPod(t, "llm-0-1", saying(corrupt, restartedInPlace("node-llm-0-1", 2, trainingv1alpha1.ExitStopped, f2, f2.Add(time.Second))))
+			}
+			if tc.peersFirst {
+				peers()
+			}
+			h.setPod(t, "llm-0-2", saying("", restartedInPlace("node-llm-0-2", 2, 137, f2.Add(-time.Second), f2)))
+			h.mustReconcile(t, job)
+			if !tc.peersFirst {
+				if rs := h.get(t, job).Status.LastResume; rs != nil && rs.Attempt == 1 {
+					t.Fatalf("lastResume %+v for restart 1 before its runs said anything", rs)
+				}
+				peers()
+				h.mustReconcile(t, job)
+			}
+			st := h.get(t, job).Status
+			if st.Restarts != 2 {
+				t.Fatalf("restarts %d, want 2", st.Restarts)
+			}
+			if rs := st.LastResume; rs == nil || rs.Attempt != 1 || rs.Step != 160 || !slices.Equal(rs.CorruptSteps, []int64{180}) || rs.StepsLost != 20 {
+				t.Fatalf("lastResume = %+v, want restart 1's: from 160, step 180 corrupt, 20 steps lost", rs)
+			}
+			if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool {
+				return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) && strings.Contains(e, "crc32c mismatch")
+			}) {
+				t.Errorf("events %q, want a CheckpointCorrupt warning", ev)
+			}
+		})
 	}
 }

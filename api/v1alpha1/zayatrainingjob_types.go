@@ -770,7 +770,8 @@ type ZayaTrainingJobStatus struct {
 
 	// lastResume is what the workers of the latest attempt that reported it restored: the
 	// checkpoint step, and newer steps that failed verification and were moved aside. Workers
-	// report it in their termination messages, so it is known once a pod of that attempt stops.
+	// report it in their termination messages, so it is known once a run of that restart ends:
+	// after an in-place restart, when the next fault ends it or the job finishes.
 	// +optional
 	LastResume *ResumeStatus `json:"lastResume,omitempty"`
 
