@@ -100,7 +100,11 @@ func (m *Member) Leave(failed bool, why string) {
 	m.mu.Unlock()
 	m.cancel()
 	if m.hub != nil {
-		if !failed {
+		if failed {
+			// Rank 0's own line may not have reached its hub yet: stop the gang here, or
+			// close would drop the members first and they would hear only EOF.
+			m.hub.stopAll(m.cfg.Rank, fmt.Sprintf("node rank %d's worker failed: %s", m.cfg.Rank, oneLine(why)))
+		} else {
 			m.hub.end() // the run is complete: the others finish theirs unwatched
 		}
 		m.hub.waitStopped(time.Second) // rank 0: the others hear of its worker's end first

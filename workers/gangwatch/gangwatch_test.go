@@ -58,6 +58,11 @@ func stopped(m *Member, d time.Duration) string {
 
 // crash ends m as a killed container does: its connection closes, nothing said.
 func crash(m *Member) {
+	// The hub first: in a dead process nothing is left to tell the others that its own
+	// member went away, as the hub would if it outlived its connection by a moment.
+	if m.hub != nil {
+		m.hub.close()
+	}
 	m.mu.Lock()
 	m.stopped = true
 	if m.conn != nil {
@@ -65,9 +70,6 @@ func crash(m *Member) {
 	}
 	m.mu.Unlock()
 	m.cancel()
-	if m.hub != nil {
-		m.hub.close()
-	}
 }
 
 func TestAFailedWorkerStopsEveryOtherRank(t *testing.T) {
