@@ -134,3 +134,9 @@ const (
 	// the checkpoint-step line (and the heartbeat probe the hang line).
 	EnvTerminationLog = "ZAYA_TERMINATION_LOG"
 )
+
+// EnvProgressFile names the file a trainer under zaya-supervisor may overwrite with its
+// progress ("step=N" and "checkpoint=N", optionally "resumed=N", a line each): the supervisor
+// serves it at ProgressPath and appends it to the termination message for a trainer that
+// cannot (docs/worker-contract.md, "Progress"). The supervisor sets it, not the operator.
+const EnvProgressFile = "ZAYA_PROGRESS_FILE"

@@ -2,8 +2,9 @@
 
 Synthetic data, a few-layer model, gloo on CPU. Rank 0 saves a checkpoint into
 ZAYA_CHECKPOINT_DIR every ZAYA_CHECKPOINT_INTERVAL steps and every rank resumes from the
-newest one. It reads nothing of zaya-operator's but the worker contract's environment, and
-imports nothing of it:
+newest one. Each node's first process writes its step and newest checkpoint to
+ZAYA_PROGRESS_FILE, which zaya-supervisor reports to the operator. It reads nothing of
+zaya-operator's but the worker contract's environment, and imports nothing of it:
 
     torchrun train.py --steps 200
 
@@ -77,6 +78,21 @@ def main():
     start = int(step)
     print(f"rank {rank} of {world}: starting at step {start}", flush=True)
 
+    # zaya-supervisor serves these two lines to the operator and reports them when the
+    # process exits (docs/worker-contract.md, "Progress"): without them the operator knows
+    # only when the pods ran, so it cannot tell when training resumed nor price the steps a
+    # restart trains again. One process per node writes them: first the checkpoint it resumed
+    # from, then after every step.
+    progress = os.environ.get("ZAYA_PROGRESS_FILE") if os.environ.get("LOCAL_RANK", "0") == "0" else None
+
+    def report(step, checkpoint):
+        if progress:
+            with open(progress, "w") as f:
+                f.write(f"step={step}\ncheckpoint={checkpoint}\n")
+
+    committed = start
+    report(start, committed)
+
     ddp = DistributedDataParallel(model)
     for step in range(start + 1, args.steps + 1):
         data = torch.Generator().manual_seed(step * world + rank)
@@ -89,6 +105,11 @@ def main():
             print(f"step {step} loss {loss.item():.4f}", flush=True)
             if directory and step % every == 0:
                 save(directory, step, model, optimizer, keep)
+        if directory:
+            # Rank 0 saved the step before this one's, if due, before it joined this step's
+            # all-reduce: the other ranks know it committed only now.
+            committed = max(start, (step if rank == 0 else step - 1) // every * every)
+        report(step, committed)
         time.sleep(args.step_seconds)
 
     dist.destroy_process_group()

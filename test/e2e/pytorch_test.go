@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
 // debianTorchrun is Debian's python3-torch's torchrun (PyTorch 1.13, CPU, gloo), which .ci/run
@@ -59,7 +61,8 @@ func pytorchJob(t *testing.T, p processNodes, ns, claim string, supervised bool)
 	c := &ps.Containers[0]
 	g.Expect(c.Command).To(Equal([]string{"zaya-supervisor", "--", "torchrun"}))
 	if supervised {
-		c.Command = []string{"zaya-supervisor", "--gang-listen=$(POD_IP):29510", "--", "torchrun"}
+		// The pods share a host: each serves its own address only.
+		c.Command = []string{"zaya-supervisor", "--gang-listen=$(POD_IP):29510", "--progress-listen=$(POD_IP):9400", "--", "torchrun"}
 		c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	} else {
 		c.Command = []string{"torchrun"}
@@ -95,7 +98,82 @@ func lastStep(log string) int {
 func TestAPyTorchJobTrainsResumesAndFinishes(t *testing.T) {
 	kwokOnly(t, "no worker image with PyTorch is built for kind yet (issue 37)")
 	requireTorch(t)
-	pytorchRun(t, true, []string{"kill", "freeze", "down"})
+	pytorchRun(t, pytorchTrainer(true), trainingv1alpha1.RestartModeInPlace, []string{"kill", "freeze", "down"})
+}
+
+// TestFaultToTrainingAgainBench is a measurement for BENCHMARKS.md, not a check make test runs:
+// the same three faults, one run, for the PyTorch job in place and recreated, and for the
+// reference worker (4 nodes × 1 rank, context parallel 2) in place beside them.
+// hack/bench-pytorch.sh runs it (ZAYA_E2E_PYTORCH_BENCH=1).
+func TestFaultToTrainingAgainBench(t *testing.T) {
+	if os.Getenv("ZAYA_E2E_PYTORCH_BENCH") != "1" {
+		t.Skip("a measurement: hack/bench-pytorch.sh runs it")
+	}
+	kwokOnly(t, "no worker image with PyTorch is built for kind yet (issue 37)")
+	requireTorch(t)
+	faults := []string{"kill", "freeze", "down"}
+	t.Run("PyTorch/InPlace", func(t *testing.T) { pytorchRun(t, pytorchTrainer(true), trainingv1alpha1.RestartModeInPlace, faults) })
+	t.Run("PyTorch/Recreate", func(t *testing.T) { pytorchRun(t, pytorchTrainer(true), trainingv1alpha1.RestartModeRecreate, faults) })
+	t.Run("Reference/InPlace", func(t *testing.T) { pytorchRun(t, referenceTrainer(), trainingv1alpha1.RestartModeInPlace, faults) })
+}
+
+// trainer is a training program under test: its job and how its rank 0's log reads.
+type trainer struct {
+	name       string
+	supervised bool // under zaya-supervisor's gang watch
+	// stopsTogether: its ranks stop together when one fails (zaya-supervisor's gang watch, or
+	// the reference worker's own peer timeout), so an in-place restart needs no escalation.
+	stopsTogether bool
+	steps         int // the job trains this many steps
+	every         int // and checkpoints this often
+	job           func(t *testing.T, p processNodes, ns, claim string) *trainingv1alpha1.ZayaTrainingJob
+	// started reads a run's log: the step it resumed from, whether it has said so yet, and
+	// the newest step it trained.
+	started func(log string) (from int, ok bool, last int)
+	// finished says whether a log shows the last step trained.
+	finished func(log string) bool
+}
+
+var startedAt = regexp.MustCompile(`starting at step (\d+)`)
+
+// pytorchTrainer is examples/pytorch under torchrun (supervised: zaya-supervisor in front).
+func pytorchTrainer(supervised bool) trainer {
+	const steps = 600 // job.yaml's
+	return trainer{
+		name: "pytorch", supervised: supervised, stopsTogether: supervised, steps: steps, every: 20,
+		job: func(t *testing.T, p processNodes, ns, claim string) *trainingv1alpha1.ZayaTrainingJob {
+			job := pytorchJob(t, p, ns, claim, supervised)
+			NewWithT(t).Expect(job.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--steps", strconv.Itoa(steps)))
+			return job
+		},
+		started: func(log string) (int, bool, int) {
+			m := startedAt.FindStringSubmatch(log)
+			if m == nil {
+				return 0, false, lastStep(log)
+			}
+			from, _ := strconv.Atoi(m[1])
+			return from, true, lastStep(log)
+		},
+		finished: func(log string) bool { return strings.Contains(log, fmt.Sprintf("step %d loss", steps)) },
+	}
+}
+
+// referenceTrainer is the reference worker (zaya-worker), 4 nodes × 1 rank.
+func referenceTrainer() trainer {
+	const steps = 1200
+	return trainer{
+		name: "reference", stopsTogether: true, steps: steps, every: ckptEvery,
+		job: func(t *testing.T, p processNodes, ns, claim string) *trainingv1alpha1.ZayaTrainingJob {
+			job := trainingJob(p, ns, "reference", claim, steps)
+			job.Spec.Nodes = 4
+			return job
+		},
+		started: func(log string) (int, bool, int) {
+			run := train.ParseLog(log)
+			return int(run.Resumed), run.Last > 0, int(run.Last)
+		},
+		finished: func(log string) bool { return train.ParseLog(log).Last >= steps },
+	}
 }
 
 // TestPyTorchUnderTorchrunAlone is the comparison, a measurement rather than a check: the same
@@ -110,12 +188,15 @@ func TestPyTorchUnderTorchrunAlone(t *testing.T) {
 	}
 	kwokOnly(t, "no worker image with PyTorch is built for kind yet (issue 37)")
 	requireTorch(t)
-	pytorchRun(t, false, []string{"kill"})
+	pytorchRun(t, pytorchTrainer(false), trainingv1alpha1.RestartModeInPlace, []string{"kill"})
 }
 
-func pytorchRun(t *testing.T, supervised bool, faults []string) {
-	const steps, every = 600, 20 // job.yaml's
-	spares := 0                  // a node for each rank a node fault moves
+// pytorchRun runs tr's job on 4 process-backed nodes through faults, one rank each, restarting
+// as mode says, and logs each fault's time to rank 0 training again.
+func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, faults []string) {
+	steps, every, supervised := tr.steps, tr.every, tr.supervised
+	inPlace := mode == trainingv1alpha1.RestartModeInPlace
+	spares := 0 // a node for each rank a node fault moves
 	for _, f := range faults {
 		if f != "kill" {
 			spares++
@@ -126,9 +207,9 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	procs.sharedClaim(t, ns, "torch")
-	job := pytorchJob(t, procs, ns, "torch", supervised)
+	job := tr.job(t, procs, ns, "torch")
+	job.Spec.FaultTolerance.RestartMode = mode
 	g.Expect(job.Spec.Nodes).To(Equal(int32(4)))
-	g.Expect(job.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--steps", strconv.Itoa(steps)))
 	g.Expect(job.Spec.Checkpoint.Interval.Steps).To(Equal(ptr.To(int32(every))))
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunning(g, job, 0)
@@ -150,7 +231,6 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 		}
 		return r
 	}
-	startedAt := regexp.MustCompile(`starting at step (\d+)`)
 	// training waits for a run other than before to have trained past step; it returns the run
 	// and the step it resumed from.
 	training := func(before run, past int, within time.Duration) (run, int) {
@@ -159,11 +239,11 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 		g.Eventually(func(g Gomega) {
 			now = current(g)
 			g.Expect(now).NotTo(Equal(before), "rank 0 did not restart")
-			log := procs.runLog(ns, now.pod, now.restarts)
-			m := startedAt.FindStringSubmatch(log)
-			g.Expect(m).NotTo(BeNil(), "rank 0's run %v has not started", now)
-			from, _ = strconv.Atoi(m[1])
-			g.Expect(lastStep(log)).To(BeNumerically(">", max(from, past)))
+			var ok bool
+			var last int
+			from, ok, last = tr.started(procs.runLog(ns, now.pod, now.restarts))
+			g.Expect(ok).To(BeTrue(), "rank 0's run %v has not started", now)
+			g.Expect(last).To(BeNumerically(">", max(from, past)))
 		}, within, 100*time.Millisecond).Should(Succeed(), func() string {
 			return fmt.Sprintf("rank 0's run before, its end:\n%s", tail(procs.runLog(ns, before.pod, before.restarts), 3000))
 		})
@@ -173,7 +253,7 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 
 	for i, fault := range faults {
 		rank := int32(i + 1)
-		victim := fmt.Sprintf("%s-0-%d", job.Name, rank)
+		victim := fmt.Sprintf("%s-%d-%d", job.Name, getJob(g, job).Status.Attempt(), rank)
 		before := getJob(g, job)
 		oldUID := func() string {
 			p := &corev1.Pod{}
@@ -181,7 +261,7 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 			return string(p.UID)
 		}()
 		node := procs.nodeOf(ns, victim)
-		at := lastStep(procs.runLog(ns, r.pod, r.restarts))
+		_, _, at := tr.started(procs.runLog(ns, r.pod, r.restarts))
 		injected := time.Now()
 		switch fault {
 		case "kill":
@@ -201,10 +281,10 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 		j := getJob(g, job)
 		f := j.Status.LastFailure
 		g.Expect(f).NotTo(BeNil())
-		t.Logf("supervised %t, %s: rank %d -> rank 0 training again %v; restarts %d (in place %d), pods replaced %d; blamed rank %d %s (%s): %s",
-			supervised, fault, rank, took.Round(10*time.Millisecond), j.Status.Restarts, j.Status.InPlaceRestarts, j.Status.PodsReplaced,
+		t.Logf("%s (supervised %t), %s, %s: rank %d -> rank 0 training again %v; restarts %d (in place %d), pods replaced %d; blamed rank %d %s (%s): %s",
+			tr.name, supervised, mode, fault, rank, took.Round(10*time.Millisecond), j.Status.Restarts, j.Status.InPlaceRestarts, j.Status.PodsReplaced,
 			ptr.Deref(f.Rank, -1), f.Reason, f.Category, f.Message)
-		if i == 0 {
+		if i == 0 && tr.name == "pytorch" {
 			t.Logf("the end of rank 0's run the fault broke (what PyTorch and gloo print):\n%s", tail(procs.runLog(ns, r.pod, r.restarts), 1500))
 		}
 		g.Expect(from).To(BeNumerically(">=", at/every*every-every), "resumed from step %d, the fault came at %d", from, at)
@@ -215,7 +295,7 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 		if fault == "kill" {
 			g.Expect(ptr.Deref(f.ExitCode, 0)).To(Equal(int32(137)))
 		}
-		if supervised {
+		if inPlace && tr.stopsTogether {
 			g.Expect(j.Status.InPlaceRestarts).To(Equal(before.Status.InPlaceRestarts+1), "the restart was escalated")
 			replaced := int32(0)
 			if fault != "kill" {
@@ -232,7 +312,20 @@ func pytorchRun(t *testing.T, supervised bool, faults []string) {
 		r, _ = training(run{}, from+every+5, 3*time.Minute)
 	}
 
-	waitSucceeded(t, job, 5*time.Minute)
+	final := waitSucceeded(t, job, 5*time.Minute)
+	if tr.name == "pytorch" && supervised {
+		// The script's two progress lines, reported by zaya-supervisor.
+		g.Expect(final.Status.LastCheckpoint).NotTo(BeNil(), "no checkpoint reported")
+		g.Expect(final.Status.LastCheckpoint.Step).To(BeNumerically(">=", steps/every*every-every))
+		gp := final.Status.Goodput
+		g.Expect(gp).NotTo(BeNil())
+		var recompute int64
+		for _, l := range gp.Lost {
+			recompute += l.RecomputeMilliseconds
+		}
+		t.Logf("goodput: %s effective, lost %+v", gp.EffectiveTrainingTime, gp.Lost)
+		g.Expect(recompute).To(BeNumerically(">", 0), "no step priced as trained again: the progress report did not reach the operator")
+	}
 	r = current(g)
-	g.Expect(procs.runLog(ns, r.pod, r.restarts)).To(ContainSubstring(fmt.Sprintf("step %d loss", steps)), "rank 0 did not reach the last step")
+	g.Expect(tr.finished(procs.runLog(ns, r.pod, r.restarts))).To(BeTrue(), "rank 0 did not reach the last step %d", steps)
 }

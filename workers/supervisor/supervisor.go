@@ -9,6 +9,10 @@
 // supervisor adds is the choice the restart rules would make: a worker exit the rule restarts
 // ends the container with the same code, and any other one ends it with exit 0 and the code in
 // the termination message, so the kubelet does not restart it and the operator fails the job.
+//
+// It also reports the progress of a trainer that cannot (progress.go): the trainer writes its
+// step and checkpoint to the file ZAYA_PROGRESS_FILE names, and the supervisor serves them as
+// the worker contract's progress document and appends them to the termination message.
 package supervisor
 
 import (
@@ -47,6 +51,12 @@ type Config struct {
 	OwnStop time.Duration
 	// StopGrace is how long a stopped worker has between SIGTERM and SIGKILL.
 	StopGrace time.Duration
+	// ProgressListen is where the worker's progress file is served as contract.ProgressPath,
+	// once it holds a report ("": nowhere). The termination message's progress lines do not
+	// depend on it.
+	ProgressListen string
+	// ProgressPoll is how often the progress file is read (0: every second).
+	ProgressPoll time.Duration
 }
 
 // forwarded are the signals the worker gets as the container would have given them to it.
@@ -93,8 +103,15 @@ func (cfg Config) run() int32 {
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	env, progress := cfg.startProgress(time.Now())
+	if env != "" {
+		cmd.Env = append(os.Environ(), env)
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(cfg.Log, "zaya-supervisor: cannot start the worker: %v\n", err)
+		if progress != nil {
+			progress.finish("")
+		}
 		if gang != nil {
 			gang.Leave(false, "")
 		}
@@ -128,6 +145,10 @@ func (cfg Config) run() int32 {
 			code := int32(ws.ExitStatus())
 			if ws.Signaled() {
 				code = 128 + int32(ws.Signal())
+			}
+			if progress != nil {
+				// What the worker reported, however it ended: a killed trainer wrote no lines itself.
+				progress.finish(cfg.TerminationLog)
 			}
 			if stopped != "" {
 				if err := appendLine(cfg.TerminationLog, contract.TerminationMessageStoppedPrefix+" "+stopped); err != nil {

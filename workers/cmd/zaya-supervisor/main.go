@@ -2,9 +2,11 @@
 // kubelet has no container restart rules (faultTolerance.inPlaceMechanism Supervisor), and
 // stops it when another rank of the gang fails or is lost (the gang watch):
 //
-//	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--] command [args...]
+//	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--progress-listen=ADDR] [--] command [args...]
 //
-// It needs no API access. See docs/worker-contract.md, "Supervisor".
+// It also reports the progress a trainer writes to ZAYA_PROGRESS_FILE, serving it at
+// --progress-listen (default :9400; empty: nowhere) once the trainer wrote a report. It needs
+// no API access. See docs/worker-contract.md, "Progress" and "The supervisor".
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 func main() {
 	args := os.Args[1:]
 	listen, timeout, watch := ":"+strconv.Itoa(contract.GangWatchPort), 5*time.Second, true
+	progressListen := ":" + strconv.Itoa(contract.ProgressPort)
 	if d, err := time.ParseDuration(os.Getenv(contract.EnvPeerTimeout)); err == nil && d > 0 {
 		timeout = d
 	}
@@ -38,6 +41,9 @@ func main() {
 		case strings.HasPrefix(a, "--gang-listen="):
 			listen = strings.TrimPrefix(a, "--gang-listen=")
 			continue
+		case strings.HasPrefix(a, "--progress-listen="):
+			progressListen = strings.TrimPrefix(a, "--progress-listen=")
+			continue
 		case strings.HasPrefix(a, "--gang-timeout="):
 			d, err := time.ParseDuration(strings.TrimPrefix(a, "--gang-timeout="))
 			if err != nil || d < 100*time.Millisecond {
@@ -50,7 +56,8 @@ func main() {
 		}
 		break
 	}
-	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second}
+	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second,
+		ProgressListen: progressListen}
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
 	}
