@@ -43,10 +43,17 @@ func (p *pass) watchProgress(g gang) {
 		return
 	}
 	key := types.NamespacedName{Namespace: p.job.Namespace, Name: p.job.Name}
-	if addr := progressAddr(g, 0); addr != "" {
-		poller.Watch(key, liveprogress.Target{UID: p.job.UID, Addr: addr, Nodes: int(p.job.Spec.Nodes),
-			MarginPercent: int(stragglerMargin(&p.job.Spec.FaultTolerance))})
+	addr := progressAddr(g, 0)
+	if addr == "" {
+		// No rank 0 of this attempt runs: its last target was a run that is over (a
+		// recreated gang's old rank 0, a replaced rank 0), and what it said is no news of
+		// training again. Such a run could still say it trained after the fault (restarted
+		// in place before the operator decided to recreate) and end the loss too soon.
+		poller.Forget(key)
+		return
 	}
+	poller.Watch(key, liveprogress.Target{UID: p.job.UID, Addr: addr, Nodes: int(p.job.Spec.Nodes),
+		MarginPercent: int(stragglerMargin(&p.job.Spec.FaultTolerance))})
 	if rep, ok := poller.Latest(key, p.job.UID); ok {
 		p.report = &rep
 	}

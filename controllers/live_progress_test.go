@@ -322,3 +322,62 @@ func TestARunThatTrainedBeforeItWasPolledEndsTheLoss(t *testing.T) {
 		t.Errorf("open %+v, training since %v: want the kill's loss since %v at step 45, attempt 1 training since %v", o, g.TrainingSince, last, trained)
 	}
 }
+
+// A rank's GPU fault recreates the gang, but its kubelet had restarted the ranks in place first
+// and rank 0's new run said it trained before the old gang was stopped. That run is over: the
+// loss ends when the new attempt's rank 0 trains (the chaos soak undercounted each such fault
+// by the recreate's own seconds).
+func TestARunTheRecreateStoppedDoesNotEndTheLoss(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	workers := &fakeWorkers{}
+	poller := withWorkers(h, workers)
+	at := func(ms int) time.Time {
+		t := now.Add(time.Duration(ms) * time.Millisecond)
+		h.r.Clock = clockAt(t)
+		return t
+	}
+	at(0)
+	h.mustReconcile(t, job)
+	at(20000)
+	for r := range 3 {
+		h.setPod(t, fmt.Sprintf("llm-0-%d", r), runningAt(fmt.Sprintf("n%d", r), fmt.Sprintf("10.0.0.%d", r)))
+	}
+	h.mustReconcile(t, job)
+	trained := at(22000)
+	workers.set("10.0.0.0", contract.Progress{Step: 55, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: trained, LastStepAt: now.Add(99400 * time.Millisecond)})
+	at(100300)
+	poller.Poll(t.Context())
+	h.setPod(t, "llm-0-1", exitedSaying("n1", 134, now.Add(100*time.Second), "", gpuFaultLine))
+	h.mustReconcile(t, job)
+	if g := h.get(t, job).Status.Goodput; g.Open == nil || h.get(t, job).Status.Restarts != 1 {
+		t.Fatalf("no loss opened for the GPU fault: %+v", g)
+	}
+
+	// The old rank 0, restarted in place a moment before, trains again and says so.
+	early := at(100800)
+	workers.set("10.0.0.0", contract.Progress{Step: 42, ResumedFrom: 40, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: early, LastStepAt: early.Add(time.Second)})
+	at(102000)
+	poller.Poll(t.Context())
+	for range 4 { // the old gang deleted, the new one created, not running yet
+		h.mustReconcile(t, job)
+	}
+	if g := h.get(t, job).Status.Goodput; g.Open == nil {
+		t.Fatalf("the loss ended by the old gang's run: %+v", g)
+	}
+
+	at(110000)
+	for r := range 3 {
+		h.setPod(t, fmt.Sprintf("llm-1-%d", r), runningAt(fmt.Sprintf("m%d", r), fmt.Sprintf("10.0.1.%d", r)))
+	}
+	h.mustReconcile(t, job)
+	again := at(111000)
+	workers.set("10.0.1.0", contract.Progress{Step: 41, ResumedFrom: 40, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: again, LastStepAt: again.Add(500 * time.Millisecond)})
+	at(112000)
+	poller.Poll(t.Context())
+	h.mustReconcile(t, job)
+	g := h.get(t, job).Status.Goodput
+	if g.Open != nil || len(g.Lost) != 1 || g.Lost[0].DownMilliseconds != 11600 {
+		t.Fatalf("goodput %+v, want one loss of 11.6 s (99.4 s to 111 s)", g)
+	}
+}

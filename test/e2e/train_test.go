@@ -116,10 +116,11 @@ type faultRecord struct {
 	advancing       time.Duration // fault → rank 0 training steps again
 }
 
-// runID names one run of rank 0's worker: its pod, and how often the container had been
+// runID names one run of rank 0's worker: its pod (by UID too: a replaced rank's new pod has
+// the old one's name, and its first run the same count), and how often the container had been
 // restarted in place before it.
 type runID struct {
-	pod      string
+	pod, uid string
 	restarts int32
 }
 
@@ -224,7 +225,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 		attempt := getJob(g, job).Status.Attempt()
 		pod := &corev1.Pod{}
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d-0", job.Name, attempt)}, pod)).To(Succeed())
-		id := runID{pod: pod.Name}
+		id := runID{pod: pod.Name, uid: string(pod.UID)}
 		for _, s := range pod.Status.ContainerStatuses {
 			if s.Name == "worker" {
 				id.restarts = s.RestartCount
@@ -233,7 +234,8 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 		return id
 	}
 	runLog := func(id runID) string {
-		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(a.PodDir(ns, id.pod), "worker.log"), id.restarts))
+		dir := filepath.Join(a.WorkDir(), "pods", fmt.Sprintf("%s_%s_%s", ns, id.pod, id.uid))
+		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(dir, "worker.log"), id.restarts))
 		return string(b)
 	}
 	podUIDs := func(g Gomega) map[string]bool {
