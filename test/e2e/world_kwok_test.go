@@ -131,7 +131,11 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		// load, to place the new gang on the dead node and restart twice (known, open). The real
 		// grace (50 s, the Lease first) is played on kind.
 		NodeMonitorGracePeriod: 5 * time.Second,
-		Logf:                   t.Logf,
+		// Pod DNS names resolved as a cluster's DNS does, when they are dialled, where this
+		// machine lets the test write /etc/hosts (CI does): a restarted peer reaches a
+		// replaced rank 0 at its new address.
+		HostsFile: hostsFile(t),
+		Logf:      t.Logf,
 	})
 	if err != nil {
 		cancel()
@@ -139,11 +143,26 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 	}
 	t.Cleanup(func() {
 		cancel()
+		if err := a.RemoveHosts(); err != nil {
+			t.Errorf("taking the pods' names out of /etc/hosts: %v", err)
+		}
 		for _, n := range nodes {
 			_ = cs.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
 		}
 	})
 	return a
+}
+
+// hostsFile is /etc/hosts where the test may write it, else "" (names resolved as processes
+// start: a peer that retries a replaced pod keeps its old address).
+func hostsFile(t *testing.T) string {
+	f, err := os.OpenFile("/etc/hosts", os.O_WRONLY, 0)
+	if err != nil {
+		t.Logf("pod DNS names go into processes' environment as addresses (/etc/hosts: %v)", err)
+		return ""
+	}
+	_ = f.Close()
+	return "/etc/hosts"
 }
 
 // kwokProcesses are a node agent's nodes: pods run host binaries, their files are the

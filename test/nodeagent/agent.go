@@ -70,6 +70,11 @@ type Options struct {
 	RelistPeriod time.Duration
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
+	// HostsFile, where set (/etc/hosts, if the agent may write it), is where the agent
+	// publishes its running pods' DNS names, and processes keep the names in their
+	// environment and resolve them as they dial (hosts.go). Empty: a process's environment
+	// gets its peers' addresses as it starts.
+	HostsFile string
 	// Config is how processes reach the API server. With it, a pod that mounts its
 	// service-account token gets a token bound to the pod (TokenRequest) in a kubeconfig named
 	// by KUBECONFIG, since the in-cluster paths are absolute; without it, pods get no token.
@@ -89,6 +94,9 @@ type Agent struct {
 	down   map[string]bool
 	gpus   map[string]int64 // allocatable amd.com/gpu per node
 	nextIP uint32
+
+	hostsID    string   // names the agent's block of HostsFile
+	hostsLines []string // the block as last written
 }
 
 // run is one pod's process.
@@ -138,14 +146,15 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	a := &Agent{
-		opts:   opts,
-		life:   ctx,
-		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		nodeOf: map[string]bool{},
-		runs:   map[string]*run{},
-		down:   map[string]bool{},
-		gpus:   map[string]int64{},
-		nextIP: 1,
+		opts:    opts,
+		life:    ctx,
+		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		nodeOf:  map[string]bool{},
+		runs:    map[string]*run{},
+		down:    map[string]bool{},
+		gpus:    map[string]int64{},
+		nextIP:  1,
+		hostsID: newHostsID(),
 	}
 	for _, n := range opts.Nodes {
 		a.nodeOf[n] = true
@@ -179,6 +188,9 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 		go a.work(ctx)
 	}
 	go a.heartbeat(ctx)
+	if opts.HostsFile != "" {
+		go a.publishHosts(ctx)
+	}
 	go func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
@@ -1269,7 +1281,15 @@ func (a *Agent) environment(pod *corev1.Pod, c *corev1.Container, ip string, pat
 			if addr == "" {
 				return nil, v
 			}
-			v = addr
+			if a.opts.HostsFile == "" {
+				v = addr
+			} else if self := pod.Spec.Hostname == m[1] && pod.Spec.Subdomain == m[3]; !self {
+				// The name, as a kubelet passes it, once the hosts file has it. A pod's
+				// own name is not published until it runs: its address is given.
+				a.syncHosts()
+			} else {
+				v = addr
+			}
 		}
 		env = append(env, e.Name+"="+rewrite(v, paths))
 	}
