@@ -78,7 +78,9 @@ func (a *Agent) publishHosts(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			a.writeHosts(nil)
+			if err := a.writeHosts(nil); err != nil {
+				a.opts.Logf("nodeagent: writing %s: %v", a.opts.HostsFile, err)
+			}
 			return
 		case <-t.C:
 			a.syncHosts()
