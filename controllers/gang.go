@@ -82,11 +82,16 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 		}
 		rank, ok := podRank(pod)
 		current := ok && rank < n && pod.Labels[trainingv1alpha1.AttemptLabel] == attempt
+		if !current && pod.Labels[trainingv1alpha1.AttemptLabel] == previous && ok && rank < n {
+			// The previous attempt's runs followed the restart before this one: what they
+			// restored reaches the operator as they stop, often once the recreate stopping them
+			// was decided (a device's health took the gang away: no rank had exited before).
+			g.resumeBefore.merge(reportedResume(pod))
+		}
 		switch {
 		case !current && podFinished(pod) && pod.DeletionTimestamp.IsZero() && pod.Labels[trainingv1alpha1.AttemptLabel] == previous:
 			// The previous attempt's finished pods stay for `kubectl logs`; they hold no devices.
 			g.previous = append(g.previous, pod)
-			g.resumeBefore.merge(reportedResume(pod)) // their runs followed the restart before
 			continue
 		case !current && pod.DeletionTimestamp.IsZero():
 			g.stale = append(g.stale, pod)

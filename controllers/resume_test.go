@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -179,5 +181,39 @@ func TestAnInPlaceRestartsResumeIsReportedWhenItsRunsEnd(t *testing.T) {
 				t.Errorf("events %q, want a CheckpointCorrupt warning", ev)
 			}
 		})
+	}
+}
+
+// A device's health takes the gang away: no rank exited before the recreate was decided, and
+// the old ranks say what they restored only as they stop under it (the chaos soak's Recreate
+// run lost a corrupt checkpoint's report this way, seed 3016121566).
+func TestARecreatedAttemptsResumeIsReportedAsItsPodsStop(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).RestartMode(trainingv1alpha1.RestartModeRecreate).Defaulted().Obj()
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	for r := range 2 {
+		h.setPod(t, fmt.Sprintf("llm-0-%d", r), func(p *corev1.Pod) {
+			running(fmt.Sprintf("n%d", r))(p)
+			p.Finalizers = []string{"test/keep"} // a kubelet takes its time: the pod stays Terminating
+		})
+	}
+	h.mustReconcile(t, job)
+	h.setNode(t, "n1", func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") })
+	h.mustReconcile(t, job) // the recreate decided
+	h.mustReconcile(t, job) // the old gang deleted
+	if st := h.get(t, job).Status; st.Restarts != 1 || st.LastResume != nil {
+		t.Fatalf("restarts %d, lastResume %+v: want the recreate counted, nothing reported yet", st.Restarts, st.LastResume)
+	}
+	h.drainEvents()
+	report := "checkpoint-restored=160\nzaya: checkpoint-corrupt: step=180 moved to corrupt-step-180-1: manifest.json: crc32c mismatch\ncheckpoint-step=200\n"
+	for r := range 2 {
+		h.setPod(t, fmt.Sprintf("llm-0-%d", r), withTermination(143, report))
+	}
+	h.mustReconcile(t, job)
+	if rs := h.get(t, job).Status.LastResume; rs == nil || rs.Attempt != 0 || rs.Step != 160 || !slices.Equal(rs.CorruptSteps, []int64{180}) {
+		t.Fatalf("lastResume = %+v, want attempt 0's: from 160, step 180 corrupt", rs)
+	}
+	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) }) {
+		t.Errorf("events %q, want a CheckpointCorrupt warning", ev)
 	}
 }
