@@ -481,3 +481,30 @@ func restartCountsOf(t testing.TB, h *harness, job *trainingv1alpha1.ZayaTrainin
 	}
 	return counts
 }
+
+// The next fault's exit falls in the second the last restart ended, so no exit is newer than
+// it and the root is looked for among every rank's last exit: the last restart's root, its run
+// long restarted, is not news (the chaos soak blamed a corrupt fault on the earlier kill's rank,
+// its third failure on that node, and moved the gang).
+func TestAnInPlaceRootIsNotTheLastRestartsOldExit(t *testing.T) {
+	h, job := inPlaceGang(t)
+	t0 := now.Truncate(time.Second).Add(-5 * time.Second)
+	h.r.Clock = clockAt(t0.Add(200 * time.Millisecond))
+	h.setPod(t, "llm-0-1", restartedInPlace("node-llm-0-1", 1, 137, t0, t0.Add(100*time.Millisecond)))
+	h.mustReconcile(t, job)
+	h.r.Clock = clockAt(t0.Add(time.Second))
+	h.setPod(t, "llm-0-0", restartedInPlace("node-llm-0-0", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(300*time.Millisecond)))
+	h.setPod(t, "llm-0-2", restartedInPlace("node-llm-0-2", 1, trainingv1alpha1.ExitStopped, t0, t0.Add(300*time.Millisecond)))
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 1 || meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting).Reason != trainingv1alpha1.ReasonRecovered {
+		t.Fatalf("after the first fault: restarts %d, conditions %+v", st.Restarts, st.Conditions)
+	}
+	// Rank 2 is killed within the second the restart ended.
+	h.r.Clock = clockAt(t0.Add(1500 * time.Millisecond))
+	h.setPod(t, "llm-0-2", restartedInPlace("node-llm-0-2", 2, 137, t0.Add(time.Second), t0.Add(1200*time.Millisecond)))
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if f := st.LastFailure; st.Restarts != 2 || f == nil || *f.Rank != 2 || *f.ExitCode != 137 {
+		t.Fatalf("restarts %d, lastFailure %+v: want the second restart rooted at rank 2's kill", st.Restarts, st.LastFailure)
+	}
+}

@@ -144,7 +144,7 @@ func (g gang) rootFailure(table *attribution.Table) (*corev1.Pod, int32) {
 
 // inPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
 // end, and how many others ended with it: the fault that started an in-place restart.
-func (g gang) inPlaceRoot(table *attribution.Table, after time.Time) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
+func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
 	var failures []failedRank
 	for r, pod := range g.ranks {
 		if pod == nil {
@@ -153,6 +153,10 @@ func (g gang) inPlaceRoot(table *attribution.Table, after time.Time) (*corev1.Po
 		t := lastExit(pod)
 		if t == nil || !t.FinishedAt.After(after) {
 			continue
+		}
+		if s := workerStatus(pod); counted != nil && r < len(counted) && !g.renewed[r] && s != nil && s.State.Terminated == nil &&
+			g.counts[r] <= counted[r] {
+			continue // the run before this one ended in a restart already accounted for
 		}
 		failures = append(failures, failedRank{pod: pod, exit: t, at: t.FinishedAt.Time, rank: int32(r)})
 	}
