@@ -168,7 +168,7 @@ func failingGang(t *testing.T, j *job, out string, node int, env string) ([]*syn
 	logs := j.logs()
 	cmds := make([]*exec.Cmd, j.nodes)
 	for n := range j.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := workerCommand(t)
 		cmd.Env = j.env(n, out)
 		if n == node && env != "" {
 			cmd.Env = append(cmd.Env, env)
@@ -414,7 +414,7 @@ func startBeside(t *testing.T, j job, out string) ([]*exec.Cmd, []*syncBuffer) {
 	logs := j.logs()
 	cmds := make([]*exec.Cmd, j.nodes)
 	for n := range j.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := workerCommand(t)
 		cmd.Env = append(j.env(n, out), "ZAYA_ARGS="+j.args+" -listen=127.0.0.1:0 -metrics-addr= -rendezvous-timeout=10s -params-out="+out+
 			" -termination-log="+filepath.Join(j.dir, fmt.Sprintf("termination-new-%d", n)))
 		cmd.Stderr = logs[n]
@@ -599,7 +599,7 @@ func TestAFrozenNodeIsLost(t *testing.T) {
 			logs := j.logs()
 			cmds := make([]*exec.Cmd, j.nodes)
 			for n := range j.nodes {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd := workerCommand(t)
 				cmd.Env = append(j.env(n, filepath.Join(j.dir, "params")), contract.EnvPeerTimeout+"=1s")
 				cmd.Stderr = logs[n]
 				if err := cmd.Start(); err != nil {
@@ -662,7 +662,7 @@ func TestAnInjectedFaultEndsTheProcessAsTheRealOne(t *testing.T) {
 	fault := filepath.Join(j.dir, "fault-1")
 	cmds := make([]*exec.Cmd, j.nodes)
 	for node := range j.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := workerCommand(t)
 		cmd.Env = j.env(node, out)
 		if node == 1 {
 			for i, e := range cmd.Env {

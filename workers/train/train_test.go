@@ -75,12 +75,26 @@ func (j job) env(node int, out string) []string {
 		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
 }
 
+// processDeadline bounds every worker process a test starts, whatever the test waits for.
+const processDeadline = 3 * time.Minute
+
+// workerCommand is one node's worker: this test binary run again as the worker. It is killed
+// after processDeadline, so a hung gang fails its own test with its logs, not the whole
+// package at go test's timeout with none.
+func workerCommand(t *testing.T) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), processDeadline)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
 // start launches every node's process; their stderr goes to logs[node].
 func (j job) start(t *testing.T, out string, logs []*syncBuffer) []*exec.Cmd {
 	t.Helper()
 	cmds := make([]*exec.Cmd, j.nodes)
 	for node := range j.nodes {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := workerCommand(t)
 		cmd.Env = j.env(node, out)
 		cmd.Stderr = logs[node]
 		if err := cmd.Start(); err != nil {
