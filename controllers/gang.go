@@ -39,6 +39,7 @@ type gang struct {
 	base                                       []int32      // by rank: status.rankRestarts, the counts before the restart's fault; nil if unknown
 	resume                                     resumeReport // what the current restart's runs restored
 	resumeBefore                               resumeReport // and the restart's before it, told late (recordResume)
+	corrupt                                    resumeReport // the corrupt steps any run of any pod names (reportCorrupt)
 	firstFailed                                *corev1.Pod
 	failed                                     []*corev1.Pod // every failed pod, in listing order
 }
@@ -46,7 +47,7 @@ type gang struct {
 // classify sorts the job's pods into the gang of its current attempt.
 func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	n := job.Spec.Nodes
-	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), counts: make([]int32, n), checkpointStep: -1, resume: resumeReport{step: -1}, resumeBefore: resumeReport{step: -1}}
+	g := gang{ranks: make([]*corev1.Pod, n), renewed: make([]bool, n), counts: make([]int32, n), checkpointStep: -1, resume: resumeReport{step: -1}, resumeBefore: resumeReport{step: -1}, corrupt: resumeReport{step: -1}}
 	g.base = restartBaseline(&job.Status, n)
 	restarting := meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionRestarting)
 	underWay := restarting != nil && restarting.Status == metav1.ConditionTrue
@@ -71,6 +72,7 @@ func classify(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) gang {
 	}
 	for i := range pods {
 		pod := &pods[i]
+		g.corrupt.merge(corruptOfRuns(pod))
 		if replacing[string(pod.UID)] {
 			// Its rank gets a new pod of the same name once this one is gone.
 			if pod.DeletionTimestamp.IsZero() {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -136,6 +137,76 @@ func (r *resumeReport) merge(o resumeReport) {
 	}
 }
 
+// corruptOfRuns reads the corrupt steps a pod's worker runs named: the one that ended last and
+// the one before it, whichever restart they followed.
+func corruptOfRuns(pod *corev1.Pod) resumeReport {
+	r := resumeReport{step: -1}
+	if s := workerStatus(pod); s != nil {
+		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+			if t != nil {
+				r.merge(resumeReport{step: -1, corrupt: parseResume(t.Message).corrupt})
+			}
+		}
+	}
+	return r
+}
+
+// maxCorruptReason bounds the reason status keeps for a corrupt step (the schema's MaxLength).
+const maxCorruptReason = 512
+
+// account splits what a corrupt line says after its step into where the step went and why.
+// Both are the worker's words: the name is kept only in the form the worker makes
+// (corrupt-step-<step>-<digits>), the reason is cut to the schema's bound.
+func (c corruptStep) account() (movedTo, reason string) {
+	rest, ok := strings.CutPrefix(c.detail, "moved to ")
+	if !ok {
+		return "", "" // "moved aside by rank 0": a peer's word, rank 0 names the place
+	}
+	name, why, _ := strings.Cut(rest, ": ")
+	if digits, ok := strings.CutPrefix(name, fmt.Sprintf("corrupt-step-%d-", c.step)); ok &&
+		digits != "" && len(name) <= 253 && strings.Trim(digits, "0123456789") == "" {
+		movedTo = name
+	}
+	return movedTo, truncateTo(strings.ToValidUTF8(strings.TrimSpace(why), "?"), maxCorruptReason)
+}
+
+// maxCorruptCheckpoints is the schema's bound on status.corruptCheckpoints.
+const maxCorruptCheckpoints = 16
+
+// reportCorrupt records each corrupt step the gang's runs name, once, with a warning. It does
+// not wait to know which restart's run said so: a run restarted in place speaks only as it
+// ends, and a second restart (a device fault turned into a recreate) can come before the
+// operator has attributed the first one's report (the soak, seed 2585465317).
+func (p *pass) reportCorrupt(g gang) {
+	st := &p.job.Status
+	var fresh []trainingv1alpha1.CorruptCheckpoint
+	var details []string
+	for _, c := range slices.Backward(g.corrupt.corrupt) { // oldest step first
+		movedTo, reason := c.account()
+		i := slices.IndexFunc(st.CorruptCheckpoints, func(k trainingv1alpha1.CorruptCheckpoint) bool {
+			return k.Step == c.step && (k.MovedTo == movedTo || k.MovedTo == "" || movedTo == "")
+		})
+		if i >= 0 {
+			if k := &st.CorruptCheckpoints[i]; k.MovedTo == "" && movedTo != "" {
+				k.MovedTo, k.Reason = movedTo, reason // rank 0's account came after a peer's
+			}
+			continue
+		}
+		fresh = append(fresh, trainingv1alpha1.CorruptCheckpoint{Step: c.step, MovedTo: movedTo, Reason: reason, Time: metav1.NewTime(p.now)})
+		details = append(details, fmt.Sprintf("step %d %s", c.step, c.detail))
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	st.CorruptCheckpoints = append(st.CorruptCheckpoints, fresh...)
+	if extra := len(st.CorruptCheckpoints) - maxCorruptCheckpoints; extra > 0 {
+		st.CorruptCheckpoints = slices.Delete(st.CorruptCheckpoints, 0, extra)
+	}
+	p.warning(trainingv1alpha1.ReasonCheckpointCorrupt, "Resume", "%s", truncate(fmt.Sprintf(
+		"%d committed checkpoint step(s) failed verification when the workers resumed and were moved aside, the gang resuming from an older step: %s",
+		len(fresh), strings.Join(details, "; "))))
+}
+
 // recordResume stores what the current restart restored, once a pod of it has said, with an
 // event: a warning when committed steps were found corrupt. A run reports only as it ends: one
 // restarted in place says so when the next fault ends it, often once the operator has counted
@@ -168,11 +239,8 @@ func (p *pass) recordResumeOf(attempt int32, report resumeReport) {
 		p.normal(trainingv1alpha1.ReasonCheckpointRestored, "Resume", "the gang resumed from checkpoint step %d (after %d restarts)", rs.Step, attempt)
 		return
 	}
-	var details []string
-	for _, c := range report.corrupt {
-		details = append(details, fmt.Sprintf("step %d %s", c.step, c.detail))
-	}
-	p.warning(trainingv1alpha1.ReasonCheckpointCorrupt, "Resume",
-		"the gang resumed from checkpoint step %d (after %d restarts), losing %d steps: %d newer step(s) failed verification and were moved aside: %s",
-		rs.Step, attempt, rs.StepsLost, len(rs.CorruptSteps), strings.Join(details, "; "))
+	// The corrupt steps' warning is reportCorrupt's, whichever run told them.
+	p.normal(trainingv1alpha1.ReasonCheckpointRestored, "Resume",
+		"the gang resumed from checkpoint step %d (after %d restarts), losing %d steps: %d newer step(s) failed verification and were moved aside (status.corruptCheckpoints)",
+		rs.Step, attempt, rs.StepsLost, len(rs.CorruptSteps))
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,14 +48,27 @@ func TestAnAttemptsRestoredStepAndCorruptStepsAreShown(t *testing.T) {
 	if got.Status.Restarts != 1 {
 		t.Errorf("restarts = %d: the failure was not acted on in the same pass", got.Status.Restarts)
 	}
-	var warnings []string
+	want := []trainingv1alpha1.CorruptCheckpoint{
+		{Step: 1300, MovedTo: "corrupt-step-1300-1", Reason: "manifest.json: torn"},
+		{Step: 1400, MovedTo: "corrupt-step-1400-1", Reason: "rank-1.a0.bin: crc32c mismatch"},
+	}
+	if diff := cmp.Diff(want, got.Status.CorruptCheckpoints, cmpopts.IgnoreFields(trainingv1alpha1.CorruptCheckpoint{}, "Time")); diff != "" {
+		t.Errorf("corruptCheckpoints (-want +got):\n%s", diff)
+	}
+	var warnings, restored []string
 	for _, e := range h.drainEvents() {
-		if strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) {
+		switch {
+		case strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt):
 			warnings = append(warnings, e)
+		case strings.Contains(e, trainingv1alpha1.ReasonCheckpointRestored):
+			restored = append(restored, e)
 		}
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "crc32c mismatch") || !strings.Contains(warnings[0], "losing 200 steps") {
-		t.Errorf("CheckpointCorrupt events %q, want one naming the reasons and the loss", warnings)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "crc32c mismatch") || !strings.Contains(warnings[0], "step 1300") {
+		t.Errorf("CheckpointCorrupt events %q, want one naming both steps and their reasons", warnings)
+	}
+	if len(restored) != 1 || !strings.Contains(restored[0], "losing 200 steps") {
+		t.Errorf("CheckpointRestored events %q, want one naming the loss", restored)
 	}
 
 	// The next attempt reports a clean resume from the same step.
@@ -65,6 +80,9 @@ func TestAnAttemptsRestoredStepAndCorruptStepsAreShown(t *testing.T) {
 	h.mustReconcile(t, job)
 	if rs := h.get(t, job).Status.LastResume; rs == nil || rs.Attempt != 1 || rs.Step != 1200 || len(rs.CorruptSteps) != 0 || rs.StepsLost != 0 {
 		t.Errorf("lastResume = %+v, want attempt 1 from 1200, nothing corrupt", rs)
+	}
+	if ev := h.drainEvents(); slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) }) {
+		t.Errorf("events %q: the corrupt steps were reported again", ev)
 	}
 }
 
@@ -215,5 +233,93 @@ func TestARecreatedAttemptsResumeIsReportedAsItsPodsStop(t *testing.T) {
 	}
 	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) }) {
 		t.Errorf("events %q, want a CheckpointCorrupt warning", ev)
+	}
+}
+
+// The soak's last lost report (seed 2585465317, in place): a restart's runs found a step
+// corrupt; the next fault's in-place restart was escalated to a recreate before rank 0's run
+// ended, and its kubelet restarted it in the old pod, so its words sat in that pod's lastState.
+// A corrupt step is reported whichever restart its run followed, and once.
+func TestACorruptStepIsReportedWhicheverRestartItsRunFollowed(t *testing.T) {
+	h, job := inPlaceGang(t)
+	for r := range 3 {
+		h.setPod(t, fmt.Sprintf("llm-0-%d", r), func(p *corev1.Pod) { p.Finalizers = []string{"test/keep"} })
+	}
+	// Fault 1: rank 1 killed, every rank back in place.
+	f1 := now.Add(-time.Minute)
+	for r, code := range []int32{trainingv1alpha1.ExitStopped, 137, trainingv1alpha1.ExitStopped} {
+		h.setPod(t, fmt.Sprintf("llm-0-%d", r), restartedInPlace(fmt.Sprintf("node-llm-0-%d", r), 1, code, f1, f1.Add(time.Second)))
+	}
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 1 {
+		t.Fatalf("after fault 1: restarts %d, want 1", st.Restarts)
+	}
+	// Fault 2: a GPU fault ends rank 1's run (no words: the process died of it) and its
+	// kubelet restarts it; the operator counts restart 2, in place.
+	f2 := now.Add(-5 * time.Second)
+	h.setPod(t, "llm-0-1", restartedInPlace("node-llm-0-1", 2, 134, f2, f2.Add(time.Second)))
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 2 {
+		t.Fatalf("after fault 2: restarts %d, want 2", st.Restarts)
+	}
+	// Rank 2's pod fails outright during that restart: the gang is recreated.
+	h.setPod(t, "llm-0-2", func(p *corev1.Pod) {
+		exited("node-llm-0-2", 1, f2.Add(2*time.Second))(p)
+		p.Finalizers = []string{"test/keep"}
+	})
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	if st := h.get(t, job).Status; st.Restarts != 2 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate {
+		t.Fatalf("restarts %d by %q, want restart 2 escalated to a recreate", st.Restarts, st.LastRestartMode)
+	}
+	h.drainEvents()
+	// Only now does rank 0 notice its peer gone: restart 1's run ends, saying what it found,
+	// and its kubelet restarts it in the pod being deleted. Its words are in lastState.
+	corrupt := "checkpoint-restored=160\nzaya: checkpoint-corrupt: step=180 moved to corrupt-step-180-7: manifest.json: crc32c mismatch\ncheckpoint-step=200\n"
+	h.setPod(t, "llm-0-0", func(p *corev1.Pod) {
+		restartedInPlace("node-llm-0-0", 2, trainingv1alpha1.ExitStopped, f2.Add(3*time.Second), f2.Add(4*time.Second))(p)
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = corrupt
+	})
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if len(st.CorruptCheckpoints) != 1 || st.CorruptCheckpoints[0].Step != 180 || st.CorruptCheckpoints[0].MovedTo != "corrupt-step-180-7" {
+		t.Fatalf("corruptCheckpoints %+v, want step 180 moved to corrupt-step-180-7", st.CorruptCheckpoints)
+	}
+	if ev := h.drainEvents(); !slices.ContainsFunc(ev, func(e string) bool {
+		return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) && strings.Contains(e, "crc32c mismatch")
+	}) {
+		t.Errorf("events %q, want a CheckpointCorrupt warning", ev)
+	}
+	// The old pods stop; their words stay in lastState for a while: no second report.
+	for range 2 {
+		h.mustReconcile(t, job)
+	}
+	if ev := h.drainEvents(); slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, trainingv1alpha1.ReasonCheckpointCorrupt) }) {
+		t.Errorf("events %q: step 180 was reported again", ev)
+	}
+}
+
+// What status keeps of a corrupt step is the worker's word, bounded: a name only of the form
+// the worker makes, a reason cut to the schema's length; a peer's account names no place.
+func TestACorruptStepsAccountIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		detail, movedTo, reason string
+	}{
+		{"moved to corrupt-step-20-17: manifest.json: torn", "corrupt-step-20-17", "manifest.json: torn"},
+		{"moved aside by rank 0", "", ""},
+		{"moved to ../../etc: gone", "", "gone"},
+		{"moved to corrupt-step-21-17: wrong step", "", "wrong step"},
+		{"moved to corrupt-step-20-: no time", "", "no time"},
+		{"moved to corrupt-step-20-1x: letters", "", "letters"},
+		{"moved to corrupt-step-20-9: " + strings.Repeat("é", 400), "corrupt-step-20-9", truncateTo(strings.Repeat("é", 400), maxCorruptReason)},
+	} {
+		movedTo, reason := corruptStep{step: 20, detail: tc.detail}.account()
+		if movedTo != tc.movedTo || reason != tc.reason {
+			t.Errorf("%q: moved to %q because %q, want %q, %q", tc.detail, movedTo, reason, tc.movedTo, tc.reason)
+		}
+		if len(reason) > maxCorruptReason {
+			t.Errorf("%q: reason of %d bytes", tc.detail, len(reason))
+		}
 	}
 }

@@ -103,6 +103,10 @@ func hostileStatus(s testjob.Source) trainingv1alpha1.ZayaTrainingJobStatus {
 	if s.IntN(3) == 0 {
 		st.LastResume = &trainingv1alpha1.ResumeStatus{Attempt: hostileInt32(s), Step: hostileInt64(s), StepsLost: hostileInt64(s)}
 	}
+	for range pickOf(s, 0, 1, 16) {
+		st.CorruptCheckpoints = append(st.CorruptCheckpoints, trainingv1alpha1.CorruptCheckpoint{Step: hostileInt64(s),
+			MovedTo: pickOf(s, "", strings.Repeat("c", 253)), Reason: pickOf(s, "", strings.Repeat("é", 512)), Time: metav1.NewTime(hostileTime(s))})
+	}
 	if s.IntN(3) == 0 {
 		st.LastRecoverySeconds = ptr.To(hostileInt32(s))
 	}
@@ -140,7 +144,8 @@ func hostileExit(s testjob.Source) string {
 		"step-seconds=" + pickOf(s, "0.5", "1e-300", "86399", "NaN"),
 		"training-since=" + t,
 		"last-step-at=" + pickOf(s, t, now.Format(time.RFC3339Nano)),
-		pickOf(s, "", "zaya: checkpoint-corrupt: step=9223372036854775807 moved to x", gpuFaultLine),
+		pickOf(s, "", "zaya: checkpoint-corrupt: step=9223372036854775807 moved to x", gpuFaultLine,
+			"zaya: checkpoint-corrupt: step=7 moved to corrupt-step-7-1: "+strings.Repeat("\xff", 4000)),
 	}, "\n")
 }
 

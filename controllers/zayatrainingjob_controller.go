@@ -276,6 +276,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	p.refineLoss()
 	p.recordCheckpoint(gang)
 	p.recordResume(gang)
+	p.reportCorrupt(gang)
 	done, settling := p.succeeded(gang)
 	if done {
 		// Decided now, acted on once stored (the status write brings the next pass): had

@@ -775,6 +775,15 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	LastResume *ResumeStatus `json:"lastResume,omitempty"`
 
+	// corruptCheckpoints are the latest committed steps the workers found corrupt and moved
+	// aside, oldest first, each reported once with a CheckpointCorrupt warning whichever run
+	// said it: a run restarted in place says so only as it ends, which may be after more
+	// restarts than lastResume can attribute.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	CorruptCheckpoints []CorruptCheckpoint `json:"corruptCheckpoints,omitempty"`
+
 	// startTime is when the operator first created the job's pods (reset when a suspended
 	// job resumes); activeDeadlineSeconds counts from it.
 	// +optional
@@ -811,6 +820,24 @@ type ResumeStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	StepsLost int64 `json:"stepsLost,omitempty"`
+}
+
+// CorruptCheckpoint is one committed step that failed verification when the workers resumed.
+type CorruptCheckpoint struct {
+	// step is the committed step that failed.
+	// +kubebuilder:validation:Minimum=0
+	Step int64 `json:"step"`
+	// movedTo is the directory beside the checkpoints it was moved to, kept for inspection
+	// (corrupt-step-<step>-<time>); empty when only ranks other than 0 said so.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	MovedTo string `json:"movedTo,omitempty"`
+	// reason is why it failed, as rank 0 said.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// time is when the operator read the report.
+	Time metav1.Time `json:"time"`
 }
 
 // JobFailure records one failure.
