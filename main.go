@@ -29,16 +29,16 @@ import (
 
 func main() {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, failurePatterns string
-		leaderElect, metricsSecure, kueueWorkloads                                                                                           bool
-		metricsCertDir                                                                                                                       string
-		concurrency, burst                                                                                                                   int
-		qps                                                                                                                                  float64
-		progressInterval                                                                                                                     time.Duration
-		workerProxy                                                                                                                          string
-		hardwareTaint                                                                                                                        controllers.HardwareTaintPolicy
-		quarantineTaintMax                                                                                                                   time.Duration
-		sparePriorityClass                                                                                                                   string
+		metricsAddr, probeAddr, pprofAddr, namespaces, leaderElectionNamespace, leaderElectionID, podMarkSecret, spareImage, supervisorImage, failurePatterns string
+		leaderElect, metricsSecure, kueueWorkloads                                                                                                            bool
+		metricsCertDir                                                                                                                                        string
+		concurrency, burst                                                                                                                                    int
+		qps                                                                                                                                                   float64
+		progressInterval                                                                                                                                      time.Duration
+		workerProxy                                                                                                                                           string
+		hardwareTaint                                                                                                                                         controllers.HardwareTaintPolicy
+		quarantineTaintMax                                                                                                                                    time.Duration
+		sparePriorityClass                                                                                                                                    string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, only to callers the API server authenticates (a bearer token) and authorizes (get on the /metrics non-resource URL); false: plain HTTP to anyone who reaches the port")
@@ -50,6 +50,7 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the operator's own)")
 	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
 	flag.StringVar(&sparePriorityClass, "spare-priority-class", "", "priority class of the warm spare pods (faultTolerance.spares); empty: none (the cluster's default). Never the template's: an idle spare must not preempt others; name a low class whose preemptionPolicy is Never")
+	flag.StringVar(&supervisorImage, "supervisor-image", "", "image holding zaya-supervisor at "+trainingv1alpha1.SupervisorImagePath+" (the worker image does), copied by an init container in front of each worker command (faultTolerance.supervisor Inject); empty: commands run as written")
 	flag.StringVar(&spareImage, "spare-image", controllers.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
 	flag.StringVar(&failurePatterns, "failure-patterns", "", "namespace/name of a ConfigMap whose "+controllers.FailurePatternsKey+" adds failure patterns to the shipped ones (read every 30s; a bad version is refused with an event on it); empty: the shipped ones alone")
 	flag.DurationVar(&progressInterval, "progress-poll-interval", 10*time.Second, "how often rank 0 of each running job is asked for its live progress (when it trains again, stragglers); 0 disables it")
@@ -122,6 +123,7 @@ func main() {
 		Clock:              clock.RealClock{},
 		PodMarkSecret:      markSecret,
 		SpareImage:         spareImage,
+		SupervisorImage:    supervisorImage,
 		SparePriorityClass: sparePriorityClass,
 		HardwareTaint:      hardwareTaint,
 		QuarantineTaintMax: quarantineTaintMax,

@@ -49,6 +49,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	}
 	network := networkEnv(&p.job.Spec)
 	var created atomic.Int32
+	var noCommand atomic.Bool
 	var mu sync.Mutex
 	var invalid error
 	eg, ctx := errgroup.WithContext(ctx)
@@ -56,6 +57,9 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	for _, rank := range ranks {
 		eg.Go(func() error {
 			pod := newWorkerPod(p.job, network, rank)
+			if skip := injectSupervisor(p.job, pod, p.r.SupervisorImage); skip == supervisorNoCommand {
+				noCommand.Store(true)
+			}
 			avoidNodes(&pod.Spec, unhealthy)
 			p.placeOn(pod, workersPodSet)
 			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
@@ -87,6 +91,10 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	if n := created.Load(); n > 0 {
 		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonPodsCreated, "Create", "created %d worker pods for attempt %d", n, p.job.Status.Attempt())
 		log.FromContext(ctx).V(1).Info("created worker pods", "count", n, "attempt", p.job.Status.Attempt())
+	}
+	if noCommand.Load() {
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonSupervisorNotInjected, "Create",
+			"%s; until then a rank's peers restart only when the trainer itself exits on losing one (faultTolerance.supervisor)", supervisorNoCommand)
 	}
 	if invalid != nil {
 		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())

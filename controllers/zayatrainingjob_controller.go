@@ -57,6 +57,9 @@ type ZayaTrainingJobReconciler struct {
 
 	// SpareImage is the warm spares' container image (default DefaultSpareImage).
 	SpareImage string
+	// SupervisorImage holds zaya-supervisor for faultTolerance.supervisor Inject ("": none
+	// injected).
+	SupervisorImage string
 	// SparePriorityClass is the warm spares' priority class ("": none, the cluster's default;
 	// never the template's, so that an idle spare preempts nobody).
 	SparePriorityClass string

@@ -81,6 +81,9 @@ const (
 	// ReasonCheckpointCorrupt: an attempt found committed steps corrupt, moved them aside and
 	// resumed from an older one.
 	ReasonCheckpointCorrupt = "CheckpointCorrupt"
+	// ReasonSupervisorNotInjected: faultTolerance.supervisor is Inject but the worker's
+	// command could not be wrapped (the template sets none).
+	ReasonSupervisorNotInjected = "SupervisorNotInjected"
 	// ReasonInvalidPodTemplate: the apiserver refused the worker pod built from the template.
 	ReasonInvalidPodTemplate = "InvalidPodTemplate"
 	// ReasonNetworkConfigured: the event listing the effective RCCL environment.

@@ -97,6 +97,9 @@ func (j *ZayaTrainingJob) Default() {
 	if f.InPlaceMechanism == "" {
 		f.InPlaceMechanism = InPlaceMechanismRestartRules
 	}
+	if f.Supervisor == "" {
+		f.Supervisor = SupervisorInject
+	}
 	defaultDuration(&f.InPlaceTimeout, DefaultInPlaceTimeout)
 	if f.Stragglers.MarginPercent == 0 {
 		f.Stragglers.MarginPercent = DefaultStragglerMarginPercent

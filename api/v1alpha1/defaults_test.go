@@ -40,6 +40,7 @@ func TestDefaultFillsEveryDefaultedField(t *testing.T) {
 		DisruptionRestarts: DisruptionRestartsFree,
 		RestartMode:        RestartModeInPlace,
 		InPlaceMechanism:   InPlaceMechanismRestartRules,
+		Supervisor:         SupervisorInject,
 		InPlaceTimeout:     dur(3 * time.Minute),
 		Quarantine:         QuarantineSpec{NodeTaint: QuarantineTaintNone, ExpireAfter: dur(24 * time.Hour), MaxNodes: 32},
 		Stragglers:         StragglerSpec{MarginPercent: 25, Action: StragglerActionReport},

@@ -20,6 +20,15 @@ const (
 	ShmVolumeName = "zaya-shm"
 	// ShmMountPath is where ShmVolumeName is mounted.
 	ShmMountPath = "/dev/shm"
+	// SupervisorVolumeName is the emptyDir that hands zaya-supervisor to the worker container
+	// (faultTolerance.supervisor Inject).
+	SupervisorVolumeName = "zaya-bin"
+	// SupervisorMountPath is where the worker container sees SupervisorVolumeName.
+	SupervisorMountPath = "/zaya/bin"
+	// SupervisorInitContainerName is the init container that copies zaya-supervisor there.
+	SupervisorInitContainerName = "zaya-supervisor-install"
+	// SupervisorImagePath is where a supervisor image holds the binary (the worker image's).
+	SupervisorImagePath = "/usr/local/bin/zaya-supervisor"
 )
 
 // envNameRE is what an RCCL/NCCL variable name may look like.
@@ -62,18 +71,25 @@ func ValidateSpec(spec *ZayaTrainingJobSpec) field.ErrorList {
 	pod := &spec.Template.Spec
 
 	for i := range pod.Volumes {
-		if v := pod.Volumes[i].Name; v == CheckpointVolumeName || v == ShmVolumeName {
+		if v := pod.Volumes[i].Name; v == CheckpointVolumeName || v == ShmVolumeName || v == SupervisorVolumeName {
 			errs = append(errs, field.Invalid(podPath.Child("volumes").Index(i).Child("name"), v,
 				"volume name is reserved for the operator"))
 		}
 	}
 	for i := range pod.InitContainers {
-		errs = append(errs, validateContainer(spec, &pod.InitContainers[i], podPath.Child("initContainers").Index(i))...)
+		path := podPath.Child("initContainers").Index(i)
+		errs = append(errs, validateContainer(spec, &pod.InitContainers[i], path)...)
+		if pod.InitContainers[i].Name == SupervisorInitContainerName {
+			errs = append(errs, field.Invalid(path.Child("name"), SupervisorInitContainerName, "container name is reserved for the operator"))
+		}
 	}
 	for i := range pod.Containers {
 		c := &pod.Containers[i]
 		path := podPath.Child("containers").Index(i)
 		errs = append(errs, validateContainer(spec, c, path)...)
+		if c.Name == SupervisorInitContainerName {
+			errs = append(errs, field.Invalid(path.Child("name"), SupervisorInitContainerName, "container name is reserved for the operator"))
+		}
 		// The operator owns the regular containers' restart behaviour (faultTolerance.restartMode);
 		// a rule of the template's own could restart a rank the gang has left behind.
 		if c.RestartPolicy != nil {
@@ -117,9 +133,9 @@ func validateContainer(spec *ZayaTrainingJobSpec, c *corev1.Container, path *fie
 		// Compare clean paths: /dev/shm/, /dev//shm and /x/../dev/shm are all /dev/shm.
 		m := c.VolumeMounts[i].MountPath
 		clean := pathpkg.Clean("/" + m)
-		if clean == ShmMountPath || (spec.Checkpoint != nil && clean == pathpkg.Clean("/"+spec.Checkpoint.MountPath)) {
+		if clean == ShmMountPath || clean == SupervisorMountPath || (spec.Checkpoint != nil && clean == pathpkg.Clean("/"+spec.Checkpoint.MountPath)) {
 			errs = append(errs, field.Invalid(path.Child("volumeMounts").Index(i).Child("mountPath"), m,
-				"mount path is used by the operator (checkpoint volume or /dev/shm)"))
+				"mount path is used by the operator (checkpoint volume, /dev/shm or /zaya/bin)"))
 		}
 	}
 	return errs

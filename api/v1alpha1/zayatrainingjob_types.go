@@ -471,6 +471,19 @@ type FaultToleranceSpec struct {
 	// +optional
 	InPlaceMechanism InPlaceMechanism `json:"inPlaceMechanism,omitempty"`
 
+	// supervisor says whether the operator runs the worker container's command under
+	// zaya-supervisor, so that any trainer (torchrun, a script) is stopped and restarted in
+	// place within seconds when another rank of the gang fails, is lost or freezes (the gang
+	// watch), and its progress file is served. Inject (default): where the operator is
+	// installed with a supervisor image (the chart's supervisor.image) and the worker
+	// container sets command, an init container copies the binary into an emptyDir and the
+	// command becomes [/zaya/bin/zaya-supervisor, --, command...]; a command that already
+	// starts with zaya-supervisor is left alone. Off: the command runs as written, and under
+	// RestartRules the trainer must itself exit when a peer is lost (docs/worker-contract.md).
+	// +kubebuilder:default=Inject
+	// +optional
+	Supervisor SupervisorInjection `json:"supervisor,omitempty"`
+
 	// spares is how many warm spare pods the job holds under restartMode InPlace, 0 to 16
 	// (default 0). A spare holds a node as a rank would (the template's placement, the worker
 	// container's resources, its GPUs and NICs) and runs nothing; a rank whose pod is replaced
@@ -553,6 +566,17 @@ const (
 	// InPlaceMechanismSupervisor restarts by zaya-supervisor's rule in the worker container and
 	// the pod's restartPolicy OnFailure.
 	InPlaceMechanismSupervisor InPlaceMechanism = "Supervisor"
+)
+
+// SupervisorInjection says whether the operator wraps the worker's command in zaya-supervisor.
+// +kubebuilder:validation:Enum=Inject;Off
+type SupervisorInjection string
+
+const (
+	// SupervisorInject wraps the worker container's command, where the operator can.
+	SupervisorInject SupervisorInjection = "Inject"
+	// SupervisorOff runs the command as written.
+	SupervisorOff SupervisorInjection = "Off"
 )
 
 // RestartMechanism is what restarts the gang after a process fault, as the operator set its

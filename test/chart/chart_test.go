@@ -278,10 +278,21 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--namespaces") }) {
 				t.Errorf("the default install should watch all namespaces: %v", c.Args)
 			}
+			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--supervisor-image") }) {
+				t.Errorf("no supervisor image was given, yet %v names one", c.Args)
+			}
 			restricted(t, dep)
 			svc := typed[corev1.Service](t, find(objs, "Service", "zaya-system", "zaya-operator-metrics"))
 			if svc.Spec.Ports[0].TargetPort.StrVal != "metrics" || svc.Spec.Selector["app.kubernetes.io/instance"] != "zaya-operator" {
 				t.Errorf("metrics service %+v does not reach the operator's metrics port", svc.Spec)
+			}
+		},
+	}, {
+		name: "supervisor image",
+		args: []string{"--set", "supervisorImage=ghcr.io/zaya-operator/zaya-worker:0.1.0"},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
+			if a := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--supervisor-image=ghcr.io/zaya-operator/zaya-worker:0.1.0") {
+				t.Errorf("args %v lack the supervisor image", a)
 			}
 		},
 	}, {
@@ -478,6 +489,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "watchNamespaces={Team_A}"}, "/watchNamespaces/0"},
 		{[]string{"--set", "extraArgs={leader-elect}"}, "/extraArgs/0"},
 		{[]string{"--set", "concurrency=0"}, "/concurrency"},
+		{[]string{"--set", "supervisorImage=a b"}, "/supervisorImage"},
 		{[]string{"--set", "probes.port=70000"}, "/probes/port"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
 		{[]string{"--set", "checkpointStorageClass.create=true", "--set", "checkpointStorageClass.provisioner=vpc.file.csi.ibm.io"}, "/checkpointStorageClass/name"},

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -261,6 +262,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			}
 		}
 		if t.Failed() {
+			logJobState(t, job)
 			_ = k8sClient.Delete(ctx, job)
 		}
 	}()
@@ -617,4 +619,34 @@ func (r *errorRecorder) Fatal(args ...any) {
 	r.Helper()
 	r.msgs = append(r.msgs, fmt.Sprint(args...))
 	r.TB.Fatal(args...)
+}
+
+// logJobState logs what a failed run needs to be diagnosed after the cluster is gone: the
+// job's status, and each of its pods' phase, node and containers' states with their
+// termination messages.
+func logJobState(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) {
+	t.Helper()
+	ctx := context.Background()
+	got := &trainingv1alpha1.ZayaTrainingJob{}
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+		t.Logf("job %s: %v", job.Name, err)
+		return
+	}
+	st, _ := json.Marshal(got.Status)
+	t.Logf("job %s status: %s", job.Name, st)
+	list := &corev1.PodList{}
+	if err := k8sClient.List(ctx, list, client.InNamespace(job.Namespace), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name}); err != nil {
+		t.Logf("pods: %v", err)
+		return
+	}
+	for _, p := range list.Items {
+		var b strings.Builder
+		fmt.Fprintf(&b, "pod %s uid %s phase %s node %s deleting %v", p.Name, p.UID, p.Status.Phase, p.Spec.NodeName, !p.DeletionTimestamp.IsZero())
+		for _, c := range p.Status.ContainerStatuses {
+			state, _ := json.Marshal(c.State)
+			last, _ := json.Marshal(c.LastTerminationState)
+			fmt.Fprintf(&b, "\n  %s restarts %d ready %v state %s last %s", c.Name, c.RestartCount, c.Ready, state, last)
+		}
+		t.Log(b.String())
+	}
 }

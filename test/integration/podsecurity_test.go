@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -41,5 +42,29 @@ func TestWorkerPodsPassRestrictedPodSecurity(t *testing.T) {
 		for _, p := range pods {
 			g.Expect(p.Spec.Containers[0].SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
 		}
+	}
+}
+
+// TestTheInjectedSupervisorPassesRestrictedPodSecurity: with a supervisor image, the operator's
+// init container and the worker's wrapped command are admitted where Pod Security "restricted"
+// is enforced, for a template that asks nothing of the init container.
+func TestTheInjectedSupervisorPassesRestrictedPodSecurity(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespaceEnforcing(t, "restricted")
+	startManagerConfigured(t, cfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) {
+		r.SupervisorImage = "registry.example/zaya-worker:v1"
+	})
+	j := testjob.MakeZayaTrainingJob("supervised", ns).Profile(trainingv1alpha1.NetworkSocket).Nodes(2).Obj()
+	j.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	j.Spec.Template.Spec.Containers[0].Command = []string{"torchrun", "train.py"}
+	g.Expect(k8sClient.Create(ctx, j)).To(Succeed())
+	for _, p := range waitPods(g, ns, j.Name, 2) {
+		g.Expect(p.Spec.InitContainers).To(HaveLen(1))
+		g.Expect(p.Spec.InitContainers[0].Name).To(Equal(trainingv1alpha1.SupervisorInitContainerName))
+		g.Expect(p.Spec.Containers[0].Command).To(Equal([]string{"/zaya/bin/zaya-supervisor", "--", "torchrun", "train.py"}))
 	}
 }

@@ -3,10 +3,13 @@
 // stops it when another rank of the gang fails or is lost (the gang watch):
 //
 //	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--progress-listen=ADDR] [--] command [args...]
+//	zaya-supervisor install DIR
 //
 // It also reports the progress a trainer writes to ZAYA_PROGRESS_FILE, serving it at
 // --progress-listen (default :9400; empty: nowhere) once the trainer wrote a report. It needs
-// no API access. See docs/worker-contract.md, "Progress" and "The supervisor".
+// no API access. See docs/worker-contract.md, "Progress" and "The supervisor". `install`
+// copies the binary into DIR, as the init container the operator adds does (faultTolerance.
+// supervisor Inject).
 package main
 
 import (
@@ -24,6 +27,17 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "install" {
+		if len(args) != 2 {
+			fmt.Fprintln(os.Stderr, "zaya-supervisor: usage: zaya-supervisor install DIR")
+			os.Exit(contract.ExitConfig)
+		}
+		if err := supervisor.Install(args[1]); err != nil {
+			fmt.Fprintf(os.Stderr, "zaya-supervisor: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	listen, timeout, watch := ":"+strconv.Itoa(contract.GangWatchPort), 5*time.Second, true
 	progressListen := ":" + strconv.Itoa(contract.ProgressPort)
 	if d, err := time.ParseDuration(os.Getenv(contract.EnvPeerTimeout)); err == nil && d > 0 {
