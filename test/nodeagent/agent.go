@@ -498,7 +498,7 @@ func processIP(ip string) string {
 
 // start sets up the pod's folders and starts its process.
 func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-	if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 {
+	if len(pod.Spec.Containers) != 1 {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", "nodeagent runs pods of exactly one container")
 	}
 	c := pod.Spec.Containers[0]
@@ -517,6 +517,9 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	if unresolved != "" {
 		return 250 * time.Millisecond, nil // the peer's name resolves once it runs
 	}
+	if retry, done, err := a.initialize(ctx, pod, dir, ip); !done || err != nil {
+		return retry, err
+	}
 	kubeconfig, err := a.serviceAccountKubeconfig(ctx, pod, dir)
 	if err != nil {
 		return 0, err
@@ -532,11 +535,8 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	if len(argv) == 0 {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", "the container has no command: nodeagent cannot run images")
 	}
-	lookup := func(name string) (string, bool) { return envValue(env, name) }
-	for i := range argv {
-		argv[i] = rewrite(expand(argv[i], lookup), paths)
-	}
-	bin, ok := a.opts.Commands[argv[0]]
+	argv = resolveArgs(argv, env, paths)
+	bin, ok := a.command(argv[0], dir)
 	if argv[0] == "/bin/sh" && isPauseImage(c.Image) {
 		bin, ok = "/bin/sh", true
 	}
@@ -556,6 +556,112 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	a.opts.Logf("nodeagent: %s started on %s at %s (pid %d)", key, pod.Spec.NodeName, ip, pid)
 	go a.supervise(ctx, key, pod, r)
 	return 0, nil
+}
+
+// resolveArgs expands $(VAR) references in argv as the kubelet does and maps the container's
+// mount paths to the pod's folders on this machine.
+func resolveArgs(argv, env []string, paths []mapping) []string {
+	lookup := func(name string) (string, bool) { return envValue(env, name) }
+	out := make([]string, len(argv))
+	for i := range argv {
+		out[i] = rewrite(expand(argv[i], lookup), paths)
+	}
+	return out
+}
+
+// command is the program to run for a container's argv[0]: a file in one of the pod's own
+// volumes runs as itself (an init container put it there, as a kubelet's container would
+// find it); any other name or path is looked up among the commands the agent knows, by its
+// full name and then by its base name (/usr/local/bin/zaya-supervisor is zaya-supervisor).
+func (a *Agent) command(name, podDir string) (string, bool) {
+	if rel, err := filepath.Rel(podDir, name); err == nil && filepath.IsAbs(name) && !strings.HasPrefix(rel, "..") {
+		if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return name, true
+		}
+		return "", false
+	}
+	if bin, ok := a.opts.Commands[name]; ok {
+		return bin, true
+	}
+	if strings.Contains(name, "/") {
+		bin, ok := a.opts.Commands[filepath.Base(name)]
+		return bin, ok
+	}
+	return "", false
+}
+
+// initTimeout bounds one init container's run: the agent runs them in its sync loop.
+const initTimeout = 2 * time.Minute
+
+// initialize runs the pod's init containers in order, each to completion, before its
+// container starts, as a kubelet does, and reports each one's end in initContainerStatuses.
+// done is false while one must be retried (restartPolicy OnFailure: after retry); a failure
+// under restartPolicy Never fails the pod, as the kubelet's Init:Error does.
+func (a *Agent) initialize(ctx context.Context, pod *corev1.Pod, dir, ip string) (retry time.Duration, done bool, err error) {
+	var statuses []corev1.ContainerStatus
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		paths, err := a.volumes(pod, c, dir)
+		if err != nil {
+			return 0, false, err
+		}
+		env, unresolved := a.environment(pod, c, ip, paths)
+		if unresolved != "" {
+			return 250 * time.Millisecond, false, nil
+		}
+		argv := resolveArgs(append(append([]string{}, c.Command...), c.Args...), env, paths)
+		code, msg := 127, fmt.Sprintf("nodeagent knows no command %q", argv)
+		started := metav1.Now()
+		if len(argv) > 0 {
+			if bin, ok := a.command(argv[0], dir); ok {
+				code, msg = a.runInit(ctx, c, bin, argv[1:], env, dir, paths)
+			}
+		}
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		statuses = append(statuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "nodeagent://" + c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason, Message: msg,
+				StartedAt: started, FinishedAt: metav1.Now()}}})
+		if code != 0 {
+			a.opts.Logf("nodeagent: %s/%s: init container %s exited %d: %s", pod.Namespace, pod.Name, c.Name, code, msg)
+			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+				return 0, false, a.updateStatus(ctx, pod, func(st *corev1.PodStatus) {
+					st.Phase = corev1.PodFailed
+					st.InitContainerStatuses = statuses
+					st.Conditions = conditions(corev1.ConditionFalse, metav1.Now())
+					st.Conditions[1].Status = corev1.ConditionFalse
+				})
+			}
+			return 10 * time.Second, false, nil // the kubelet's first back-off
+		}
+	}
+	if len(statuses) == 0 {
+		return 0, true, nil
+	}
+	return 0, true, a.updateStatus(ctx, pod, func(st *corev1.PodStatus) { st.InitContainerStatuses = statuses })
+}
+
+// runInit runs one init container's process to its end: its exit code and termination
+// message (its log's tail under FallbackToLogsOnError).
+func (a *Agent) runInit(ctx context.Context, c *corev1.Container, bin string, args, env []string, dir string, paths []mapping) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	logPath := filepath.Join(dir, c.Name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 127, err.Error()
+	}
+	defer func() { _ = logf.Close() }()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, logf, logf
+	code := exitCode(cmd.Run())
+	msg := readTail(terminationPath(c, paths), 4096)
+	if msg == "" && code != 0 && c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		msg = logTail(logPath, 2048, 80)
+	}
+	return code, msg
 }
 
 // isPauseImage reports whether image is a pause image (registry.k8s.io/pause:3.10, a mirror).

@@ -20,8 +20,13 @@
 // once their process passes its readiness probe, and a deleted pod's process gets its full
 // grace period. Every write the agent makes is recorded under FieldManager.
 //
+// Init containers run first, in order, each to its end (restartPolicy Never: a failed one
+// fails the pod; otherwise it is tried again 10 s later), reported in initContainerStatuses.
+//
 // Where it differs from a kubelet: a RestartAllContainers rule restarts the one container
-// like Restart (pods have exactly one) and the back-off is never reset by a long run;
+// like Restart (pods have exactly one) and the back-off is never reset by a long run; init
+// containers run in the agent's sync loop (at most 2 minutes each), again whenever the
+// container's start is retried;
 // processes share the host's filesystem, so the agent
 // rewrites every path under a volume mount, /dev/shm or the termination-message path in the
 // container's env, command, args and probe commands to the host folder that stands for it;
@@ -29,7 +34,10 @@
 // are replaced by that pod's address (the process starts once the name resolves); the token
 // comes as a kubeconfig named by KUBECONFIG instead of files under
 // /var/run/secrets/kubernetes.io/serviceaccount. The images are ignored: command[0] is
-// looked up in Options.Commands.
+// looked up in Options.Commands, by its whole name and then its base name, unless it is a
+// file in one of the pod's own volumes, which runs as itself (an init container put it
+// there). Pods share the host's network: a port bound on all addresses is bound once for
+// every pod (zaya-supervisor's hub and progress ports: pass it the pod's own address).
 //
 // Fault knobs for tests: Signal (kill or stop a pod's process), NodeDown (the kubelet dies:
 // processes die, heartbeats stop, the node turns NotReady at once instead of after the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -204,4 +206,74 @@ func processState(t *testing.T, pid int) string {
 		return ""
 	}
 	return rest[0]
+}
+
+// Init containers run first, in order, each to its end, as a kubelet runs them: a file the
+// first writes into an emptyDir is the next container's program (run as the file it is, as
+// zaya-supervisor's install hands the binary on), and each one's end is reported in
+// initContainerStatuses. A failing one under restartPolicy Never fails the pod before its
+// container starts.
+func TestInitContainersRunFirstAndHandTheirFilesOn(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	dir := t.TempDir()
+	a, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0"}, WorkDir: dir, Commands: map[string]string{"sh": "/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := corev1.VolumeMount{Name: "tools", MountPath: "/tools"}
+	out := corev1.VolumeMount{Name: "out", MountPath: "/out"}
+	volumes := []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "out", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	install := `printf '#!/bin/sh\necho "ran $*" > /out/said\n' > /tools/run && chmod 555 /tools/run`
+	for _, tc := range []struct {
+		name      string
+		second    string // the second init container's script
+		phase     corev1.PodPhase
+		initCodes []int32
+		said      string
+	}{
+		{"both succeed", "echo second >> /out/order", corev1.PodSucceeded, []int32{0, 0}, "ran x\n"},
+		{"the second fails", "exit 3", corev1.PodFailed, []int32{0, 3}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "u-" + types.UID(name)},
+				Spec: corev1.PodSpec{NodeName: "n0", RestartPolicy: corev1.RestartPolicyNever, Volumes: volumes,
+					InitContainers: []corev1.Container{
+						{Name: "install", Command: []string{"/bin/sh", "-c", install}, VolumeMounts: []corev1.VolumeMount{tools, out}},
+						{Name: "second", Command: []string{"sh", "-c", tc.second}, VolumeMounts: []corev1.VolumeMount{out}},
+					},
+					Containers: []corev1.Container{{Name: "worker", Command: []string{"/tools/run", "x"}, VolumeMounts: []corev1.VolumeMount{tools, out}}}}}
+			if _, err := cs.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var got *corev1.Pod
+			_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+				got, err = cs.CoreV1().Pods("ns").Get(ctx, pod.Name, metav1.GetOptions{})
+				return err != nil || got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != tc.phase {
+				t.Fatalf("phase %s, want %s: %+v", got.Status.Phase, tc.phase, got.Status)
+			}
+			var codes []int32
+			for _, s := range got.Status.InitContainerStatuses {
+				if s.State.Terminated == nil {
+					t.Fatalf("init container %s not terminated: %+v", s.Name, s.State)
+				}
+				codes = append(codes, s.State.Terminated.ExitCode)
+			}
+			if fmt.Sprint(codes) != fmt.Sprint(tc.initCodes) {
+				t.Errorf("init containers' exits %v, want %v", codes, tc.initCodes)
+			}
+			said, _ := os.ReadFile(filepath.Join(a.PodDir("ns", pod.Name), "volumes", "out", "said"))
+			if string(said) != tc.said {
+				t.Errorf("the container said %q, want %q", said, tc.said)
+			}
+		})
+	}
 }
