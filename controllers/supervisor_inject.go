@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
@@ -76,5 +77,8 @@ func injectSupervisor(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, im
 		Name: trainingv1alpha1.SupervisorVolumeName, MountPath: trainingv1alpha1.SupervisorMountPath, ReadOnly: true,
 	})
 	w.Command = append([]string{supervisorBinary, "--"}, w.Command...)
+	w.Env = append(w.Env, corev1.EnvVar{Name: contract.EnvPodIP, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
+	}})
 	return ""
 }

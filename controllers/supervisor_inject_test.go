@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -41,6 +42,10 @@ func TestTheSupervisorIsPutInFrontOfTheWorkersCommand(t *testing.T) {
 	if i := slices.IndexFunc(w.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == trainingv1alpha1.SupervisorVolumeName }); i < 0 ||
 		w.VolumeMounts[i].MountPath != "/zaya/bin" || !w.VolumeMounts[i].ReadOnly {
 		t.Errorf("worker mounts %+v, want zaya-bin read-only at /zaya/bin", w.VolumeMounts)
+	}
+	if i := slices.IndexFunc(w.Env, func(e corev1.EnvVar) bool { return e.Name == contract.EnvPodIP }); i < 0 ||
+		w.Env[i].ValueFrom == nil || w.Env[i].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("worker env %v: want %s from status.podIP (where the supervisor binds)", w.Env, contract.EnvPodIP)
 	}
 	if len(pod.Spec.InitContainers) != 1 {
 		t.Fatalf("init containers %+v, want the install one", pod.Spec.InitContainers)

@@ -135,6 +135,12 @@ const (
 	EnvTerminationLog = "ZAYA_TERMINATION_LOG"
 )
 
+// EnvPodIP is the pod's own address (status.podIP), which the operator gives a worker
+// container it puts under zaya-supervisor: the supervisor binds its gang-watch hub and its
+// progress port to it rather than to every address, so pods that share a network (the test
+// node agent's) each bind their own.
+const EnvPodIP = "ZAYA_POD_IP"
+
 // EnvProgressFile names the file a trainer under zaya-supervisor may overwrite with its
 // progress ("step=N" and "checkpoint=N", optionally "resumed=N", a line each): the supervisor
 // serves it at ProgressPath and appends it to the termination message for a trainer that

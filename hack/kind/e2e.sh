@@ -34,6 +34,8 @@ kubectl=$bin/kubectl
 values=$(mktemp)
 cat >"$values" <<'YAML'
 image: {repository: zaya-operator, tag: dev, pullPolicy: Never}
+# The worker image holds zaya-supervisor: jobs that leave supervisor: Inject get it copied in.
+supervisorImage: zaya-worker:dev
 # As the kwok suite runs its operator: a straggler shows within seconds.
 progressPoll: {interval: 1s}
 nodeSelector: {node-role.kubernetes.io/control-plane: ""}

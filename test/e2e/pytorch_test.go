@@ -38,8 +38,9 @@ func requireTorch(t *testing.T) {
 }
 
 // pytorchJob is examples/pytorch/job.yaml, with its script's ConfigMap, on process nodes:
-// their placement, their shared claim, loopback for gloo (the nodes share a host), and the
-// gang watch's hub on the pod's own address. supervised false runs torchrun alone.
+// their placement, their shared claim and loopback for gloo (the nodes share a host). Its
+// command is plain torchrun: supervised, the operator puts zaya-supervisor in front of it (as
+// installed with a supervisor image); otherwise torchrun runs alone (supervisor: Off).
 func pytorchJob(t *testing.T, p processNodes, ns, claim string, supervised bool) *trainingv1alpha1.ZayaTrainingJob {
 	t.Helper()
 	g := NewWithT(t)
@@ -60,12 +61,11 @@ func pytorchJob(t *testing.T, p processNodes, ns, claim string, supervised bool)
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
 	c := &ps.Containers[0]
 	g.Expect(c.Command).To(Equal([]string{"zaya-supervisor", "--", "torchrun"}))
-	if supervised {
-		// The pods share a host: each serves its own address only.
-		c.Command = []string{"zaya-supervisor", "--gang-listen=$(POD_IP):29510", "--progress-listen=$(POD_IP):9400", "--", "torchrun"}
-		c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
-	} else {
-		c.Command = []string{"torchrun"}
+	// Plain torchrun, as a user's image runs it: the operator puts the supervisor in front of
+	// it (its init container copies the binary in; the node agent runs the copy), or not.
+	c.Command = []string{"torchrun"}
+	if !supervised {
+		job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorOff
 	}
 	p.place(ps)
 	return job
@@ -314,6 +314,14 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 
 	final := waitSucceeded(t, job, 5*time.Minute)
 	if tr.name == "pytorch" && supervised {
+		// The operator put the supervisor in: the manifest's command is plain torchrun.
+		pods := &corev1.PodList{}
+		g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			g.Expect(p.Spec.InitContainers).To(ContainElement(HaveField("Name", trainingv1alpha1.SupervisorInitContainerName)), "pod %s", p.Name)
+			g.Expect(p.Spec.Containers[0].Command).To(Equal([]string{"/zaya/bin/zaya-supervisor", "--", "torchrun"}), "pod %s", p.Name)
+		}
 		// The script's two progress lines, reported by zaya-supervisor.
 		g.Expect(final.Status.LastCheckpoint).NotTo(BeNil(), "no checkpoint reported")
 		g.Expect(final.Status.LastCheckpoint.Step).To(BeNumerically(">=", steps/every*every-every))

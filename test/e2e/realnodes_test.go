@@ -147,7 +147,11 @@ type nodeFault struct {
 	mode trainingv1alpha1.RestartMode
 	// supervise runs the worker under zaya-supervisor (inPlaceMechanism: Supervisor).
 	supervise bool
-	inject    func(t *testing.T, g Gomega, node string)
+	// injected leaves the worker's command plain for the operator to put the supervisor in
+	// front of it (faultTolerance.supervisor Inject: the chart is installed with the worker
+	// image as its supervisor image).
+	injected bool
+	inject   func(t *testing.T, g Gomega, node string)
 	// replaced is how many pods an in-place restart replaces; a recreate replaces them all.
 	replaced int
 	category string
@@ -207,6 +211,7 @@ func TestRecoveryOnRealKubelets(t *testing.T) {
 	for _, f := range []nodeFault{
 		{name: "worker-killed/in-place", mode: inPlace, inject: killWorker("KILL"), replaced: 0, category: "Unknown"},
 		{name: "worker-killed/supervisor", mode: inPlace, supervise: true, inject: killWorker("KILL"), replaced: 0, category: "Unknown"},
+		{name: "worker-killed/injected", mode: inPlace, injected: true, inject: killWorker("KILL"), replaced: 0, category: "Unknown"},
 		{name: "worker-killed/recreate", mode: recreate, inject: killWorker("KILL"), replaced: ranks, category: "Unknown"},
 		{name: "worker-hung/in-place", mode: inPlace, inject: killWorker("STOP"), replaced: 1, category: "Hang"},
 		{name: "node-stopped/in-place", mode: inPlace, inject: w.loseNode, replaced: 1, category: "NodeLost"},
@@ -229,8 +234,17 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 		job.Spec.FaultTolerance.InPlaceMechanism = trainingv1alpha1.InPlaceMechanismSupervisor
 		kindProcesses{}.supervise(t, &job.Spec.Template.Spec.Containers[0])
 	}
+	if f.injected {
+		job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorInject
+	}
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunningWithin(g, job, 0, 3*time.Minute)
+	if f.injected {
+		// The real kubelet ran the init container and the copied binary.
+		p := rankPod(g, job, 0)
+		g.Expect(p.Spec.Containers[0].Command).To(Equal([]string{"/zaya/bin/zaya-supervisor", "--", "zaya-worker"}))
+		g.Expect(p.Status.InitContainerStatuses).To(ContainElement(HaveField("State.Terminated.ExitCode", BeZero())))
+	}
 
 	before := rank0Run(g, job)
 	g.Eventually(func() int64 { return train.ParseLog(currentLog(ns, before.pod)).Last }, 3*time.Minute, 100*time.Millisecond).

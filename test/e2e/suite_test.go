@@ -211,7 +211,9 @@ func startOperator(extra ...string) (*operatorProcess, error) {
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
 		"--health-probe-bind-address=" + probe, "--zap-log-level=" + level,
-		"--worker-proxy=" + workerProxy, "--progress-poll-interval=" + progressPollInterval.String()}, extra...)
+		"--worker-proxy=" + workerProxy, "--progress-poll-interval=" + progressPollInterval.String(),
+		// The node agent ignores images: its init container runs ZAYA_E2E_SUPERVISOR.
+		"--supervisor-image=zaya-worker:dev"}, extra...)
 	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

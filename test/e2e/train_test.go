@@ -67,6 +67,9 @@ func trainingJob(p processNodes, ns, name, claim string, steps int) *trainingv1a
 	ft.HangTimeout = &metav1.Duration{Duration: 30 * time.Second}
 	ft.UserCodeRestarts = ptr.To[int32](7) // the chaos schedule plays bugs among the faults
 	ft.TerminatingTimeout = &metav1.Duration{Duration: 5 * time.Second}
+	// The reference worker stops by itself when a peer is lost: the tests measure it alone
+	// (supervise wraps it explicitly where a test wants the supervisor).
+	ft.Supervisor = trainingv1alpha1.SupervisorOff
 	ps := &job.Spec.Template.Spec
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](3)
 	w := &ps.Containers[0]

@@ -71,6 +71,7 @@ code=$(cat /dev/shm/zaya-exit); rm -f /dev/shm/zaya-exit; exit "$code"`
 // collective (issue 37). kwok's fake pods fail whole, which recreates too.
 func (k *kindWorld) idle(job *trainingv1alpha1.ZayaTrainingJob) {
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
+	job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorOff // the shell is the test's puppet
 	ps := &job.Spec.Template.Spec
 	ps.TerminationGracePeriodSeconds = ptr.To[int64](5)
 	k.idleContainer(&ps.Containers[0])

@@ -15,6 +15,10 @@ func PodNetworkProxy() http.Handler {
 	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		host, port, _ := net.SplitHostPort(r.In.URL.Host)
 		r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = "http", net.JoinHostPort(processIP(host), port), ""
+	}, ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		// As the default handler answers, without its log line: a pod that serves no progress
+		// refuses the operator's poll every second, which said "http: proxy error" as often.
+		http.Error(w, err.Error(), http.StatusBadGateway)
 	}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.URL.Host)

@@ -38,8 +38,11 @@ func main() {
 		}
 		return
 	}
-	listen, timeout, watch := ":"+strconv.Itoa(contract.GangWatchPort), 5*time.Second, true
-	progressListen := ":" + strconv.Itoa(contract.ProgressPort)
+	// On the pod's own address where the operator says it (it injected the supervisor),
+	// else on every address.
+	ip := os.Getenv(contract.EnvPodIP)
+	listen, timeout, watch := net.JoinHostPort(ip, strconv.Itoa(contract.GangWatchPort)), 5*time.Second, true
+	progressListen := net.JoinHostPort(ip, strconv.Itoa(contract.ProgressPort))
 	if d, err := time.ParseDuration(os.Getenv(contract.EnvPeerTimeout)); err == nil && d > 0 {
 		timeout = d
 	}
