@@ -300,7 +300,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 		case "gpu-fault", "nic-fault", "user-code":
 			// The worker plays it (-fault-file): ROCm's or RCCL's last words, or its own panic.
 			play := map[string]string{"gpu-fault": "gpu", "nic-fault": "nic", "user-code": "usercode"}[kind]
-			g.Expect(os.WriteFile(filepath.Join(a.PodDir(ns, victim), "volumes", "zaya-shm", "zaya-fault"), []byte(play), 0o644)).To(Succeed())
+			g.Expect(writeFault(a.PodDir(ns, victim), play)).To(Succeed())
 		case "hang":
 			g.Expect(a.Signal(ns, victim, syscall.SIGSTOP)).To(Succeed())
 		case "node-lost":
@@ -652,4 +652,16 @@ func logJobState(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) {
 		}
 		t.Log(b.String())
 	}
+}
+
+// writeFault hands a process-backed pod's worker a fault to play (-fault-file): written
+// beside and renamed in, so the worker, which polls the file every step, never reads it half
+// written.
+func writeFault(podDir, fault string) error {
+	dir := filepath.Join(podDir, "volumes", "zaya-shm")
+	tmp := filepath.Join(dir, ".zaya-fault.tmp")
+	if err := os.WriteFile(tmp, []byte(fault), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "zaya-fault"))
 }

@@ -212,7 +212,7 @@ func (p kwokProcesses) runLog(ns, pod string, restarts int32) string {
 }
 
 func (p kwokProcesses) fault(g Gomega, ns, pod, fault string) {
-	g.Expect(os.WriteFile(filepath.Join(p.a.PodDir(ns, pod), "volumes", "zaya-shm", "zaya-fault"), []byte(fault), 0o644)).To(Succeed())
+	g.Expect(writeFault(p.a.PodDir(ns, pod), fault)).To(Succeed())
 }
 
 func (p kwokProcesses) down(_ *testing.T, g Gomega, node string) {

@@ -21,8 +21,14 @@ func injectFault(path string, log io.Writer, nodeRank int, step int64) (slow boo
 	if err != nil {
 		return false
 	}
+	fault := strings.TrimSpace(string(b))
+	if fault == "" {
+		// Created but not yet written (a test's WriteFile or `echo >` between its truncate
+		// and its write): taking it now would drop the fault for good. The next step reads it.
+		return false
+	}
 	_ = os.Remove(path)
-	switch strings.TrimSpace(string(b)) {
+	switch fault {
 	case "gpu":
 		// ROCR's message, then its abort().
 		_, _ = fmt.Fprintf(os.Stderr, "Memory access fault by GPU node-%d (Agent handle: 0x5a4f1c3e2b00) on address 0x7f2b3c001000. Reason: Page not present or supervisor privilege.\n", nodeRank+2)
