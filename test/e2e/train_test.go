@@ -242,6 +242,24 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 		b, _ := os.ReadFile(nodeagent.RunLogPath(filepath.Join(dir, "worker.log"), id.restarts))
 		return string(b)
 	}
+	// reached is the newest step rank 0 trained before the run after: the faulted run's, or a
+	// later run of its pod that the kubelet restarted in place before a recreate took the gang
+	// (it trained on and saved a step on SIGTERM, which the new attempt resumed from: seed
+	// 2585465317's first GPU fault, "lost -2 steps").
+	reached := func(before, after runID) int64 {
+		last := train.ParseLog(runLog(before)).Last
+		for id := before; ; {
+			id.restarts++
+			if id.uid == after.uid && id.restarts >= after.restarts {
+				return last
+			}
+			log := runLog(id)
+			if log == "" {
+				return last
+			}
+			last = max(last, train.ParseLog(log).Last)
+		}
+	}
 	podUIDs := func(g Gomega) map[string]bool {
 		list := &corev1.PodList{}
 		g.Expect(k8sClient.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
@@ -316,7 +334,8 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			g.Expect(a.Signal(ns, victim, syscall.SIGKILL)).To(Succeed())
 		}
 		got := waitRunning(g, job, int32(i+1))
-		rec := faultRecord{kind: kind, rank: victimRank, node: node, blamed: got.Status.LastFailure, before: before, after: rank0(g), atStep: train.ParseLog(runLog(before)).Last, recovery: time.Since(injected)}
+		rec := faultRecord{kind: kind, rank: victimRank, node: node, blamed: got.Status.LastFailure, before: before, after: rank0(g), recovery: time.Since(injected)}
+		rec.atStep = reached(before, rec.after)
 		// Training advances again once rank 0's new run trains a step past the one it resumed.
 		g.Eventually(func() bool {
 			run := train.ParseLog(runLog(rec.after))
