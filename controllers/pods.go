@@ -60,7 +60,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 			if skip := injectSupervisor(p.job, pod, p.r.SupervisorImage); skip == supervisorNoCommand {
 				noCommand.Store(true)
 			}
-			avoidNodes(&pod.Spec, unhealthy)
+			preferOtherNodes(&pod.Spec, unhealthy)
 			p.placeOn(pod, workersPodSet)
 			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
 			err := p.r.Create(ctx, pod)

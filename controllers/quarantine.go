@@ -193,6 +193,36 @@ func avoidNodes(ps *corev1.PodSpec, names []string) {
 	requireNodeFields(ps, reqs)
 }
 
+// preferOtherNodes asks the scheduler to place a pod on any node but the named ones when it
+// can, and lets it use them when nothing else fits. A node that looks unhealthy now may be so
+// for seconds (joining, a device plugin restarting): a pod's affinity cannot change, and a
+// required rule would keep it Pending for good where that node was the one left (the e2e
+// suite: a job on two new nodes, one not yet Ready when its pods were made).
+func preferOtherNodes(ps *corev1.PodSpec, names []string) {
+	var valid []string
+	for _, name := range names {
+		if len(validation.IsDNS1123Subdomain(name)) == 0 {
+			valid = append(valid, name)
+		}
+	}
+	if len(valid) == 0 {
+		return
+	}
+	if ps.Affinity == nil {
+		ps.Affinity = &corev1.Affinity{}
+	}
+	if ps.Affinity.NodeAffinity == nil {
+		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := ps.Affinity.NodeAffinity
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
+		Weight: 100,
+		Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: valid},
+		}},
+	})
+}
+
 // requireNodeFields adds field requirements on the node to every required node-affinity term
 // of the pod (the terms are ORed: each must carry them).
 func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement) {

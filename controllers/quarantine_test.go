@@ -335,7 +335,10 @@ func TestAQuarantineTaintExpiresAndTheOperatorRemovesIt(t *testing.T) {
 // A node with a broken GPU still has room for a rank that asks for fewer GPUs than it has (the
 // device plugin lowers allocatable by the broken ones), and the scheduler would place one there
 // that the operator fails at once as DeviceUnhealthy (the chaos soak: a new job restarted
-// before its first fault). New ranks and spares are kept off such nodes.
+// before its first fault). New ranks and spares are kept off such nodes where the scheduler
+// can place them elsewhere: a node may look unhealthy for seconds only (joining, a device
+// plugin restarting), and a required rule would keep a pod Pending for good where it was the
+// node left.
 func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).GPUsPerNode(1).Generation(1).Defaulted().Obj()
 	job.Spec.FaultTolerance.Spares = 1
@@ -343,18 +346,20 @@ func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
 	h.setNode(t, "bad-gpu", func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") })
 	h.setNode(t, "bad-nic", func(n *corev1.Node) { n.Status.Allocatable["amd.com/nic"] = resource.MustParse("7") })
 	h.mustReconcile(t, job)
-	want := []corev1.NodeSelectorRequirement{
-		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-gpu"}},
-		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-nic"}},
-	}
+	want := []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-gpu", "bad-nic"}},
+	}}}}
 	pods := h.pods(t)
 	for _, name := range []string{"llm-0-0", "llm-0-1"} {
 		p := pods[name]
 		if p == nil || p.Spec.Affinity == nil || p.Spec.Affinity.NodeAffinity == nil {
 			t.Fatalf("pod %s: %+v", name, p)
 		}
-		if diff := cmp.Diff(want, p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields); diff != "" {
+		if diff := cmp.Diff(want, p.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); diff != "" {
 			t.Errorf("%s keeps off (-want +got):\n%s", name, diff)
+		}
+		if r := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; r != nil {
+			t.Errorf("%s must keep off unhealthy nodes only when it can: required %+v", name, r)
 		}
 	}
 	h.setPod(t, "llm-0-0", running("ok"))
@@ -369,7 +374,7 @@ func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
 	if spare == nil {
 		t.Fatal("no spare was made")
 	}
-	if diff := cmp.Diff(want, spare.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields); diff != "" {
+	if diff := cmp.Diff(want, spare.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); diff != "" {
 		t.Errorf("the spare keeps off (-want +got):\n%s", diff)
 	}
 }

@@ -271,7 +271,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 			listed = true
 		}
 		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
-		avoidNodes(&pod.Spec, unhealthy)
+		preferOtherNodes(&pod.Spec, unhealthy)
 		p.placeOn(pod, sparesPodSet)
 		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
 		if err := p.r.Create(ctx, pod); err != nil {

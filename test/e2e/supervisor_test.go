@@ -38,7 +38,12 @@ if [ "$NODE_RANK" = 1 ]; then sleep 3; echo "checkpoint-step=7" >> "$ZAYA_TERMIN
 while :; do touch "$ZAYA_HEARTBEAT_FILE"; sleep 1; done`}
 	ps.Containers[0].Args = nil
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
-	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), job) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			logJobState(t, job)
+		}
+		_ = k8sClient.Delete(context.Background(), job)
+	})
 
 	var got *trainingv1alpha1.ZayaTrainingJob
 	g.Eventually(func(g Gomega) {
