@@ -199,13 +199,14 @@ func avoidNodes(ps *corev1.PodSpec, names []string) {
 // required rule would keep it Pending for good where that node was the one left (the e2e
 // suite: a job on two new nodes, one not yet Ready when its pods were made).
 func preferOtherNodes(ps *corev1.PodSpec, names []string) {
-	var valid []string
+	// One requirement per node, ANDed: the API takes a single value for a field's NotIn.
+	var reqs []corev1.NodeSelectorRequirement
 	for _, name := range names {
 		if len(validation.IsDNS1123Subdomain(name)) == 0 {
-			valid = append(valid, name)
+			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
 		}
 	}
-	if len(valid) == 0 {
+	if len(reqs) == 0 {
 		return
 	}
 	if ps.Affinity == nil {
@@ -216,10 +217,7 @@ func preferOtherNodes(ps *corev1.PodSpec, names []string) {
 	}
 	na := ps.Affinity.NodeAffinity
 	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
-		Weight: 100,
-		Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: valid},
-		}},
+		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: reqs},
 	})
 }
 

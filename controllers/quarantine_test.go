@@ -347,7 +347,8 @@ func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
 	h.setNode(t, "bad-nic", func(n *corev1.Node) { n.Status.Allocatable["amd.com/nic"] = resource.MustParse("7") })
 	h.mustReconcile(t, job)
 	want := []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
-		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-gpu", "bad-nic"}},
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-gpu"}},
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"bad-nic"}},
 	}}}}
 	pods := h.pods(t)
 	for _, name := range []string{"llm-0-0", "llm-0-1"} {
