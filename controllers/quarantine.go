@@ -183,14 +183,31 @@ func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.Quarant
 
 // avoidNodes keeps a pod off the named nodes, as avoidQuarantined does.
 func avoidNodes(ps *corev1.PodSpec, names []string) {
+	requireNodeFields(ps, notOnNodes(names))
+}
+
+// notOnNodes are requirements that a node be none of names, one per node (the API takes a
+// single value for a field's NotIn); names no node can have are left out (a hand-written
+// status: the API server would refuse the pod).
+func notOnNodes(names []string) []corev1.NodeSelectorRequirement {
 	reqs := make([]corev1.NodeSelectorRequirement, 0, len(names))
 	for _, name := range names {
-		if len(validation.IsDNS1123Subdomain(name)) > 0 {
-			continue // a hand-written status: no node has that name, and the API server would refuse the pod
+		if len(validation.IsDNS1123Subdomain(name)) == 0 {
+			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
 		}
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
 	}
-	requireNodeFields(ps, reqs)
+	return reqs
+}
+
+// nodeAffinity is the pod's node affinity, made if it has none.
+func nodeAffinity(ps *corev1.PodSpec) *corev1.NodeAffinity {
+	if ps.Affinity == nil {
+		ps.Affinity = &corev1.Affinity{}
+	}
+	if ps.Affinity.NodeAffinity == nil {
+		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	return ps.Affinity.NodeAffinity
 }
 
 // preferOtherNodes asks the scheduler to place a pod on any node but the named ones when it
@@ -199,23 +216,11 @@ func avoidNodes(ps *corev1.PodSpec, names []string) {
 // required rule would keep it Pending for good where that node was the one left (the e2e
 // suite: a job on two new nodes, one not yet Ready when its pods were made).
 func preferOtherNodes(ps *corev1.PodSpec, names []string) {
-	// One requirement per node, ANDed: the API takes a single value for a field's NotIn.
-	var reqs []corev1.NodeSelectorRequirement
-	for _, name := range names {
-		if len(validation.IsDNS1123Subdomain(name)) == 0 {
-			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
-		}
-	}
+	reqs := notOnNodes(names)
 	if len(reqs) == 0 {
 		return
 	}
-	if ps.Affinity == nil {
-		ps.Affinity = &corev1.Affinity{}
-	}
-	if ps.Affinity.NodeAffinity == nil {
-		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := ps.Affinity.NodeAffinity
+	na := nodeAffinity(ps)
 	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
 		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: reqs},
 	})
@@ -227,13 +232,7 @@ func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement
 	if len(reqs) == 0 {
 		return
 	}
-	if ps.Affinity == nil {
-		ps.Affinity = &corev1.Affinity{}
-	}
-	if ps.Affinity.NodeAffinity == nil {
-		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := ps.Affinity.NodeAffinity
+	na := nodeAffinity(ps)
 	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
 	}
