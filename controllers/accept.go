@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // accept validates what the CRD cannot and sets Created.
@@ -44,7 +45,7 @@ func (p *pass) accept(ctx context.Context) bool {
 		fmt.Sprintf("accepted a gang of %d nodes x %d GPUs", job.Spec.Nodes, job.Spec.GPUsPerNode)) {
 		p.normal(trainingv1alpha1.ReasonAccepted, "Create", "accepted: world size %d, context parallel %d, network %s",
 			job.Spec.WorldSize(), job.Spec.Parallelism.ContextParallel, job.Spec.Network.Profile)
-		p.normal(trainingv1alpha1.ReasonNetworkConfigured, "Create", "%s", formatEnv(networkEnv(&job.Spec)))
+		p.normal(trainingv1alpha1.ReasonNetworkConfigured, "Create", "%s", workerpod.FormatEnv(workerpod.NetworkEnv(&job.Spec)))
 		if claimWarning != "" {
 			p.warning(trainingv1alpha1.ReasonCheckpointClaimAccessMode, "Validate", "%s", claimWarning)
 		}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -25,7 +26,7 @@ func TestAPodGrownWhileSuspendedIsRefusedBeforeResume(t *testing.T) {
 	// While suspended the template may change: it grows past what a pod can hold.
 	stored := h.get(t, job)
 	c := &stored.Spec.Template.Spec.Containers[0]
-	c.Env = append(c.Env, env("BLOB", strings.Repeat("x", maxPodBytes+1))...)
+	c.Env = append(c.Env, corev1.EnvVar{Name: "BLOB", Value: strings.Repeat("x", workerpod.MaxPodBytes+1)})
 	stored.Generation = 2
 	if err := h.r.Update(context.Background(), stored); err != nil {
 		t.Fatal(err)
@@ -155,11 +156,11 @@ func TestAJobWithNoRoomForItsStatusIsRefused(t *testing.T) {
 		t.Fatalf("a small job refused: %v", errs)
 	}
 	// Under the pod's limit, but with the job's own annotations no status fits.
-	job.Annotations = map[string]string{"notes": strings.Repeat("x", maxJobBytes-maxPodBytes/2)}
+	job.Annotations = map[string]string{"notes": strings.Repeat("x", maxJobBytes-workerpod.MaxPodBytes/2)}
 	if errs := podSizeErrors(job); len(errs) != 0 {
 		t.Fatalf("the pod is refused already: %v", errs)
 	}
-	job.Spec.Template.Spec.Containers[0].Env = append(job.Spec.Template.Spec.Containers[0].Env, env("BLOB", strings.Repeat("x", maxPodBytes/2))...)
+	job.Spec.Template.Spec.Containers[0].Env = append(job.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "BLOB", Value: strings.Repeat("x", workerpod.MaxPodBytes/2)})
 	errs := jobSizeErrors(job)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "leave room for its status") {
 		t.Errorf("errors %v, want the job refused for its size", errs)

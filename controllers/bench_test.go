@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -23,7 +24,7 @@ import (
 // per pod, apart from the API call).
 func BenchmarkNewWorkerPod(b *testing.B) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1024).NewCheckpoint("10Ti", "").Defaulted().Obj()
-	network := networkEnv(&job.Spec)
+	network := workerpod.NetworkEnv(&job.Spec)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		_ = newWorkerPod(job, network, int32(i%1024))
@@ -102,10 +103,10 @@ func BenchmarkRecovery(b *testing.B) {
 							if r == crashed {
 								code = 1
 							}
-							h.setPod(b, podName(job, attempt, r), restartedInPlace("node-"+podName(job, 0, r), k, code, fault, fault.Add(time.Second)))
+							h.setPod(b, workerpod.PodName(job, attempt, r), restartedInPlace("node-"+workerpod.PodName(job, 0, r), k, code, fault, fault.Add(time.Second)))
 						}
 					} else {
-						h.setPod(b, podName(job, attempt, crashed), exited("node-"+podName(job, 0, crashed), 1, fault))
+						h.setPod(b, workerpod.PodName(job, attempt, crashed), exited("node-"+workerpod.PodName(job, 0, crashed), 1, fault))
 					}
 					for passes := 0; ; passes++ {
 						if passes == 10 {

@@ -11,10 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
-
-// jobKind is the kind whose controller references mark the operator's children.
-const jobKind = "ZayaTrainingJob"
 
 // Field indexes on the cached worker pods.
 const (
@@ -31,7 +29,7 @@ const (
 // owningJob is the name of the ZayaTrainingJob that controls obj, if one does.
 func owningJob(obj metav1.Object) (string, bool) {
 	ref := metav1.GetControllerOf(obj)
-	if ref == nil || ref.Kind != jobKind || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
+	if ref == nil || ref.Kind != workerpod.JobKind || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
 		return "", false
 	}
 	return ref.Name, true

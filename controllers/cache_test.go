@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -39,7 +40,7 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 	// policy and container names, and drops the rest.
 	job := testjob.MakeZayaTrainingJob("j", "ns").Nodes(4).NewCheckpoint("1Ti", "").Defaulted().Obj()
 	job.Spec.FaultTolerance.HangTimeout = &metav1.Duration{Duration: time.Hour}
-	pod := newWorkerPod(job, networkEnv(&job.Spec), 2)
+	pod := newWorkerPod(job, workerpod.NetworkEnv(&job.Spec), 2)
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "zaya-operator"}}
 	pod.Spec.NodeName = "node-7"
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 func quarantinedNames(job *trainingv1alpha1.ZayaTrainingJob) []string {
@@ -70,7 +71,7 @@ func TestTheProgramsOwnErrorFailsTheJobAfterUserCodeRestarts(t *testing.T) {
 	}
 	later := now.Add(time.Minute)
 	h.r.Clock = clockAt(later)
-	h.setPod(t, podName(job, 1, 1), exitedSaying("n1", 1, later, "", bug))
+	h.setPod(t, workerpod.PodName(job, 1, 1), exitedSaying("n1", 1, later, "", bug))
 	h.mustReconcile(t, job)
 	got = h.get(t, job)
 	c := condition(got, "Failed")

@@ -9,95 +9,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
-
-// Names of the objects a job owns. Worker pods carry the attempt so a restarted gang never
-// collides with the pods of the attempt it replaces; hostnames do not, so rank r is always
-// <job>-<r>.<job>.<ns>.svc.
-func podName(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) string {
-	return fmt.Sprintf("%s-%d-%d", job.Name, attempt, rank)
-}
-
-func hostname(job *trainingv1alpha1.ZayaTrainingJob, rank int32) string {
-	return fmt.Sprintf("%s-%d", job.Name, rank)
-}
-
-func checkpointClaimName(job *trainingv1alpha1.ZayaTrainingJob) string {
-	if c := job.Spec.Checkpoint; c != nil && c.Volume.ClaimName != "" {
-		return c.Volume.ClaimName
-	}
-	return job.Name + "-checkpoints"
-}
-
-// masterAddr is rank 0's DNS name through the job's headless Service.
-func masterAddr(job *trainingv1alpha1.ZayaTrainingJob) string {
-	return fmt.Sprintf("%s.%s.%s.svc", hostname(job, 0), job.Name, job.Namespace)
-}
-
-func ownerRef(job *trainingv1alpha1.ZayaTrainingJob) metav1.OwnerReference {
-	return *metav1.NewControllerRef(job, trainingv1alpha1.GroupVersion.WithKind(jobKind))
-}
-
-func jobLabels(job *trainingv1alpha1.ZayaTrainingJob) map[string]string {
-	return map[string]string{trainingv1alpha1.JobNameLabel: job.Name}
-}
-
-// newService is the headless Service whose DNS records let ranks find each other, ready or not.
-func newService(job *trainingv1alpha1.ZayaTrainingJob) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: job.Name, Namespace: job.Namespace, Labels: jobLabels(job),
-			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
-		},
-		Spec: corev1.ServiceSpec{
-			ClusterIP: corev1.ClusterIPNone,
-			// Ranks only: spares carry the job's name too, and are no peers.
-			Selector:                 map[string]string{trainingv1alpha1.JobNameLabel: job.Name, trainingv1alpha1.RoleLabel: trainingv1alpha1.RoleRank},
-			PublishNotReadyAddresses: true,
-			Ports: []corev1.ServicePort{{
-				Name: "rendezvous", Port: trainingv1alpha1.MasterPort,
-				TargetPort: intstr.FromInt32(trainingv1alpha1.MasterPort), Protocol: corev1.ProtocolTCP,
-			}},
-		},
-	}
-}
-
-// newCheckpointClaim is the claim the operator creates for spec.checkpoint.volume.size, or nil
-// when the job uses an existing claim or no checkpoints. It is owned by the job (and so
-// deleted with it) only when retainOnDelete is false.
-func newCheckpointClaim(job *trainingv1alpha1.ZayaTrainingJob) *corev1.PersistentVolumeClaim {
-	c := job.Spec.Checkpoint
-	if c == nil || c.Volume.Size == nil {
-		return nil
-	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: checkpointClaimName(job), Namespace: job.Namespace, Labels: jobLabels(job)},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      c.Volume.CheckpointAccessModes(),
-			StorageClassName: c.Volume.StorageClassName,
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: *c.Volume.Size},
-			},
-		},
-	}
-	if c.RetainOnDelete != nil && !*c.RetainOnDelete {
-		pvc.OwnerReferences = []metav1.OwnerReference{ownerRef(job)}
-	}
-	return pvc
-}
 
 // ensureChildren creates the job's Service and, when the operator provides one, its
 // checkpoint claim.
 func (p *pass) ensureChildren(ctx context.Context) error {
-	if _, err := p.ensure(ctx, newService(p.job), "Service"); err != nil {
+	if _, err := p.ensure(ctx, workerpod.Service(p.job), "Service"); err != nil {
 		return err
 	}
-	pvc := newCheckpointClaim(p.job)
+	pvc := workerpod.CheckpointClaim(p.job)
 	if pvc == nil {
 		return p.shareClaim(ctx)
 	}
@@ -209,7 +134,7 @@ func (p *pass) shareClaim(ctx context.Context) error {
 		return nil
 	}
 	base := claim.DeepCopy()
-	ref := ownerRef(p.job)
+	ref := workerpod.OwnerRef(p.job)
 	ref.Controller, ref.BlockOwnerDeletion = ptr.To(false), nil
 	claim.OwnerReferences = append(claim.OwnerReferences, ref)
 	if err := p.r.Patch(ctx, claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {

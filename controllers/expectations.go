@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // expectationTTL is how long a created pod that the cache has not shown yet is trusted to
@@ -63,7 +64,7 @@ func (c *creations) pending(job *trainingv1alpha1.ZayaTrainingJob, g gang, missi
 	var out []int32
 	var next time.Duration
 	for _, r := range missing {
-		at, ok := seen[podName(job, job.Status.Attempt(), r)]
+		at, ok := seen[workerpod.PodName(job, job.Status.Attempt(), r)]
 		if !ok {
 			out = append(out, r)
 			continue

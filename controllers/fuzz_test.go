@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -33,22 +34,22 @@ func FuzzConstructors(f *testing.F) {
 		accepted := len(trainingv1alpha1.ValidateSpec(&job.Spec)) == 0
 		before := job.DeepCopy()
 
-		network := networkEnv(&job.Spec)
-		if !apiequality.Semantic.DeepEqual(network, networkEnv(&job.Spec)) {
-			t.Fatal("networkEnv is not deterministic")
+		network := workerpod.NetworkEnv(&job.Spec)
+		if !apiequality.Semantic.DeepEqual(network, workerpod.NetworkEnv(&job.Spec)) {
+			t.Fatal("NetworkEnv is not deterministic")
 		}
 		seen := map[string]bool{}
 		for _, e := range network {
 			if seen[e.Name] {
-				t.Errorf("networkEnv sets %s twice", e.Name)
+				t.Errorf("NetworkEnv sets %s twice", e.Name)
 			}
 			seen[e.Name] = true
 		}
-		if svc := newService(job); svc.Name != job.Name || svc.Spec.Selector[trainingv1alpha1.JobNameLabel] != job.Name {
+		if svc := workerpod.Service(job); svc.Name != job.Name || svc.Spec.Selector[trainingv1alpha1.JobNameLabel] != job.Name {
 			t.Errorf("service %s selects %v, want the job's pods", svc.Name, svc.Spec.Selector)
 		}
 		if c := job.Spec.Checkpoint; c != nil && c.Volume.Size != nil {
-			pvc := newCheckpointClaim(job)
+			pvc := workerpod.CheckpointClaim(job)
 			if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(*c.Volume.Size) != 0 {
 				t.Errorf("claim requests %s, spec asks %s", got.String(), c.Volume.Size.String())
 			}
@@ -76,22 +77,22 @@ func checkWorkerPod(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, network
 	if err != nil {
 		t.Fatalf("rank %d: %v", rank, err)
 	}
-	if fits && len(b) > maxPodBytes {
-		t.Errorf("rank %d: an accepted job's pod is %d bytes, over %d", rank, len(b), maxPodBytes)
+	if fits && len(b) > workerpod.MaxPodBytes {
+		t.Errorf("rank %d: an accepted job's pod is %d bytes, over %d", rank, len(b), workerpod.MaxPodBytes)
 	}
 	back := &corev1.Pod{}
 	if err := json.Unmarshal(b, back); err != nil || !apiequality.Semantic.DeepEqual(pod, back) {
 		t.Errorf("rank %d: the pod does not survive a JSON round trip (%v)", rank, err)
 	}
 	if got, ok := podRank(pod); !ok || got != rank || pod.Labels[trainingv1alpha1.AttemptLabel] != strconv.Itoa(int(job.Status.Restarts)) ||
-		pod.Name != podName(job, job.Status.Restarts, rank) {
+		pod.Name != workerpod.PodName(job, job.Status.Restarts, rank) {
 		t.Errorf("pod %s labelled rank %q attempt %q, want rank %d attempt %d", pod.Name,
 			pod.Labels[trainingv1alpha1.RankLabel], pod.Labels[trainingv1alpha1.AttemptLabel], rank, job.Status.Restarts)
 	}
 	if owner, ok := owningJob(pod); !ok || owner != job.Name {
 		t.Errorf("pod %s is controlled by %q, want %s", pod.Name, owner, job.Name)
 	}
-	w := &pod.Spec.Containers[workerContainer(&pod.Spec)]
+	w := &pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)]
 	if gpus := w.Resources.Limits["amd.com/gpu"]; gpus.Cmp(*resource.NewQuantity(int64(job.Spec.GPUsPerNode), resource.DecimalSI)) != 0 {
 		t.Errorf("rank %d: worker limits %s GPUs, spec asks %d", rank, gpus.String(), job.Spec.GPUsPerNode)
 	}

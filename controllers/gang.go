@@ -13,6 +13,7 @@ import (
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -199,7 +200,7 @@ func (g *gang) noticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Ti
 		if pod != nil || going[int32(r)] {
 			continue
 		}
-		name := podName(job, attempt, int32(r))
+		name := workerpod.PodName(job, attempt, int32(r))
 		g.disrupted = append(g.disrupted, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Namespace, UID: types.UID("vanished-" + name),
 			Labels: map[string]string{
@@ -341,7 +342,7 @@ func workerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 	if len(pod.Spec.Containers) == 0 {
 		return nil
 	}
-	name := pod.Spec.Containers[workerContainer(&pod.Spec)].Name
+	name := pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)].Name
 	for i := range pod.Status.ContainerStatuses {
 		if pod.Status.ContainerStatuses[i].Name == name {
 			return &pod.Status.ContainerStatuses[i]

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -194,7 +195,7 @@ func TestInPlaceRestartsUseTheBudget(t *testing.T) {
 	h, job := inPlaceGang(t, func(j *trainingv1alpha1.ZayaTrainingJob) { j.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](1) })
 	fault := now.Add(-time.Minute)
 	for r := range 3 {
-		h.setPod(t, podName(job, 0, int32(r)), restartedInPlace("n", 1, 1, fault, fault.Add(time.Second)))
+		h.setPod(t, workerpod.PodName(job, 0, int32(r)), restartedInPlace("n", 1, 1, fault, fault.Add(time.Second)))
 	}
 	h.mustReconcile(t, job)
 	h.mustReconcile(t, job)
@@ -292,7 +293,7 @@ func TestARankFailingAgainAndAgainOnOneNodeMovesTheGang(t *testing.T) {
 			if r == 1 {
 				code = 1 // rank 1, always on n1, is the one that fails
 			}
-			h.setPod(t, podName(job, 0, r), restartedInPlace(node, k, code, fault, fault.Add(time.Second)))
+			h.setPod(t, workerpod.PodName(job, 0, r), restartedInPlace(node, k, code, fault, fault.Add(time.Second)))
 		}
 		h.mustReconcile(t, job) // notices
 		h.mustReconcile(t, job) // every rank is back
@@ -376,11 +377,11 @@ func TestAnInPlaceRestartsWritesDoNotGrowWithTheGang(t *testing.T) {
 			h.mustReconcile(t, job)
 			writes += h.writes.Load() - before
 		}
-		h.setPod(t, podName(job, 0, 1), restartedInPlace("n1", 1, 1, fault, fault.Add(time.Second)))
+		h.setPod(t, workerpod.PodName(job, 0, 1), restartedInPlace("n1", 1, 1, fault, fault.Add(time.Second)))
 		reconcile()
 		for r := range n {
 			if r != 1 {
-				h.setPod(t, podName(job, 0, r), restartedInPlace("n", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
+				h.setPod(t, workerpod.PodName(job, 0, r), restartedInPlace("n", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
 				reconcile()
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -167,7 +168,7 @@ func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) 
 			Labels:    map[string]string{kueue.JobUIDLabel: string(job.UID), trainingv1alpha1.JobNameLabel: job.Name},
 			Annotations: map[string]string{podSetsHashAnnotation: podSetsHash(sets), ranksHashAnnotation: ranksHash(sets),
 				jobGenerationAnnotation: specKey(job)},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
+			OwnerReferences: []metav1.OwnerReference{workerpod.OwnerRef(job)},
 			Finalizers:      []string{kueue.ResourceInUseFinalizer},
 		},
 		Spec: kueue.WorkloadSpec{PodSets: sets, QueueName: job.Labels[kueue.QueueNameLabel]},
@@ -436,13 +437,13 @@ func (p *pass) adoptWorkload(ctx context.Context, wl *kueue.Workload) error {
 	}
 	patch := map[string]any{"metadata": map[string]any{
 		"resourceVersion": wl.ResourceVersion,
-		"ownerReferences": []metav1.OwnerReference{ownerRef(p.job)},
+		"ownerReferences": []metav1.OwnerReference{workerpod.OwnerRef(p.job)},
 		"labels":          map[string]string{kueue.JobUIDLabel: string(p.job.UID)},
 	}}
 	if err := p.r.patchWorkload(ctx, wl, patch, ""); err != nil {
 		return err
 	}
-	wl.OwnerReferences = []metav1.OwnerReference{ownerRef(p.job)}
+	wl.OwnerReferences = []metav1.OwnerReference{workerpod.OwnerRef(p.job)}
 	return nil
 }
 

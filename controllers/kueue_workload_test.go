@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -44,7 +45,7 @@ func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 			t.Errorf("container %s keeps its environment in the Workload", c.Name)
 		}
 	}
-	if q := tmpl.Spec.Containers[workerContainer(&tmpl.Spec)].Resources.Requests["amd.com/gpu"]; q.Value() != 8 {
+	if q := tmpl.Spec.Containers[workerpod.WorkerContainer(&tmpl.Spec)].Resources.Requests["amd.com/gpu"]; q.Value() != 8 {
 		t.Errorf("the worker requests %s GPUs in the Workload, want 8", q.String())
 	}
 

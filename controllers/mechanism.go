@@ -18,6 +18,7 @@ import (
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // What restarts a worker in its pod (faultTolerance.inPlaceMechanism), and how the operator
@@ -107,7 +108,7 @@ func ruleOf(r corev1.ContainerRestartRule) contract.RestartRule {
 // podRestartRules are the rules that restart pod's worker in place: its container's, or the
 // supervisor's rule of a supervised pod; nil when an exit fails the pod.
 func podRestartRules(pod *corev1.Pod) []corev1.ContainerRestartRule {
-	if rules := pod.Spec.Containers[workerContainer(&pod.Spec)].RestartPolicyRules; len(rules) > 0 {
+	if rules := pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)].RestartPolicyRules; len(rules) > 0 {
 		return rules
 	}
 	if r, ok := supervisorRule(pod); ok {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -50,7 +51,7 @@ func TestEachMechanismSetsThePodUpItsWay(t *testing.T) {
 			job.Spec.Template.Annotations = map[string]string{trainingv1alpha1.RestartExitCodesAnnotation: "NotIn:0"}
 			c.mutate(job)
 			pod := newWorkerPod(job, nil, 1)
-			w := pod.Spec.Containers[workerContainer(&pod.Spec)]
+			w := pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)]
 			env := slices.IndexFunc(w.Env, func(e corev1.EnvVar) bool { return e.Name == trainingv1alpha1.EnvRestartExitCodes })
 			ann, hasAnn := pod.Annotations[trainingv1alpha1.RestartExitCodesAnnotation]
 			if pod.Spec.RestartPolicy != c.policy || (len(w.RestartPolicyRules) > 0) != c.rules || hasAnn != (c.rule != "") || ann != c.rule ||

@@ -11,11 +11,13 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // defaultCreateParallelism bounds concurrent pod creations and deletions of one job.
@@ -47,7 +49,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	if err != nil {
 		return recheck, err
 	}
-	network := networkEnv(&p.job.Spec)
+	network := workerpod.NetworkEnv(&p.job.Spec)
 	var created atomic.Int32
 	var noCommand atomic.Bool
 	var mu sync.Mutex
@@ -57,10 +59,10 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	for _, rank := range ranks {
 		eg.Go(func() error {
 			pod := newWorkerPod(p.job, network, rank)
-			if skip := injectSupervisor(p.job, pod, p.r.SupervisorImage); skip == supervisorNoCommand {
+			if skip := workerpod.InjectSupervisor(p.job, pod, p.r.SupervisorImage); skip == workerpod.SupervisorNoCommand {
 				noCommand.Store(true)
 			}
-			preferOtherNodes(&pod.Spec, unhealthy)
+			workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
 			p.placeOn(pod, workersPodSet)
 			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
 			err := p.r.Create(ctx, pod)
@@ -94,7 +96,7 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 	}
 	if noCommand.Load() {
 		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonSupervisorNotInjected, "Create",
-			"%s; until then a rank's peers restart only when the trainer itself exits on losing one (faultTolerance.supervisor)", supervisorNoCommand)
+			"%s; until then a rank's peers restart only when the trainer itself exits on losing one (faultTolerance.supervisor)", workerpod.SupervisorNoCommand)
 	}
 	if invalid != nil {
 		p.fail(trainingv1alpha1.ReasonInvalidPodTemplate, "the apiserver refused the worker pod: "+invalid.Error())
@@ -136,3 +138,20 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int
 
 // briefly is the grace period for the pods of a broken gang.
 func briefly() *int64 { return ptr.To(int64(restartGracePeriod.Seconds())) }
+
+// newWorkerPod is rank's pod of the job's current attempt, with what the operator's other
+// concerns place on it: the Kueue pod group, the restart mechanism, the quarantined nodes it
+// avoids and the spare's node it must take.
+func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
+	return workerpod.Render(job, network, rank, func(pod *corev1.Pod, w *corev1.Container) {
+		joinPodGroup(job, pod, job.Status.Attempt())
+		setInPlace(job, pod, w)
+		avoidQuarantined(&pod.Spec, job.Status.QuarantinedNodes)
+		requireSpareNode(job, &pod.Spec, rank)
+	})
+}
+
+// podSizeErrors refuses a job whose worker pods would be too large to store.
+func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
+	return workerpod.SizeErrors(newWorkerPod(job, workerpod.NetworkEnv(&job.Spec), job.Spec.Nodes-1), job.Spec.Nodes)
+}

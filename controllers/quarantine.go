@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // quarantines reports whether a failure reason keeps the job off the node from now on.
@@ -178,72 +179,7 @@ func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.Quarant
 	for i, q := range quarantined {
 		names[i] = q.Name
 	}
-	avoidNodes(ps, names)
-}
-
-// avoidNodes keeps a pod off the named nodes, as avoidQuarantined does.
-func avoidNodes(ps *corev1.PodSpec, names []string) {
-	requireNodeFields(ps, notOnNodes(names))
-}
-
-// notOnNodes are requirements that a node be none of names, one per node (the API takes a
-// single value for a field's NotIn); names no node can have are left out (a hand-written
-// status: the API server would refuse the pod).
-func notOnNodes(names []string) []corev1.NodeSelectorRequirement {
-	reqs := make([]corev1.NodeSelectorRequirement, 0, len(names))
-	for _, name := range names {
-		if len(validation.IsDNS1123Subdomain(name)) == 0 {
-			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
-		}
-	}
-	return reqs
-}
-
-// nodeAffinity is the pod's node affinity, made if it has none.
-func nodeAffinity(ps *corev1.PodSpec) *corev1.NodeAffinity {
-	if ps.Affinity == nil {
-		ps.Affinity = &corev1.Affinity{}
-	}
-	if ps.Affinity.NodeAffinity == nil {
-		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	return ps.Affinity.NodeAffinity
-}
-
-// preferOtherNodes asks the scheduler to place a pod on any node but the named ones when it
-// can, and lets it use them when nothing else fits. A node that looks unhealthy now may be so
-// for seconds (joining, a device plugin restarting): a pod's affinity cannot change, and a
-// required rule would keep it Pending for good where that node was the one left (the e2e
-// suite: a job on two new nodes, one not yet Ready when its pods were made).
-func preferOtherNodes(ps *corev1.PodSpec, names []string) {
-	reqs := notOnNodes(names)
-	if len(reqs) == 0 {
-		return
-	}
-	na := nodeAffinity(ps)
-	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
-		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: reqs},
-	})
-}
-
-// requireNodeFields adds field requirements on the node to every required node-affinity term
-// of the pod (the terms are ORed: each must carry them).
-func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement) {
-	if len(reqs) == 0 {
-		return
-	}
-	na := nodeAffinity(ps)
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		terms = []corev1.NodeSelectorTerm{{}}
-	}
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, reqs...)
-	}
-	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+	workerpod.AvoidNodes(ps, names)
 }
 
 // taintValue names the job in the quarantine taint: <namespace>.<name>, shortened with a hash

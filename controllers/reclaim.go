@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"maps"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // A pod the operator made stays the job's whatever happens to its labels. The cache holds only
@@ -27,20 +27,10 @@ const maxReclaimLooks = 16
 // rankLabels are the labels by which the operator finds a rank's pod.
 var rankLabels = []string{trainingv1alpha1.JobNameLabel, trainingv1alpha1.RoleLabel, trainingv1alpha1.RankLabel, trainingv1alpha1.AttemptLabel}
 
-// rankLabelsOf are the labels of the pod of rank in attempt: rankLabels' values.
-func rankLabelsOf(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) map[string]string {
-	return map[string]string{
-		trainingv1alpha1.JobNameLabel: job.Name,
-		trainingv1alpha1.RoleLabel:    trainingv1alpha1.RoleRank,
-		trainingv1alpha1.RankLabel:    strconv.FormatInt(int64(rank), 10),
-		trainingv1alpha1.AttemptLabel: strconv.FormatInt(int64(attempt), 10),
-	}
-}
-
 // rankIdentity is the name and labels of the current attempt's pod of rank.
 func rankIdentity(job *trainingv1alpha1.ZayaTrainingJob, rank int32) *corev1.Pod {
 	attempt := job.Status.Attempt()
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName(job, attempt, rank), Namespace: job.Namespace, Labels: rankLabelsOf(job, attempt, rank)}}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: workerpod.PodName(job, attempt, rank), Namespace: job.Namespace, Labels: workerpod.RankLabels(job, attempt, rank)}}
 }
 
 // relabel puts want's rank labels back on existing, a pod of want's name the cache does not

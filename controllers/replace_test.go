@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // runningSince is a pod whose worker container runs a process started at started.
@@ -40,7 +41,7 @@ func (h *harness) podUIDs(t testing.TB) map[string]types.UID {
 func TestANodeFaultReplacesOnlyItsRanksPod(t *testing.T) {
 	h, job := inPlaceGang(t)
 	for r := range 3 {
-		h.setPod(t, podName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
+		h.setPod(t, workerpod.PodName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
 	}
 	before := h.podUIDs(t)
 	h.writes.Store(0)
@@ -164,7 +165,7 @@ func TestALapsedLeaseAloneOrALaggardAloneIsNoNodeLoss(t *testing.T) {
 	}
 	// Every Lease lapsed (the kubelets' API access broke) but no rank is behind: nothing.
 	for r := range 3 {
-		h.setPod(t, podName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
+		h.setPod(t, workerpod.PodName(job, 0, int32(r)), runningSince(fmt.Sprint("n", r), now.Add(-time.Minute)))
 	}
 	h.mustReconcile(t, job)
 	if st := h.get(t, job).Status; st.Restarts != 0 || len(st.Replacing) != 0 {

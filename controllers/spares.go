@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // Warm spares (faultTolerance.spares). A spare is a pod that holds a node as a rank would (the
@@ -91,7 +92,7 @@ func wantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image, sparePriorityClass string) *corev1.Pod {
 	rank := newWorkerPod(job, nil, 0)
 	rs := &rank.Spec
-	w := &rs.Containers[workerContainer(rs)]
+	w := &rs.Containers[workerpod.WorkerContainer(rs)]
 	labels := map[string]string{}
 	for k, v := range rank.Labels {
 		if k != trainingv1alpha1.RankLabel && k != trainingv1alpha1.AttemptLabel && k != trainingv1alpha1.RoleLabel {
@@ -146,7 +147,7 @@ func spareNodeFor(job *trainingv1alpha1.ZayaTrainingJob, rank int32) string {
 // requireSpareNode keeps a replacement pod to the node of the spare its rank takes.
 func requireSpareNode(job *trainingv1alpha1.ZayaTrainingJob, ps *corev1.PodSpec, rank int32) {
 	if node := spareNodeFor(job, rank); node != "" {
-		requireNodeFields(ps, []corev1.NodeSelectorRequirement{{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}})
+		workerpod.RequireNode(ps, node)
 	}
 }
 
@@ -271,7 +272,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 			listed = true
 		}
 		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
-		preferOtherNodes(&pod.Spec, unhealthy)
+		workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
 		p.placeOn(pod, sparesPodSet)
 		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
 		if err := p.r.Create(ctx, pod); err != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 func withSpares(n int32) func(*trainingv1alpha1.ZayaTrainingJob) {
@@ -133,7 +134,7 @@ func TestAFinishedJobKeepsNoSpare(t *testing.T) {
 	h, job := inPlaceGang(t, withSpares(1))
 	h.runAll(t)
 	for r := range 3 {
-		h.setPod(t, podName(job, 0, int32(r)), exited(podName(job, 0, int32(r)), 0, now))
+		h.setPod(t, workerpod.PodName(job, 0, int32(r)), exited(workerpod.PodName(job, 0, int32(r)), 0, now))
 	}
 	for range 3 {
 		h.mustReconcile(t, job)
@@ -161,7 +162,7 @@ func TestASpareNeverPreemptsAndRunsWhereItsRankCould(t *testing.T) {
 	if s.Spec.PriorityClassName != "" || s.Spec.RuntimeClassName == nil || *s.Spec.RuntimeClassName != "rocm" {
 		t.Errorf("spare priority class %q, runtime class %v: want none, and the template's rocm", s.Spec.PriorityClassName, s.Spec.RuntimeClassName)
 	}
-	svc := newService(h.get(t, job))
+	svc := workerpod.Service(h.get(t, job))
 	sel := labels.SelectorFromSet(svc.Spec.Selector)
 	if sel.Matches(labels.Set(s.Labels)) || !sel.Matches(labels.Set(h.pods(t)["llm-0-1"].Labels)) {
 		t.Errorf("the rendezvous Service (selector %v) selects the spare, or misses rank 1", svc.Spec.Selector)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/decode"
 )
 
@@ -25,14 +26,14 @@ import (
 // storedJob is an empty stored ZayaTrainingJob to read into.
 func storedJob() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(trainingv1alpha1.GroupVersion.WithKind(jobKind))
+	u.SetGroupVersionKind(trainingv1alpha1.GroupVersion.WithKind(workerpod.JobKind))
 	return u
 }
 
 // storedJobList is an empty list of stored ZayaTrainingJobs to read into.
 func storedJobList() *unstructured.UnstructuredList {
 	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(trainingv1alpha1.GroupVersion.WithKind(jobKind + "List"))
+	l.SetGroupVersionKind(trainingv1alpha1.GroupVersion.WithKind(workerpod.JobKind + "List"))
 	return l
 }
 

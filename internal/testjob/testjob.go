@@ -118,3 +118,10 @@ func (w *Wrapper) WorkerLimit(name corev1.ResourceName, q string) *Wrapper {
 	c.Resources.Limits[name] = resource.MustParse(q)
 	return w
 }
+
+// WorkerCommand sets the first container's command and arguments.
+func (w *Wrapper) WorkerCommand(command []string, args ...string) *Wrapper {
+	c := &w.Spec.Template.Spec.Containers[0]
+	c.Command, c.Args = command, args
+	return w
+}

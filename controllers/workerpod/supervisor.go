@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"path"
@@ -21,31 +21,31 @@ import (
 // supervisorBinary is the supervisor as the worker container sees it.
 var supervisorBinary = path.Join(trainingv1alpha1.SupervisorMountPath, "zaya-supervisor")
 
-// supervisorSkip says why a pod's worker is not put under the supervisor ("" when it is, or
+// SupervisorSkip says why a pod's worker is not put under the supervisor ("" when it is, or
 // the job turned it off).
-type supervisorSkip string
+type SupervisorSkip string
 
 const (
-	supervisorNoImage   supervisorSkip = "the operator was installed without a supervisor image (the chart's supervisor.image, --supervisor-image)"
-	supervisorNoCommand supervisorSkip = "the worker container sets no command, and the operator cannot know the image's entrypoint without pulling it: set spec.template's worker command (e.g. [torchrun, train.py])"
+	SupervisorNoImage   SupervisorSkip = "the operator was installed without a supervisor image (the chart's supervisor.image, --supervisor-image)"
+	SupervisorNoCommand SupervisorSkip = "the worker container sets no command, and the operator cannot know the image's entrypoint without pulling it: set spec.template's worker command (e.g. [torchrun, train.py])"
 )
 
-// injectSupervisor wraps pod's worker command in zaya-supervisor, copied from image by an
+// InjectSupervisor wraps pod's worker command in zaya-supervisor, copied from image by an
 // init container into an emptyDir mounted read-only at /zaya/bin. A command that already
 // starts with zaya-supervisor is left as it is.
-func injectSupervisor(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, image string) supervisorSkip {
+func InjectSupervisor(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, image string) SupervisorSkip {
 	if job.Spec.FaultTolerance.Supervisor == trainingv1alpha1.SupervisorOff {
 		return ""
 	}
 	ps := &pod.Spec
-	w := &ps.Containers[workerContainer(ps)]
+	w := &ps.Containers[WorkerContainer(ps)]
 	switch {
 	case len(w.Command) > 0 && path.Base(w.Command[0]) == "zaya-supervisor":
 		return ""
 	case image == "":
-		return supervisorNoImage
+		return SupervisorNoImage
 	case len(w.Command) == 0:
-		return supervisorNoCommand
+		return SupervisorNoCommand
 	}
 	ps.Volumes = append(ps.Volumes, corev1.Volume{
 		Name: trainingv1alpha1.SupervisorVolumeName,

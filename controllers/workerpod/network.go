@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"slices"
@@ -10,9 +10,9 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
-// networkEnv is the RCCL, Gloo, HSA and PyTorch environment of a job: the profile's values
+// NetworkEnv is the RCCL, Gloo, HSA and PyTorch environment of a job: the profile's values
 // (reasons in docs/worker-contract.md), then spec.network.env, which wins, in a stable order.
-func networkEnv(spec *trainingv1alpha1.ZayaTrainingJobSpec) []corev1.EnvVar {
+func NetworkEnv(spec *trainingv1alpha1.ZayaTrainingJobSpec) []corev1.EnvVar {
 	n := &spec.Network
 	timeout := strconv.FormatInt(int64(n.CollectiveTimeout.Seconds()), 10)
 	var env []corev1.EnvVar
@@ -97,8 +97,8 @@ func ipcLock(n *trainingv1alpha1.NetworkSpec) bool {
 	return needsRDMA(n.Profile)
 }
 
-// formatEnv renders variables as NAME=value pairs for events.
-func formatEnv(env []corev1.EnvVar) string {
+// FormatEnv renders variables as NAME=value pairs for events.
+func FormatEnv(env []corev1.EnvVar) string {
 	parts := make([]string, 0, len(env))
 	for _, e := range env {
 		v := e.Value

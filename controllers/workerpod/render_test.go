@@ -1,6 +1,7 @@
-package controllers
+package workerpod
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
@@ -45,8 +46,8 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 	job.Spec.Template.Labels = map[string]string{"team": "llm"}
 	job.Spec.Template.Spec.Containers[0].Env = env("NCCL_DEBUG", "INFO", "MY_RANK", "$(NODE_RANK)")
 
-	network := networkEnv(&job.Spec)
-	got := newWorkerPod(job, network, 1)
+	network := NetworkEnv(&job.Spec)
+	got := Render(job, network, 1)
 
 	contract := env(
 		"MASTER_ADDR", "llm-0.llm.team.svc", "MASTER_PORT", "29500", "WORLD_SIZE", "16", "NNODES", "2",
@@ -86,10 +87,6 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 					Requests: corev1.ResourceList{"amd.com/gpu": qty("8")},
 					Limits:   corev1.ResourceList{"amd.com/gpu": qty("8")},
 				},
-				// In place on every code but success and the fatal ones.
-				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever),
-				RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
-					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0, 78}}}},
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "zaya-shm", MountPath: "/dev/shm"},
 					{Name: "zaya-checkpoints", MountPath: "/checkpoints"},
@@ -106,10 +103,32 @@ func TestNewWorkerPodWholeObject(t *testing.T) {
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("newWorkerPod (-want +got):\n%s", diff)
+		t.Errorf("Render (-want +got):\n%s", diff)
 	}
 	if job.Spec.Template.Spec.Containers[0].Resources.Limits != nil || len(job.Spec.Template.Spec.Volumes) != 0 {
-		t.Error("newWorkerPod changed the job's template")
+		t.Error("Render changed the job's template")
+	}
+}
+
+// Decorations run last, in order, on the finished pod and its worker container.
+func TestDecorationsRunLastOnTheWorker(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(2).Defaulted().Obj()
+	job.Spec.Template.Spec.Containers = append([]corev1.Container{{Name: "sidecar"}}, job.Spec.Template.Spec.Containers...)
+	var order []string
+	pod := Render(job, nil, 1,
+		func(pod *corev1.Pod, w *corev1.Container) {
+			order = append(order, w.Name)
+			if w.SecurityContext == nil || w.Resources.Limits == nil || len(pod.Spec.Volumes) == 0 {
+				t.Errorf("decoration ran before the pod was finished: %+v", w)
+			}
+			w.Args = []string{"decorated"}
+		},
+		func(*corev1.Pod, *corev1.Container) { order = append(order, "second") })
+	if !slices.Equal(order, []string{"worker", "second"}) {
+		t.Errorf("decorations ran as %v", order)
+	}
+	if got := pod.Spec.Containers[1].Args; !slices.Equal(got, []string{"decorated"}) {
+		t.Errorf("the worker's args %v: the decoration's change was lost", got)
 	}
 }
 
@@ -271,7 +290,7 @@ func TestNewWorkerPodVariants(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := newWorkerPod(c.job, networkEnv(&c.job.Spec), 0)
+			p := Render(c.job, NetworkEnv(&c.job.Spec), 0)
 			for _, ct := range append(p.Spec.InitContainers, p.Spec.Containers...) {
 				for name, v := range envMap(ct.Env) {
 					if v == "DUPLICATE" {
@@ -292,12 +311,12 @@ func TestNewWorkerPodVariants(t *testing.T) {
 func TestAPlainEnvInitFindsWhatItReads(t *testing.T) {
 	for _, gpus := range []int32{1, 8} {
 		job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(4).GPUsPerNode(gpus).Defaulted().Obj()
-		network := networkEnv(&job.Spec)
+		network := NetworkEnv(&job.Spec)
 		seen := map[int]int{}
 		var rank0 string
 		envs := make([]map[string]string, 4)
 		for r := range int32(4) {
-			pod := newWorkerPod(job, network, r)
+			pod := Render(job, network, r)
 			e := map[string]string{}
 			for _, v := range pod.Spec.Containers[0].Env {
 				e[v.Name] = v.Value // the last one wins, as in the kubelet

@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"testing"
@@ -68,9 +68,9 @@ func TestNetworkEnvPerProfile(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := networkEnv(&c.job.Spec)
+			got := NetworkEnv(&c.job.Spec)
 			if diff := cmp.Diff(c.want, envMap(got)); diff != "" {
-				t.Errorf("networkEnv (-want +got):\n%s", diff)
+				t.Errorf("NetworkEnv (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -79,7 +79,7 @@ func TestNetworkEnvPerProfile(t *testing.T) {
 func TestTemplateEnvWinsOverTheProfile(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("j", "ns").WorkerEnv("NCCL_IB_GID_INDEX", "3").Defaulted().Obj()
 	job.Spec.Network.Env = env("NCCL_IB_GID_INDEX", "2")
-	p := newWorkerPod(job, networkEnv(&job.Spec), 0)
+	p := Render(job, NetworkEnv(&job.Spec), 0)
 	got := envMap(p.Spec.Containers[0].Env)
 	if got["NCCL_IB_GID_INDEX"] != "3" {
 		t.Errorf("NCCL_IB_GID_INDEX = %q, want the template's 3 (template > network.env > profile)", got["NCCL_IB_GID_INDEX"])

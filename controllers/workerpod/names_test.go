@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 
 func TestNewService(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "team").Obj()
-	got := newService(job)
+	got := Service(job)
 	want := corev1.ServiceSpec{
 		ClusterIP: "None", Selector: map[string]string{"training.zaya.dev/job-name": "llm", "training.zaya.dev/role": "rank"}, PublishNotReadyAddresses: true,
 		Ports: []corev1.ServicePort{{Name: "rendezvous", Port: 29500, TargetPort: intstr.FromInt32(29500), Protocol: corev1.ProtocolTCP}},
@@ -27,14 +27,14 @@ func TestNewService(t *testing.T) {
 }
 
 func TestNewCheckpointClaim(t *testing.T) {
-	if c := newCheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj()); c != nil {
+	if c := CheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj()); c != nil {
 		t.Errorf("claim without checkpoint: %+v", c)
 	}
-	if c := newCheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").ClaimCheckpoint("mine").Defaulted().Obj()); c != nil {
+	if c := CheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").ClaimCheckpoint("mine").Defaulted().Obj()); c != nil {
 		t.Errorf("claim for an existing claim: %+v", c)
 	}
 
-	retained := newCheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").NewCheckpoint("10Ti", "ibmc-vpc-file-3000-iops").Defaulted().Obj())
+	retained := CheckpointClaim(testjob.MakeZayaTrainingJob("j", "ns").NewCheckpoint("10Ti", "ibmc-vpc-file-3000-iops").Defaulted().Obj())
 	want := corev1.PersistentVolumeClaimSpec{
 		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		StorageClassName: ptr.To("ibmc-vpc-file-3000-iops"),
@@ -49,7 +49,7 @@ func TestNewCheckpointClaim(t *testing.T) {
 
 	owned := testjob.MakeZayaTrainingJob("j", "ns").NewCheckpoint("1Gi", "").Defaulted().Obj()
 	owned.Spec.Checkpoint.RetainOnDelete = ptr.To(false)
-	if c := newCheckpointClaim(owned); len(c.OwnerReferences) != 1 || c.Spec.StorageClassName != nil {
+	if c := CheckpointClaim(owned); len(c.OwnerReferences) != 1 || c.Spec.StorageClassName != nil {
 		t.Errorf("unretained claim: owners %v, class %v", c.OwnerReferences, c.Spec.StorageClassName)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"slices"
@@ -83,7 +83,7 @@ func TestWorkerPodsMeetPodSecurity(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.job.Default()
-			pod := newWorkerPod(c.job, networkEnv(&c.job.Spec), 0)
+			pod := Render(c.job, NetworkEnv(&c.job.Spec), 0)
 			if diff := cmp.Diff(c.restricted, forbidden(t, api.LevelRestricted, pod)); diff != "" {
 				t.Errorf("restricted refuses (-want +got):\n%s", diff)
 			}

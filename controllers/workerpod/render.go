@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"encoding/json"
@@ -16,9 +16,9 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
-// workerContainer is the index of the container that gets the GPUs: the one named "worker",
+// WorkerContainer is the index of the container that gets the GPUs: the one named "worker",
 // else the first.
-func workerContainer(spec *corev1.PodSpec) int {
+func WorkerContainer(spec *corev1.PodSpec) int {
 	if i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "worker" }); i >= 0 {
 		return i
 	}
@@ -30,7 +30,7 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 	s := &job.Spec
 	itoa := func(v int32) string { return strconv.FormatInt(int64(v), 10) }
 	env := []corev1.EnvVar{
-		{Name: trainingv1alpha1.EnvMasterAddr, Value: masterAddr(job)},
+		{Name: trainingv1alpha1.EnvMasterAddr, Value: MasterAddr(job)},
 		{Name: trainingv1alpha1.EnvMasterPort, Value: itoa(trainingv1alpha1.MasterPort)},
 		{Name: trainingv1alpha1.EnvWorldSize, Value: itoa(s.WorldSize())},
 		{Name: trainingv1alpha1.EnvNNodes, Value: itoa(s.Nodes)},
@@ -45,7 +45,7 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		{Name: "PET_NNODES", Value: itoa(s.Nodes)},
 		{Name: "PET_NODE_RANK", Value: itoa(rank)},
 		{Name: "PET_NPROC_PER_NODE", Value: itoa(s.GPUsPerNode)},
-		{Name: "PET_MASTER_ADDR", Value: masterAddr(job)},
+		{Name: "PET_MASTER_ADDR", Value: MasterAddr(job)},
 		{Name: "PET_MASTER_PORT", Value: itoa(trainingv1alpha1.MasterPort)},
 		{Name: trainingv1alpha1.EnvJobName, Value: job.Name},
 		// The job's UID: its ranks' rendezvous token, and the owner of its checkpoint directory.
@@ -98,33 +98,38 @@ func containerEnv(contract, network []corev1.EnvVar, c *corev1.Container) []core
 	return append(env, c.Env...)
 }
 
-// newWorkerPod is rank's pod of the job's current attempt. The template is
-// copied and only added to: GPU and NIC requests on the worker container, the contract's
-// environment, /dev/shm and the checkpoint volume, hostname and subdomain, labels, and
-// placement rules. ValidateSpec refuses templates that would collide with any of these.
-func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
+// Decoration adds to a rank's pod what concerns outside the pod place on it: the admission's
+// pod-group labels, the restart mechanism's rules, the nodes recovery keeps it off or on.
+// worker is the pod's worker container.
+type Decoration func(pod *corev1.Pod, worker *corev1.Container)
+
+// Render is rank's pod of the job's current attempt. The template is copied and only added
+// to: GPU and NIC requests on the worker container, the contract's and network's environment,
+// /dev/shm and the checkpoint volume, hostname and subdomain, labels, pod security defaults,
+// the heartbeat probe, placement rules, then each decoration in order. ValidateSpec refuses
+// templates that would collide with any of these.
+func Render(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32, decorations ...Decoration) *corev1.Pod {
 	s := &job.Spec
 	attempt := job.Status.Attempt()
 	tmpl := s.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            podName(job, attempt, rank),
+			Name:            PodName(job, attempt, rank),
 			Namespace:       job.Namespace,
 			Labels:          tmpl.Labels,
 			Annotations:     tmpl.Annotations,
-			OwnerReferences: []metav1.OwnerReference{ownerRef(job)},
+			OwnerReferences: []metav1.OwnerReference{OwnerRef(job)},
 		},
 		Spec: tmpl.Spec,
 	}
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	maps.Copy(pod.Labels, rankLabelsOf(job, attempt, rank))
-	joinPodGroup(job, pod, attempt)
+	maps.Copy(pod.Labels, RankLabels(job, attempt, rank))
 
 	ps := &pod.Spec
 	ps.RestartPolicy = corev1.RestartPolicyNever
-	ps.Hostname = hostname(job, rank)
+	ps.Hostname = Hostname(job, rank)
 	ps.Subdomain = job.Name
 	if ps.AutomountServiceAccountToken == nil {
 		ps.AutomountServiceAccountToken = ptr.To(false)
@@ -139,7 +144,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 		ps.Volumes = append(ps.Volumes, corev1.Volume{
 			Name: trainingv1alpha1.CheckpointVolumeName,
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
-				ClaimName: checkpointClaimName(job),
+				ClaimName: ClaimName(job),
 			}},
 		})
 		mounts = append(mounts, corev1.VolumeMount{Name: trainingv1alpha1.CheckpointVolumeName, MountPath: c.MountPath})
@@ -154,8 +159,7 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 		}
 	}
 
-	w := &ps.Containers[workerContainer(ps)]
-	setInPlace(job, pod, w)
+	w := &ps.Containers[WorkerContainer(ps)]
 	if w.TerminationMessagePolicy == "" {
 		// A worker that dies without writing its termination message (a segfault, a Python
 		// traceback) still leaves the tail of its log as evidence of why.
@@ -186,8 +190,9 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 	if s.Placement.NodeSharing == trainingv1alpha1.NodeSharingExclusive && s.GPUsPerNode < 8 {
 		addRankAntiAffinity(ps, job.Name)
 	}
-	avoidQuarantined(ps, job.Status.QuarantinedNodes)
-	requireSpareNode(job, ps, rank)
+	for _, d := range decorations {
+		d(pod, w)
+	}
 	return pod
 }
 
@@ -218,30 +223,30 @@ func addRankAntiAffinity(ps *corev1.PodSpec, job string) {
 	})
 }
 
-// maxPodBytes keeps worker pods well inside what the API server stores: etcd refuses
+// MaxPodBytes keeps worker pods well inside what the API server stores: etcd refuses
 // requests over 1.5 MiB by default, and a job near the API's 3 MiB limit (long env values,
 // say) would otherwise be accepted and then never get a pod.
-const maxPodBytes = 1 << 20
+const MaxPodBytes = 1 << 20
 
 // maxGangBytes bounds what one job's pods take in etcd together (its default quota is 2 GiB,
 // shared by every tenant): 4,096 pods of 1 MiB each would fill it for the whole cluster.
 const maxGangBytes = 256 << 20
 
-// podSizeErrors refuses a spec whose worker pod (the last rank's: the longest names) would
-// be too large to store.
-func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
-	b, err := json.Marshal(newWorkerPod(job, networkEnv(&job.Spec), job.Spec.Nodes-1))
+// SizeErrors refuses a spec whose worker pod (the last rank's, rendered: the longest names)
+// would be too large to store, alone or as one of the job's nodes pods.
+func SizeErrors(pod *corev1.Pod, nodes int32) field.ErrorList {
+	b, err := json.Marshal(pod)
 	switch {
 	case err != nil:
 		return nil
-	case len(b) > maxPodBytes:
+	case len(b) > MaxPodBytes:
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
 			"the worker pod would be %d bytes, more than the %d the operator creates (etcd stores at most 1.5 MiB per object): shorten env values, annotations or the template",
-			len(b), maxPodBytes))}
-	case int64(len(b))*int64(job.Spec.Nodes) > maxGangBytes:
+			len(b), MaxPodBytes))}
+	case int64(len(b))*int64(nodes) > maxGangBytes:
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "template"), "(omitted)", fmt.Sprintf(
 			"%d worker pods of %d bytes would take %d MiB, more than the %d MiB one job may store (etcd is shared by every job in the cluster): shorten env values, annotations or the template",
-			job.Spec.Nodes, len(b), int64(len(b))*int64(job.Spec.Nodes)>>20, maxGangBytes>>20))}
+			nodes, len(b), int64(len(b))*int64(nodes)>>20, maxGangBytes>>20))}
 	}
 	return nil
 }

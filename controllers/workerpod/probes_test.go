@@ -1,4 +1,4 @@
-package controllers
+package workerpod
 
 import (
 	"os"
@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -42,11 +41,9 @@ func TestHeartbeatScriptRunsInAShell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}}
-	exited("n", 137, now)(pod)
-	pod.Status.ContainerStatuses[0].State.Terminated.Message = "checkpoint-step=7\n" + string(msg)
-	if !hung(pod) {
-		t.Errorf("termination message %q is not recognised as a hang", msg)
+	// The operator tells a hang from a crash by a termination message line with this prefix.
+	if !strings.HasPrefix(string(msg), trainingv1alpha1.TerminationMessageHangPrefix+" ") {
+		t.Errorf("termination message %q is not a hang line", msg)
 	}
 }
 
@@ -55,7 +52,7 @@ func TestHeartbeatScriptRunsInAShell(t *testing.T) {
 func TestTerminationLogFollowsTheContainer(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(1).Defaulted().Obj()
 	job.Spec.Template.Spec.Containers[0].TerminationMessagePath = "/var/run/zaya/message"
-	pod := newWorkerPod(job, nil, 0)
+	pod := Render(job, nil, 0)
 	w := pod.Spec.Containers[0]
 	if got := envMap(w.Env)["ZAYA_TERMINATION_LOG"]; got != "/var/run/zaya/message" {
 		t.Errorf("ZAYA_TERMINATION_LOG = %q", got)
@@ -74,7 +71,7 @@ func TestNoPathFromTheSpecReachesTheProbesShell(t *testing.T) {
 	hostile := filepath.Join(dir, "log $(touch pwned); touch pwned `touch pwned` >pwned")
 	job := testjob.MakeZayaTrainingJob("llm", "team").Nodes(1).Defaulted().Obj()
 	job.Spec.Template.Spec.Containers[0].TerminationMessagePath = hostile
-	w := newWorkerPod(job, nil, 0).Spec.Containers[0]
+	w := Render(job, nil, 0).Spec.Containers[0]
 	script := w.LivenessProbe.Exec.Command[2]
 	if strings.Contains(script, "pwned") {
 		t.Fatalf("the probe's script contains the template's path: %s", script)

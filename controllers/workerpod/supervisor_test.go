@@ -1,14 +1,12 @@
-package controllers
+package workerpod
 
 import (
 	"encoding/json"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -18,21 +16,18 @@ import (
 const testSupervisorImage = "registry.example/zaya-worker:v1"
 
 func supervisedJob(command ...string) *trainingv1alpha1.ZayaTrainingJob {
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
-	w := &job.Spec.Template.Spec.Containers[0]
-	w.Command, w.Args = command, []string{"train.py", "--steps=$(STEPS)"}
-	return job
+	return testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).WorkerCommand(command, "train.py", "--steps=$(STEPS)").Defaulted().Obj()
 }
 
 // The worker's command runs under the supervisor copied in by an init container: arguments
 // unchanged, the binary read-only, the init container restricted whatever the pod's context.
 func TestTheSupervisorIsPutInFrontOfTheWorkersCommand(t *testing.T) {
 	job := supervisedJob("torchrun", "--nproc-per-node=1")
-	pod := newWorkerPod(job, nil, 1)
-	if skip := injectSupervisor(job, pod, testSupervisorImage); skip != "" {
+	pod := Render(job, nil, 1)
+	if skip := InjectSupervisor(job, pod, testSupervisorImage); skip != "" {
 		t.Fatalf("not injected: %s", skip)
 	}
-	w := pod.Spec.Containers[workerContainer(&pod.Spec)]
+	w := pod.Spec.Containers[WorkerContainer(&pod.Spec)]
 	if want := []string{"/zaya/bin/zaya-supervisor", "--", "torchrun", "--nproc-per-node=1"}; !slices.Equal(w.Command, want) {
 		t.Errorf("command %q, want %q", w.Command, want)
 	}
@@ -69,7 +64,7 @@ func TestTheSupervisorIsPutInFrontOfTheWorkersCommand(t *testing.T) {
 		t.Errorf("init container resources %+v: want a memory limit", in.Resources)
 	}
 	b, _ := json.Marshal(pod)
-	plain, _ := json.Marshal(newWorkerPod(job, nil, 1))
+	plain, _ := json.Marshal(Render(job, nil, 1))
 	t.Logf("the pod grows by %d bytes", len(b)-len(plain))
 }
 
@@ -82,55 +77,21 @@ func TestTheSupervisorIsInjectedOnlyWhereItCanBe(t *testing.T) {
 		name  string
 		job   *trainingv1alpha1.ZayaTrainingJob
 		image string
-		skip  supervisorSkip
+		skip  SupervisorSkip
 	}{
 		{"turned off", off, testSupervisorImage, ""},
 		{"already the supervisor", supervisedJob("/usr/local/bin/zaya-supervisor", "--", "torchrun"), testSupervisorImage, ""},
-		{"no image", supervisedJob("torchrun"), "", supervisorNoImage},
-		{"no command", supervisedJob(), testSupervisorImage, supervisorNoCommand},
+		{"no image", supervisedJob("torchrun"), "", SupervisorNoImage},
+		{"no command", supervisedJob(), testSupervisorImage, SupervisorNoCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newWorkerPod(tc.job, nil, 0)
+			pod := Render(tc.job, nil, 0)
 			want := pod.DeepCopy()
-			if skip := injectSupervisor(tc.job, pod, tc.image); skip != tc.skip {
+			if skip := InjectSupervisor(tc.job, pod, tc.image); skip != tc.skip {
 				t.Errorf("skip %q, want %q", skip, tc.skip)
 			}
 			if diff := cmp.Diff(want, pod); diff != "" {
 				t.Errorf("the pod changed (-before +after):\n%s", diff)
-			}
-		})
-	}
-}
-
-// The reconciler injects into the pods it creates, and says once per creation when a job asks
-// for the supervisor but its template names no command.
-func TestTheReconcilerInjectsTheSupervisor(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		command []string
-		wrapped bool
-	}{{"command", []string{"torchrun"}, true}, {"no command", nil, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			job := supervisedJob(tc.command...)
-			job.Generation = 1
-			h := newHarness(t, interceptor.Funcs{}, job)
-			h.r.SupervisorImage = testSupervisorImage
-			h.mustReconcile(t, job)
-			pods := h.pods(t)
-			if len(pods) != 2 {
-				t.Fatalf("%d pods, want 2", len(pods))
-			}
-			for name, p := range pods {
-				got := len(p.Spec.InitContainers) == 1
-				if got != tc.wrapped {
-					t.Errorf("pod %s: supervisor injected %v, want %v", name, got, tc.wrapped)
-				}
-			}
-			warned := slices.ContainsFunc(h.drainEvents(), func(e string) bool {
-				return strings.Contains(e, trainingv1alpha1.ReasonSupervisorNotInjected) && strings.Contains(e, "sets no command")
-			})
-			if warned == tc.wrapped {
-				t.Errorf("SupervisorNotInjected warning %v, want %v", warned, !tc.wrapped)
 			}
 		})
 	}

@@ -1,0 +1,78 @@
+package workerpod
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// AvoidNodes keeps a pod off the named nodes: a NotIn on each node's name is added to every
+// required node-affinity term of the pod (terms are ORed, so each needs them).
+func AvoidNodes(ps *corev1.PodSpec, names []string) {
+	requireNodeFields(ps, notOnNodes(names))
+}
+
+// notOnNodes are requirements that a node be none of names, one per node (the API takes a
+// single value for a field's NotIn); names no node can have are left out (a hand-written
+// status: the API server would refuse the pod).
+func notOnNodes(names []string) []corev1.NodeSelectorRequirement {
+	reqs := make([]corev1.NodeSelectorRequirement, 0, len(names))
+	for _, name := range names {
+		if len(validation.IsDNS1123Subdomain(name)) == 0 {
+			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpNotIn, Values: []string{name}})
+		}
+	}
+	return reqs
+}
+
+// nodeAffinity is the pod's node affinity, made if it has none.
+func nodeAffinity(ps *corev1.PodSpec) *corev1.NodeAffinity {
+	if ps.Affinity == nil {
+		ps.Affinity = &corev1.Affinity{}
+	}
+	if ps.Affinity.NodeAffinity == nil {
+		ps.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	return ps.Affinity.NodeAffinity
+}
+
+// PreferOtherNodes asks the scheduler to place a pod on any node but the named ones when it
+// can, and lets it use them when nothing else fits. A node that looks unhealthy now may be so
+// for seconds (joining, a device plugin restarting): a pod's affinity cannot change, and a
+// required rule would keep it Pending for good where that node was the one left (the e2e
+// suite: a job on two new nodes, one not yet Ready when its pods were made).
+func PreferOtherNodes(ps *corev1.PodSpec, names []string) {
+	reqs := notOnNodes(names)
+	if len(reqs) == 0 {
+		return
+	}
+	na := nodeAffinity(ps)
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, corev1.PreferredSchedulingTerm{
+		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: reqs},
+	})
+}
+
+// requireNodeFields adds field requirements on the node to every required node-affinity term
+// of the pod (the terms are ORed: each must carry them).
+func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement) {
+	if len(reqs) == 0 {
+		return
+	}
+	na := nodeAffinity(ps)
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		terms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, reqs...)
+	}
+	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+}
+
+// RequireNode keeps a pod to the named node (a spare's, held for the rank).
+func RequireNode(ps *corev1.PodSpec, node string) {
+	requireNodeFields(ps, []corev1.NodeSelectorRequirement{{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}})
+}
