@@ -475,7 +475,7 @@ type FaultToleranceSpec struct {
 	// zaya-supervisor, so that any trainer (torchrun, a script) is stopped and restarted in
 	// place within seconds when another rank of the gang fails, is lost or freezes (the gang
 	// watch), and its progress file is served. Inject (default): where the operator is
-	// installed with a supervisor image (the chart's supervisor.image) and the worker
+	// installed with a supervisor image (the chart's supervisorImage) and the worker
 	// container sets command, an init container copies the binary into an emptyDir and the
 	// command becomes [/zaya/bin/zaya-supervisor, --, command...]; a command that already
 	// starts with zaya-supervisor is left alone. Off: the command runs as written, and under

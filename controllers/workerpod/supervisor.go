@@ -25,8 +25,9 @@ var supervisorBinary = path.Join(trainingv1alpha1.SupervisorMountPath, "zaya-sup
 // the job turned it off).
 type SupervisorSkip string
 
+// Why a worker was not put under the supervisor, as its SupervisorNotInjected event says.
 const (
-	SupervisorNoImage   SupervisorSkip = "the operator was installed without a supervisor image (the chart's supervisor.image, --supervisor-image)"
+	SupervisorNoImage   SupervisorSkip = "the operator was installed without a supervisor image (the chart's supervisorImage, --supervisor-image)"
 	SupervisorNoCommand SupervisorSkip = "the worker container sets no command, and the operator cannot know the image's entrypoint without pulling it: set spec.template's worker command (e.g. [torchrun, train.py])"
 )
 
