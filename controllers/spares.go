@@ -27,7 +27,7 @@ import (
 // rank is placed, and none is held while a rank waits for room.
 
 // DefaultSpareImage is the spares' container image: it only has to hold the node.
-const DefaultSpareImage = "registry.k8s.io/pause:3.10"
+const DefaultSpareImage = "registry.k8s.io/pause:3.10.2"
 
 // spareGrace is a spare's grace period: the pause container stops at once, and its kubelet
 // confirms before the node's devices are offered to the rank that takes them.

@@ -27,11 +27,6 @@ import (
 func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 	for _, spares := range []int32{0, 1} {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
-			if spares > 0 {
-				// Open (2026-11-28): in CI's kind run the job's spare was not Ready within a
-				// minute after spares=0 froze and thawed a node; not diagnosed yet.
-				kwokOnly(t, "the spare was not Ready within a minute on kind (open, not diagnosed)")
-			}
 			frozenNodeRun(t, spares)
 		})
 	}

@@ -664,7 +664,7 @@ func (a *Agent) runInit(ctx context.Context, c *corev1.Container, bin string, ar
 	return code, msg
 }
 
-// isPauseImage reports whether image is a pause image (registry.k8s.io/pause:3.10, a mirror).
+// isPauseImage reports whether image is a pause image (registry.k8s.io/pause:3.10.2, a mirror).
 func isPauseImage(image string) bool {
 	name := image[strings.LastIndexByte(image, '/')+1:]
 	return name == "pause" || strings.HasPrefix(name, "pause:") || strings.HasPrefix(name, "pause@")
