@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/images.sh: builds the project's images where nothing can be pulled.
-#   hack/images.sh [all|operator|worker|device-plugin]...   (default: all)
+#   hack/images.sh [all|operator|worker|device-plugin|pytorch]...   (default: all: not pytorch)
 # Every binary is static (CGO_ENABLED=0), built here with the Go build cache into
 # bin/image/<image>/, which is each image's whole build context; the bases are made here:
 # scratch for the operator and the device plugin, a busybox base from Debian's busybox-static
@@ -69,6 +69,13 @@ build_worker() {
 	dbuild "$root/workers/Dockerfile" "$ctx/worker" "${prefix}zaya-worker:$tag" ${base:-}
 }
 
+# build_pytorch: Debian's CPU PyTorch for examples/pytorch (make test-kind's PyTorch test);
+# not in "all": its install is 150 MB from Debian's mirror, cached in a layer once made.
+build_pytorch() {
+	local base; [ "${PUBLIC_BASES:-}" = 1 ] || base=BASE=$("$root/hack/kind/debian-base.sh")
+	dbuild "$root/examples/pytorch/Dockerfile.cpu" "$root/examples/pytorch" "${prefix}zaya-pytorch:$tag" ${base:-}
+}
+
 build_device_plugin() {
 	gobuild device-plugin amd-fake-device-plugin=./test/fakedeviceplugin/cmd/amd-fake-device-plugin
 	dbuild "$root/test/fakedeviceplugin/Dockerfile" "$ctx/device-plugin" "${prefix}zaya-fake-device-plugin:$tag"
@@ -81,6 +88,7 @@ for t in "$@"; do
 	operator) build_operator ;;
 	worker) build_worker ;;
 	device-plugin) build_device_plugin ;;
+	pytorch) build_pytorch ;;
 	*) log "unknown image $t"; exit 2 ;;
 	esac
 done

@@ -6,6 +6,8 @@
 # amd.com/gpu: 8 and amd.com/nic: 8 each.
 #   hack/kind/cluster.sh up [WORKERS]   create (or reuse) the cluster (default 4 workers, 1..20)
 #                                       and print its kubeconfig path
+#   hack/kind/cluster.sh load IMAGE...  load images built here into the workers (not the
+#                                       control plane, which runs no job)
 #   hack/kind/cluster.sh down           delete it; leaves no container, network or volume
 #   hack/kind/cluster.sh kubeconfig     print the kubeconfig path
 #   KIND_CLUSTER     the cluster's name (default zaya-kind)
@@ -278,9 +280,19 @@ down() {
 	restore_sysctls
 }
 
+load() {
+	exists || { log "no cluster $name: run up first"; exit 1; }
+	kind_env "$(docker inspect -f '{{.Config.Image}}' "$name-control-plane")"
+	local start=$SECONDS
+	kind load docker-image --name "$name" --nodes "$(nodes_of --filter label=io.x-k8s.kind.role=worker | paste -sd, -)" "$@" \
+		>"$state/load.log" 2>&1 || { cat "$state/load.log" >&2; log "kind load docker-image failed"; exit 1; }
+	log "loaded $* into the workers in $((SECONDS - start))s"
+}
+
 case ${1:-} in
 up) up "${2:-4}" ;;
+load) shift; load "$@" ;;
 down) down ;;
 kubeconfig) echo "$kubeconfig" ;;
-*) sed -n '2,15p' "$0" >&2; exit 2 ;;
+*) sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

@@ -39,6 +39,9 @@ type kindWorld struct {
 	// workerImage is the worker image loaded into the nodes; clusterScript routes the pod
 	// network again after a node changed its address.
 	workerImage, clusterScript string
+	// pytorchImage is Debian's CPU PyTorch (examples/pytorch/Dockerfile.cpu), loaded into
+	// the workers.
+	pytorchImage string
 }
 
 // controlDir is the fake device plugin's health control folder on every node.
@@ -46,7 +49,7 @@ const controlDir = "/var/lib/kubelet/device-plugins/amd-fake-control"
 
 func newKindWorld() (*kindWorld, error) {
 	k := &kindWorld{sharedDir: os.Getenv("ZAYA_KIND_SHARED_DIR"), workerImage: os.Getenv("ZAYA_KIND_WORKER_IMAGE"),
-		clusterScript: os.Getenv("ZAYA_KIND_CLUSTER_SCRIPT")}
+		clusterScript: os.Getenv("ZAYA_KIND_CLUSTER_SCRIPT"), pytorchImage: os.Getenv("ZAYA_KIND_PYTORCH_IMAGE")}
 	n, err := strconv.Atoi(os.Getenv("ZAYA_KIND_WORKERS"))
 	if k.sharedDir == "" || k.workerImage == "" || k.clusterScript == "" || err != nil || n < 4 {
 		return nil, fmt.Errorf("the kind world needs ZAYA_KIND_SHARED_DIR, ZAYA_KIND_WORKER_IMAGE, ZAYA_KIND_CLUSTER_SCRIPT and ZAYA_KIND_WORKERS (4 or more): run it through make test-kind")
@@ -177,6 +180,16 @@ type kindProcesses struct{ k *kindWorld }
 func (p kindProcesses) place(ps *corev1.PodSpec) {
 	c := &ps.Containers[0]
 	c.Image, c.ImagePullPolicy = p.k.workerImage, corev1.PullNever
+}
+
+// placeTorch: the PyTorch image, gloo over the pod network (the default interface, eth0).
+func (p kindProcesses) placeTorch(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) {
+	t.Helper()
+	if p.k.pytorchImage == "" {
+		t.Fatal("ZAYA_KIND_PYTORCH_IMAGE (Debian's PyTorch, loaded into the nodes) is not set: run through make test-kind")
+	}
+	c := &job.Spec.Template.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy = p.k.pytorchImage, corev1.PullNever
 }
 
 // supervise: the image holds zaya-supervisor next to zaya-worker.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -172,6 +173,17 @@ type kwokProcesses struct{ a *nodeagent.Agent }
 func (kwokProcesses) place(ps *corev1.PodSpec) {
 	ps.NodeSelector = map[string]string{agentLabel: "true"}
 	ps.Tolerations = []corev1.Toleration{{Key: agentLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+}
+
+// placeTorch: the host's torchrun (the agent runs host commands), gloo over loopback (the
+// nodes share a host).
+func (p kwokProcesses) placeTorch(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput(); err != nil {
+		t.Fatalf("Debian's PyTorch is needed (apt-get install python3-torch; .ci/run installs it): %v\n%s", err, out)
+	}
+	job.Spec.Network.SocketIfname = "lo"
+	p.place(&job.Spec.Template.Spec)
 }
 
 // supervise runs the command under zaya-supervisor, as an image whose entrypoint wraps its

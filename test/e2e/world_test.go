@@ -53,6 +53,9 @@ type processNodes interface {
 	place(ps *corev1.PodSpec)
 	// supervise runs the worker container's command under zaya-supervisor.
 	supervise(t testing.TB, c *corev1.Container)
+	// placeTorch puts a PyTorch job's pods on these nodes with Debian's torchrun (kwok: the
+	// host's; kind: the zaya-pytorch image), gloo on the interface their ranks share.
+	placeTorch(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob)
 	// sharedClaim binds a claim to a volume every node shares and returns its folder here.
 	sharedClaim(t testing.TB, ns, name string) string
 	nodeOf(ns, pod string) string
