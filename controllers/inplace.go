@@ -128,12 +128,12 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
 	}
 	table := p.r.failurePatterns()
-	pod, exit, cascaded := g.inPlaceRoot(table, after, nil)
+	pod, exit, cascaded := g.inPlaceRoot(table, after, nil, p.job.Spec.GPUsPerNode)
 	if pod == nil && g.containerRestarts > seen {
 		// A restart whose exit is no newer than the last failure (times are whole seconds):
 		// the ranks whose counts rose since the last restart's are the news, where the counts
 		// are known; an older exit of another rank, in the same second, is not.
-		pod, exit, cascaded = g.inPlaceRoot(table, time.Time{}, restartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.ranks))))
+		pod, exit, cascaded = g.inPlaceRoot(table, time.Time{}, restartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.ranks))), p.job.Spec.GPUsPerNode)
 	}
 	if pod == nil {
 		return false, 0, nil

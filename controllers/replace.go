@@ -372,8 +372,12 @@ func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
 		Message: truncate(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
 			rank, pod.Name, pod.Spec.NodeName)),
 	}
-	p.rerootGoodput(f)
-	p.recordFailure(f)
+	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
+	// (each would count against the node, and three quarantine it).
+	if last := p.job.Status.LastFailure; last == nil || last.Reason != f.Reason || ptr.Deref(last.Rank, -1) != rank || last.Node != f.Node {
+		p.rerootGoodput(f)
+		p.recordFailure(f)
+	}
 	p.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)
 }
 

@@ -279,3 +279,71 @@ func TestAHungRankOnALiveNodeIsReplacedAlone(t *testing.T) {
 		})
 	}
 }
+
+// A hung rank's peers restart in place and may rejoin its frozen process (the supervisor's hub
+// lives on rank 0) before its new pod comes up; they then find it silent again. That stop is
+// the restart that replaced it, not a new fault: counted again, one hang would be three
+// failures on its node and quarantine it (chaos seed 3573677252). A stop from runs that began
+// after the new pod is a new fault.
+func TestAStopOverAReplacedHungRankIsItsRestart(t *testing.T) {
+	fault := now.Add(-3 * time.Second)
+	silent := "zaya: stopped: lost rank 9 during the all-reduce at step 52: peer silent: no heartbeat from rank 9 for 5s\n"
+	h, job := inPlaceGang(t)
+	if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-time.Second)))}}); err != nil {
+		t.Fatal(err)
+	}
+	// stopped: the peer's run that began at started ended over rank 9 (node rank 1) at end.
+	stopped := func(node string, count int32, started, end time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			restartedInPlace(node, count, trainingv1alpha1.ExitStopped, end, end.Add(time.Second))(p)
+			last := p.Status.ContainerStatuses[0].LastTerminationState.Terminated
+			last.Message, last.StartedAt = silent, metav1.NewTime(started)
+		}
+	}
+	h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+	h.setPod(t, "llm-0-0", stopped("n0", 1, now.Add(-time.Minute), fault))
+	h.setPod(t, "llm-0-2", stopped("n2", 1, now.Add(-time.Minute), fault))
+	h.mustReconcile(t, job) // the in-place restart opens
+	h.mustReconcile(t, job) // rank 1 is hung on a live node: replaced
+	if st := h.get(t, job).Status; len(st.Replacing) != 1 || len(st.RecentFailures) != 1 {
+		t.Fatalf("replacing %+v, recent failures %+v; want rank 1 replaced for its one failure", st.Replacing, st.RecentFailures)
+	}
+	h.mustReconcile(t, job) // deletes its pod
+	h.mustReconcile(t, job) // creates the new one
+
+	// The new rank 1 comes up; the peers' runs since the fault (begun at fault+1s) are back.
+	created, back := now.Add(time.Second), now.Add(3*time.Second)
+	h.r.Clock = clockAt(back)
+	h.setPod(t, "llm-0-1", func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(created); runningSince("n3", back)(p) })
+	h.mustReconcile(t, job)
+	if c := condition(h.get(t, job), "Restarting"); c.Status != metav1.ConditionFalse {
+		t.Fatalf("Restarting = %+v, want the restart over", c)
+	}
+
+	// Those runs had met rank 1's frozen process: they find it silent and stop again.
+	h.r.Clock = clockAt(back.Add(10 * time.Second))
+	h.setPod(t, "llm-0-0", stopped("n0", 2, fault.Add(time.Second), back.Add(4*time.Second)))
+	h.setPod(t, "llm-0-2", stopped("n2", 2, fault.Add(time.Second), back.Add(4*time.Second)))
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	st := h.get(t, job).Status
+	if st.Restarts != 1 || len(st.RecentFailures) != 1 || len(st.QuarantinedNodes) != 0 {
+		t.Fatalf("restarts %d, recent failures %+v, quarantined %+v; want the one restart and failure, no quarantine",
+			st.Restarts, st.RecentFailures, st.QuarantinedNodes)
+	}
+	if c := condition(h.get(t, job), "Restarting"); c.Status != metav1.ConditionFalse {
+		t.Errorf("Restarting = %+v, want no new restart", c)
+	}
+
+	// Runs that began after the new pod find it silent: it hung again, a new fault.
+	h.r.Clock = clockAt(back.Add(20 * time.Second))
+	h.setPod(t, "llm-0-0", stopped("n0", 3, back.Add(5*time.Second), back.Add(12*time.Second)))
+	h.setPod(t, "llm-0-2", stopped("n2", 3, back.Add(5*time.Second), back.Add(12*time.Second)))
+	h.mustReconcile(t, job)
+	h.mustReconcile(t, job)
+	st = h.get(t, job).Status
+	if st.Restarts != 2 || st.LastFailure.Reason != trainingv1alpha1.FailureReasonHang || ptr.Deref(st.LastFailure.Rank, -1) != 1 || st.LastFailure.Node != "n3" {
+		t.Errorf("restarts %d, lastFailure %+v; want a second restart for rank 1 hung on n3", st.Restarts, st.LastFailure)
+	}
+}

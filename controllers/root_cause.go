@@ -143,8 +143,9 @@ func (g gang) rootFailure(table *attribution.Table) (*corev1.Pod, int32) {
 }
 
 // inPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
-// end, and how many others ended with it: the fault that started an in-place restart.
-func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
+// end, and how many others ended with it: the fault that started an in-place restart. A stop
+// over a peer the last restart replaced is that restart's, not a fault.
+func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []int32, gpusPerNode int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
 	var failures []failedRank
 	for r, pod := range g.ranks {
 		if pod == nil {
@@ -157,6 +158,9 @@ func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []i
 		if s := workerStatus(pod); counted != nil && r < len(counted) && !g.renewed[r] && s != nil && s.State.Terminated == nil &&
 			g.counts[r] <= counted[r] {
 			continue // the run before this one ended in a restart already accounted for
+		}
+		if g.stopOverReplaced(t, gpusPerNode) {
+			continue
 		}
 		failures = append(failures, failedRank{pod: pod, exit: t, at: t.FinishedAt.Time, rank: int32(r)})
 	}
@@ -184,6 +188,28 @@ func (g gang) cascadeSince(since time.Time, root int32) int32 {
 		}
 	}
 	return n
+}
+
+// stopOverReplaced reports whether exit is a stop over a silent peer whose pod is newer than
+// the run that stopped: the peer it lost was the pod that was replaced, and the restart that
+// replaced it accounts for that (a run that rejoined a frozen rank's hub before the rank's new
+// pod came up finds it silent a few seconds later). Times are whole seconds: a run that began
+// in the new pod's second may have met it. A replaced rank that hangs again before its peers'
+// runs end is seen at their next stop, from runs that began after its pod.
+func (g gang) stopOverReplaced(exit *corev1.ContainerStateTerminated, gpusPerNode int32) bool {
+	if exit.ExitCode != trainingv1alpha1.ExitStopped || exit.StartedAt.IsZero() {
+		return false
+	}
+	m := silentPeer.FindStringSubmatch(exit.Message)
+	if m == nil {
+		return false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 32)
+	if err != nil || n < 0 || n/int64(max(gpusPerNode, 1)) >= int64(len(g.ranks)) {
+		return false
+	}
+	peer := g.ranks[n/int64(max(gpusPerNode, 1))]
+	return peer != nil && exit.StartedAt.Before(&peer.CreationTimestamp)
 }
 
 // blameSilentPeer turns a root that only stopped because a peer went silent (exit 75, the
