@@ -84,10 +84,12 @@ func prebuiltWorkload(job *trainingv1alpha1.ZayaTrainingJob) string {
 }
 
 // workloadPodSets are the pod sets Kueue admits for the job: its ranks, and its warm spares
-// (they hold GPUs too). Built from the spec alone, as attempt 0 with nothing quarantined.
-func workloadPodSets(job *trainingv1alpha1.ZayaTrainingJob) []kueue.PodSet {
+// (they hold GPUs too). Built from the spec alone, as attempt 0 with nothing quarantined, and
+// with the supervisor's init container where the ranks get it (its requests count).
+func workloadPodSets(job *trainingv1alpha1.ZayaTrainingJob, supervisorImage string) []kueue.PodSet {
 	base := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: job.ObjectMeta, Spec: job.Spec}
 	rank := newWorkerPod(base, nil, 0) // the environment is left out anyway
+	workerpod.InjectSupervisor(base, rank, supervisorImage)
 	sets := []kueue.PodSet{{
 		Name:            workersPodSet,
 		Count:           job.Spec.Nodes,
@@ -159,8 +161,8 @@ func ringNodes(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 
 // newWorkload is the job's Workload: one pod set of `nodes` ranks (and the spares'), owned by
 // the job, held by Kueue's finalizer until the operator says the job is done with it.
-func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority) *kueue.Workload {
-	sets := workloadPodSets(job)
+func newWorkload(job *trainingv1alpha1.ZayaTrainingJob, prio *workloadPriority, supervisorImage string) *kueue.Workload {
+	sets := workloadPodSets(job, supervisorImage)
 	wl := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      workloadName(job),
@@ -199,6 +201,9 @@ func podSetsHash(sets []kueue.PodSet) string {
 			PriorityClassName: t.PriorityClassName, RuntimeClassName: t.RuntimeClassName, Overhead: t.Overhead,
 			TopologySpreadConstraints: t.TopologySpreadConstraints, ResourceClaims: t.ResourceClaims}
 		for _, c := range t.InitContainers {
+			if c.Name == trainingv1alpha1.SupervisorInitContainerName {
+				continue // the operator's, alike in every job: turning it on or upgrading reshapes no gang
+			}
 			spec.InitContainers = append(spec.InitContainers, corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy})
 		}
 		for _, c := range t.Containers {
@@ -335,7 +340,7 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 		if err != nil {
 			return nil, err
 		}
-		wl = newWorkload(job, prio)
+		wl = newWorkload(job, prio, p.r.SupervisorImage)
 		if err := p.r.Create(ctx, wl); err != nil && !apierrors.IsAlreadyExists(err) {
 			if refusedForGood(err) {
 				// Asked again, the answer would be the same: say why, look again slowly.
@@ -364,7 +369,7 @@ func (p *pass) workloadFor(ctx context.Context, pods []corev1.Pod) (*kueue.Workl
 	// Rendered only once the job's spec changed since the Workload was made: not on every
 	// pass of a running gang.
 	if !fromMultiKueue(wl) && wl.Annotations[jobGenerationAnnotation] != specKey(job) {
-		sets := workloadPodSets(job)
+		sets := workloadPodSets(job, p.r.SupervisorImage)
 		// Ranks of another shape (nodes, GPUs, template: edited while suspended, resumed
 		// before the old pods were gone) never run under the old admission. Otherwise the
 		// job asks for something else (its spares): a Workload holding quota stays until
@@ -431,7 +436,7 @@ func (p *pass) adoptWorkload(ctx context.Context, wl *kueue.Workload) error {
 	if err := p.r.apiReader().Get(ctx, client.ObjectKeyFromObject(wl), live); err != nil {
 		return fmt.Errorf("reading Workload %s: %w", wl.Name, err)
 	}
-	if !samePodSets(live.Spec.PodSets, workloadPodSets(p.job)) {
+	if !samePodSets(live.Spec.PodSets, workloadPodSets(p.job, p.r.SupervisorImage)) {
 		return &kueueInputError{msg: fmt.Sprintf("MultiKueue's Workload %s (annotation %s) asks for other pods than the job's: its pod sets differ in names, counts or resources",
 			wl.Name, kueue.PrebuiltWorkloadLabel)}
 	}

@@ -20,16 +20,16 @@ import (
 func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").Defaulted().Obj()
 	job.UID = "u1"
-	base := podSetsHash(workloadPodSets(job))
+	base := podSetsHash(workloadPodSets(job, ""))
 
 	// What a restart changes (attempt, quarantined nodes, failures) asks Kueue for nothing new.
 	later := job.DeepCopy()
 	later.Status.Restarts = 7
 	later.Status.QuarantinedNodes = []trainingv1alpha1.QuarantinedNode{{Name: "bad-node", Reason: "DeviceUnhealthy", Since: metav1.Now()}}
-	if got := podSetsHash(workloadPodSets(later)); got != base {
+	if got := podSetsHash(workloadPodSets(later, "")); got != base {
 		t.Error("the pod sets changed with the job's status: a restart would leave the admission")
 	}
-	sets := workloadPodSets(later)
+	sets := workloadPodSets(later, "")
 	if sets[0].Count != 4 || sets[0].Name != workersPodSet {
 		t.Errorf("pod set %s of %d, want %s of 4", sets[0].Name, sets[0].Count, workersPodSet)
 	}
@@ -52,12 +52,12 @@ func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 	// What Kueue admits on does change it.
 	bigger := job.DeepCopy()
 	bigger.Spec.Nodes = 8
-	if podSetsHash(workloadPodSets(bigger)) == base {
+	if podSetsHash(workloadPodSets(bigger, "")) == base {
 		t.Error("nodes changed and the pod sets did not")
 	}
 	gpus := job.DeepCopy()
 	gpus.Spec.GPUsPerNode = 4
-	if podSetsHash(workloadPodSets(gpus)) == base {
+	if podSetsHash(workloadPodSets(gpus, "")) == base {
 		t.Error("gpusPerNode changed and the pod sets did not")
 	}
 }
@@ -65,7 +65,7 @@ func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 func TestWorkloadCarriesSparesAsASecondPodSet(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").Defaulted().Obj()
 	job.Spec.FaultTolerance.Spares = 2
-	sets := workloadPodSets(job)
+	sets := workloadPodSets(job, "")
 	if wantedSpares(job) != 2 {
 		t.Fatalf("the job keeps %d spares, want 2", wantedSpares(job))
 	}
@@ -217,7 +217,7 @@ func TestPodGroupNameFitsALabelPerAttemptAndJob(t *testing.T) {
 // and requeued over an edit of its fault tolerance, say.
 func TestRunningEditsKeepTheRanksShape(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").NewCheckpoint("1Gi", "").Defaulted().Obj()
-	base := ranksHash(workloadPodSets(job))
+	base := ranksHash(workloadPodSets(job, ""))
 	edits := map[string]func(j *trainingv1alpha1.ZayaTrainingJob){
 		"restartMode Recreate": func(j *trainingv1alpha1.ZayaTrainingJob) {
 			j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
@@ -244,13 +244,13 @@ func TestRunningEditsKeepTheRanksShape(t *testing.T) {
 	for name, edit := range edits {
 		j := job.DeepCopy()
 		edit(j)
-		if got := ranksHash(workloadPodSets(j)); got != base {
+		if got := ranksHash(workloadPodSets(j, "")); got != base {
 			t.Errorf("%s: the ranks changed shape", name)
 		}
 	}
 	gpus := job.DeepCopy()
 	gpus.Spec.GPUsPerNode = 4
-	if ranksHash(workloadPodSets(gpus)) == base {
+	if ranksHash(workloadPodSets(gpus, "")) == base {
 		t.Error("gpusPerNode changed and the ranks did not")
 	}
 }
@@ -275,5 +275,29 @@ func TestSpecKeyFollowsTheTopologyAnnotations(t *testing.T) {
 	next.Generation = 4
 	if specKey(next) == base {
 		t.Error("a new generation did not change the key")
+	}
+}
+
+// Ranks under the supervisor carry its init container in the Workload too: Kueue counts its
+// requests. It is the operator's, alike in every job, so turning it on or off, or an upgrade
+// that starts injecting it, never makes the ranks another shape.
+func TestWorkloadPodSetsCarryTheSupervisor(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").
+		WorkerCommand([]string{"torchrun", "train.py"}).Defaulted().Obj()
+	bare, wrapped := workloadPodSets(job, ""), workloadPodSets(job, "zaya-worker:dev")
+	init := wrapped[0].Template.Spec.InitContainers
+	if len(init) == 0 || init[0].Name != trainingv1alpha1.SupervisorInitContainerName || init[0].Resources.Requests.Cpu().IsZero() {
+		t.Fatalf("the Workload's ranks have init containers %+v, want the supervisor's with its requests", init)
+	}
+	if len(bare[0].Template.Spec.InitContainers) != 0 {
+		t.Errorf("without a supervisor image the ranks have init containers %+v", bare[0].Template.Spec.InitContainers)
+	}
+	if podSetsHash(bare) != podSetsHash(wrapped) || ranksHash(bare) != ranksHash(wrapped) {
+		t.Error("the supervisor's init container changed the ranks' shape")
+	}
+	off := job.DeepCopy()
+	off.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorOff
+	if sets := workloadPodSets(off, "zaya-worker:dev"); len(sets[0].Template.Spec.InitContainers) != 0 {
+		t.Errorf("supervisor Off, yet the Workload's ranks have init containers %+v", sets[0].Template.Spec.InitContainers)
 	}
 }
