@@ -278,8 +278,9 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--namespaces") }) {
 				t.Errorf("the default install should watch all namespaces: %v", c.Args)
 			}
-			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--supervisor-image") }) {
-				t.Errorf("no supervisor image was given, yet %v names one", c.Args)
+			// The supervisor comes from the worker image of the operator's own version.
+			if !slices.Contains(c.Args, "--supervisor-image=ghcr.io/zaya-operator/zaya-worker:0.1.0") {
+				t.Errorf("args %v lack the worker image of the chart's appVersion as the supervisor image", c.Args)
 			}
 			restricted(t, dep)
 			svc := typed[corev1.Service](t, find(objs, "Service", "zaya-system", "zaya-operator-metrics"))
@@ -289,10 +290,18 @@ func TestChartRendersEachValueSet(t *testing.T) {
 		},
 	}, {
 		name: "supervisor image",
-		args: []string{"--set", "supervisorImage=ghcr.io/zaya-operator/zaya-worker:0.1.0"},
+		args: []string{"--set", "supervisorImage=us.icr.io/zaya/zaya-worker:rocm"},
 		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
-			if a := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--supervisor-image=ghcr.io/zaya-operator/zaya-worker:0.1.0") {
+			if a := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--supervisor-image=us.icr.io/zaya/zaya-worker:rocm") {
 				t.Errorf("args %v lack the supervisor image", a)
+			}
+		},
+	}, {
+		name: "no supervisor",
+		args: []string{"--set", "supervisorImage="},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment) {
+			if a := dep.Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(a, func(a string) bool { return strings.HasPrefix(a, "--supervisor-image") }) {
+				t.Errorf("supervisorImage is empty, yet %v names one", a)
 			}
 		},
 	}, {

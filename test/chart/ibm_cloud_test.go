@@ -68,9 +68,14 @@ func TestIBMCloudPresetInstallsWhatIKSRuns(t *testing.T) {
 			t.Errorf("container %s image %q: not from IBM Cloud Container Registry", c.Name, c.Image)
 		}
 		for _, a := range c.Args {
-			if img, ok := strings.CutPrefix(a, "--spare-image="); ok && !icrImage.MatchString(img) {
-				t.Errorf("spare image %q: not from IBM Cloud Container Registry", img)
+			for _, flag := range []string{"--spare-image=", "--supervisor-image="} {
+				if img, ok := strings.CutPrefix(a, flag); ok && !icrImage.MatchString(img) {
+					t.Errorf("%s%q: not from IBM Cloud Container Registry", flag, img)
+				}
 			}
+		}
+		if !slices.Contains(c.Args, "--supervisor-image=us.icr.io/zaya/zaya-worker:rocm") {
+			t.Errorf("args %v: the supervisor should come from the mirrored worker image the jobs run", c.Args)
 		}
 	}
 	if !slices.ContainsFunc(dep.Spec.Template.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == "all-icr-io" }) {
