@@ -7,6 +7,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // Why it failed: a failure's category, read from what the platform says of the rank (its node
@@ -24,7 +25,7 @@ func (p *pass) attribute(f *trainingv1alpha1.JobFailure, pod *corev1.Pod) {
 		return
 	}
 	if pod != nil {
-		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+		if s := gang.WorkerStatus(pod); s != nil && s.State.Terminated != nil {
 			t := s.State.Terminated
 			if t.Reason == "OOMKilled" {
 				f.Category, f.Rule, f.Evidence = string(attribution.OutOfMemory), "", "the kernel killed the container: OOMKilled"

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -118,7 +119,7 @@ func TestAHostNetworkRankIsNeverPolledFromTheCache(t *testing.T) {
 		t.Error("the cache drops spec.hostNetwork")
 	}
 	cached.Spec.HostNetwork = false // a pod whose spec says nothing, on the node's address all the same
-	if addr := progressAddr(gang{ranks: []*corev1.Pod{cached}}, 0); addr != "" {
+	if addr := progressAddr(gang.Gang{Ranks: []*corev1.Pod{cached}}, 0); addr != "" {
 		t.Errorf("a rank on the node's address is polled at %s", addr)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // verdict is what a failure does to the job.
@@ -50,12 +51,12 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 		f.Reason = reason
 		return verdict{failure: f, counted: ft.DisruptionRestarts == trainingv1alpha1.DisruptionRestartsCounted}
 	}
-	if c := podCondition(pod, kueueTerminationTarget); c != nil && c.Status == corev1.ConditionTrue {
+	if c := gang.Condition(pod, kueueTerminationTarget); c != nil && c.Status == corev1.ConditionTrue {
 		// Kueue stopped its workload (evicted, preempted, deactivated): the cluster's doing.
 		f.Message = truncate(fmt.Sprintf("Kueue stopped rank %d (pod %s): %s: %s", *f.Rank, pod.Name, c.Reason, c.Message))
 		return disruption(trainingv1alpha1.FailureReasonPreempted)
 	}
-	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
+	if c := gang.Condition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
 		if r, ok := disruptionReasons[c.Reason]; ok {
 			return disruption(r)
 		}
@@ -64,7 +65,7 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 	if r, ok := disruptionReasons[pod.Status.Reason]; ok {
 		return disruption(r)
 	}
-	if pod.Annotations[vanishedAnnotation] != "" {
+	if pod.Annotations[gang.VanishedAnnotation] != "" {
 		f.Message = truncate(fmt.Sprintf("rank %d (pod %s) vanished while the gang ran: deleted at once (forced, or its Node object removed)", *f.Rank, pod.Name))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
 	}
@@ -96,7 +97,7 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 
 // hung reports whether the heartbeat probe killed the worker.
 func hung(pod *corev1.Pod) bool {
-	msg, ok := terminationMessage(pod)
+	msg, ok := gang.TerminationMessage(pod)
 	if !ok {
 		return false
 	}
@@ -110,7 +111,7 @@ func hung(pod *corev1.Pod) bool {
 
 // failureOf describes a failed pod.
 func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.JobFailure {
-	rank, _ := podRank(pod)
+	rank, _ := gang.Rank(pod)
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: now}, Attempt: attempt, Node: pod.Spec.NodeName,
 		Rank: ptr.To(rank), Reason: trainingv1alpha1.FailureReasonExitCode,
@@ -120,7 +121,7 @@ func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.J
 		f.Reason = podFailureReason(pod.Status.Reason)
 		what = pod.Status.Reason
 	}
-	if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+	if s := gang.WorkerStatus(pod); s != nil && s.State.Terminated != nil {
 		t := s.State.Terminated
 		f.ExitCode = ptr.To(t.ExitCode)
 		what = fmt.Sprintf("exited %d (%s)", t.ExitCode, t.Reason)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -84,7 +85,7 @@ func checkWorkerPod(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, network
 	if err := json.Unmarshal(b, back); err != nil || !apiequality.Semantic.DeepEqual(pod, back) {
 		t.Errorf("rank %d: the pod does not survive a JSON round trip (%v)", rank, err)
 	}
-	if got, ok := podRank(pod); !ok || got != rank || pod.Labels[trainingv1alpha1.AttemptLabel] != strconv.Itoa(int(job.Status.Restarts)) ||
+	if got, ok := gang.Rank(pod); !ok || got != rank || pod.Labels[trainingv1alpha1.AttemptLabel] != strconv.Itoa(int(job.Status.Restarts)) ||
 		pod.Name != workerpod.PodName(job, job.Status.Restarts, rank) {
 		t.Errorf("pod %s labelled rank %q attempt %q, want rank %d attempt %d", pod.Name,
 			pod.Labels[trainingv1alpha1.RankLabel], pod.Labels[trainingv1alpha1.AttemptLabel], rank, job.Status.Restarts)

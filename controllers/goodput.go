@@ -17,6 +17,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
@@ -402,12 +403,6 @@ func (p *pass) rerootGoodput(found trainingv1alpha1.JobFailure) {
 	p.refreshGoodput()
 }
 
-// exitMessages are the termination messages of the ranks' latest exits (a running worker's
-// previous run, a stopped one's own), at most evidenceChecks of them.
-func (g gang) exitMessages() []string {
-	return podMessages(g.ranks, evidenceChecks)
-}
-
 // podMessages are the termination messages of pods' latest exits, at most limit of them.
 func podMessages(pods []*corev1.Pod, limit int) []string {
 	var out []string
@@ -428,7 +423,7 @@ func exitMessage(pod *corev1.Pod) string {
 	if pod == nil {
 		return ""
 	}
-	s := workerStatus(pod)
+	s := gang.WorkerStatus(pod)
 	switch {
 	case s == nil:
 		return ""

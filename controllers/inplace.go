@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // In-place gang restart. With restartMode InPlace the worker container carries container
@@ -62,34 +63,13 @@ func setRestartRules(c *corev1.Container, ft *trainingv1alpha1.FaultToleranceSpe
 	c.RestartPolicyRules = rules
 }
 
-// containerRestarts is how often pod's worker container was restarted in place.
-func containerRestarts(pod *corev1.Pod) int64 {
-	if s := workerStatus(pod); s != nil {
-		return int64(max(s.RestartCount, 0))
-	}
-	return 0
-}
-
-// restartBaseline is status.rankRestarts for a gang of n ranks: nil when it cannot be known (a
-// status written before it was kept, or by someone else, of another size), then the ranks'
-// start times decide instead.
-func restartBaseline(st *trainingv1alpha1.ZayaTrainingJobStatus, n int32) []int32 {
-	switch {
-	case len(st.RankRestarts) == int(n):
-		return st.RankRestarts
-	case len(st.RankRestarts) == 0 && st.ContainerRestarts == 0:
-		return make([]int32, n) // omitted: every count is 0
-	}
-	return nil
-}
-
 // keepCounts records the gang's restart counts as the baseline of the next in-place restart.
-func (p *pass) keepCounts(g gang) {
+func (p *pass) keepCounts(g gang.Gang) {
 	st := &p.job.Status
-	st.ContainerRestarts = g.containerRestarts
+	st.ContainerRestarts = g.ContainerRestarts
 	st.RankRestarts = nil
-	if g.containerRestarts > 0 {
-		st.RankRestarts = slices.Clone(g.counts)
+	if g.ContainerRestarts > 0 {
+		st.RankRestarts = slices.Clone(g.Counts)
 	}
 }
 
@@ -106,7 +86,7 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 // It reports whether it started one, or how long to wait for a cause when every exit so far is
 // a stop over a peer; a rank failing again and again on one node has the node quarantined and
 // the gang recreated instead.
-func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, error) {
+func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Duration, error) {
 	st := &p.job.Status
 	if _, ok := p.inPlaceUnderWay(); ok {
 		// The cascade's restarts are the restart's own: recorded when it ends, not one
@@ -128,12 +108,12 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
 	}
 	table := p.r.failurePatterns()
-	pod, exit, cascaded := g.inPlaceRoot(table, after, nil, p.job.Spec.GPUsPerNode)
-	if pod == nil && g.containerRestarts > seen {
+	pod, exit, cascaded := inPlaceRoot(g, table, after, nil, p.job.Spec.GPUsPerNode)
+	if pod == nil && g.ContainerRestarts > seen {
 		// A restart whose exit is no newer than the last failure (times are whole seconds):
 		// the ranks whose counts rose since the last restart's are the news, where the counts
 		// are known; an older exit of another rank, in the same second, is not.
-		pod, exit, cascaded = g.inPlaceRoot(table, time.Time{}, restartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.ranks))), p.job.Spec.GPUsPerNode)
+		pod, exit, cascaded = inPlaceRoot(g, table, time.Time{}, gang.RestartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.Ranks))), p.job.Spec.GPUsPerNode)
 	}
 	if pod == nil {
 		return false, 0, nil
@@ -147,8 +127,8 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 		}
 	}
 	// The restart is over once every rank's count rose past what it was before the fault
-	// (spelt out: containerRestarts no longer says they were all 0).
-	st.RankRestarts = g.base
+	// (spelt out: gang.ContainerRestarts no longer says they were all 0).
+	st.RankRestarts = g.Base
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))
 	blameSilentPeer(&v.failure, exit.Message, g, p.job.Spec.GPUsPerNode)
@@ -175,7 +155,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 	} else if moved {
 		mode = trainingv1alpha1.RestartModeRecreate
 	}
-	if s := workerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.failure.Reason == trainingv1alpha1.FailureReasonHang &&
+	if s := gang.WorkerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.failure.Reason == trainingv1alpha1.FailureReasonHang &&
 		s != nil && s.State.Terminated != nil && !v.fatal {
 		// The kubelet killed the worker on its liveness probe, and container restart rules
 		// cover only a container's own exits: it stays down (seen on kind's real kubelet, where
@@ -194,7 +174,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang) (bool, time.Duration, 
 func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
 	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status}
 	out.Status.ContainerStatuses = slices.Clone(pod.Status.ContainerStatuses)
-	if s := workerStatus(out); s != nil {
+	if s := gang.WorkerStatus(out); s != nil {
 		s.State = corev1.ContainerState{Terminated: exit}
 	}
 	out.Status.Phase = corev1.PodFailed
@@ -204,8 +184,8 @@ func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
 // lastExit is how pod's worker container last ended while the pod lives on: its current state
 // if it exited (not 0: a rank that is done), else the run before its last restart.
 func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
-	s := workerStatus(pod)
-	if s == nil || podFinished(pod) || len(podRestartRules(pod)) == 0 {
+	s := gang.WorkerStatus(pod)
+	if s == nil || gang.Finished(pod) || len(podRestartRules(pod)) == 0 {
 		return nil // no rules: an exit fails the pod, which is the Recreate path's to see
 	}
 	if t := s.State.Terminated; t != nil {
@@ -220,42 +200,12 @@ func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
 	return nil
 }
 
-// restartedSince reports whether every rank has come back from an in-place restart that
-// began at t (back): the restart is over only once the cascade reached every rank, or a rank
-// not yet torn down would be counted as recovered.
-func (g gang) restartedSince(t time.Time) bool {
-	for r, pod := range g.ranks {
-		if pod == nil || !g.back(r, t) {
-			return false
-		}
-	}
-	return true
-}
-
-// backAt is when the last rank came back: the latest start of a worker process or Ready
-// transition, as the kubelet recorded them (zero when unknown).
-func (g gang) backAt() time.Time {
-	var at time.Time
-	for _, pod := range g.ranks {
-		if pod == nil {
-			continue
-		}
-		if s := workerStatus(pod); s != nil && s.State.Running != nil && s.State.Running.StartedAt.After(at) {
-			at = s.State.Running.StartedAt.Time
-		}
-		if c := podCondition(pod, corev1.PodReady); c != nil && c.LastTransitionTime.After(at) {
-			at = c.LastTransitionTime.Time
-		}
-	}
-	return at
-}
-
 // inPlaceOverdue escalates an in-place restart that did not bring every rank back within
 // inPlaceTimeout to a full recreate: the same restart (no more budget), a new attempt. It
 // returns how long until it is due (0: not under way, or escalated now).
-func (p *pass) inPlaceOverdue(ctx context.Context, g gang) (time.Duration, bool) {
+func (p *pass) inPlaceOverdue(ctx context.Context, g gang.Gang) (time.Duration, bool) {
 	since, ok := p.inPlaceUnderWay()
-	if !ok || g.restartedSince(since) {
+	if !ok || g.RestartedSince(since) {
 		return 0, false
 	}
 	timeout := p.job.Spec.FaultTolerance.InPlaceTimeout.Duration
@@ -273,8 +223,8 @@ func (p *pass) inPlaceOverdue(ctx context.Context, g gang) (time.Duration, bool)
 		return timeout, false
 	}
 	laggards := 0
-	for _, pod := range g.ranks {
-		if pod == nil || !podReady(pod) {
+	for _, pod := range g.Ranks {
+		if pod == nil || !gang.Ready(pod) {
 			laggards++
 		}
 	}
@@ -307,7 +257,7 @@ func (p *pass) escalate(reason, msg string) {
 // in-place restart it is the same restart going wrong: the gang is recreated without counting
 // it again. A pod that failed on an exit its restart rules cover tells that its kubelet ignored
 // them.
-func (p *pass) recoverFrom(ctx context.Context, v verdict, g gang) error {
+func (p *pass) recoverFrom(ctx context.Context, v verdict, g gang.Gang) error {
 	if p.replaceable(v) && p.replaceRanks(ctx, g, v) {
 		return nil
 	}

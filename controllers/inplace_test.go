@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -95,7 +96,7 @@ func TestProcessFaultRestartsTheGangInPlace(t *testing.T) {
 	h.mustReconcile(t, job)
 	got = h.get(t, job)
 	if got.Status.Restarts != 1 || got.Status.ContainerRestarts != 3 {
-		t.Errorf("restarts %d, containerRestarts %d; want 1 and 3", got.Status.Restarts, got.Status.ContainerRestarts)
+		t.Errorf("restarts %d, gang.ContainerRestarts %d; want 1 and 3", got.Status.Restarts, got.Status.ContainerRestarts)
 	}
 	if c := condition(got, "Restarting"); c.Status != metav1.ConditionFalse || c.Reason != trainingv1alpha1.ReasonRecovered {
 		t.Errorf("Restarting = %+v, want Recovered", c)
@@ -391,7 +392,7 @@ func TestAnInPlaceRestartsWritesDoNotGrowWithTheGang(t *testing.T) {
 			t.Fatalf("%d ranks: restarts %d, Restarting %+v; want one restart, recovered", n, st.Restarts, c)
 		}
 		if st.ContainerRestarts != int64(n) {
-			t.Errorf("%d ranks: containerRestarts %d, want %d", n, st.ContainerRestarts, n)
+			t.Errorf("%d ranks: gang.ContainerRestarts %d, want %d", n, st.ContainerRestarts, n)
 		}
 		if writes > 3 {
 			t.Errorf("%d ranks: %d writes for one in-place restart, want at most 3 (decided, a progress report, recovered)", n, writes)
@@ -470,8 +471,8 @@ func TestAnInPlaceRestartEndsByRestartCountsNotTheClock(t *testing.T) {
 func restartCountsOf(t testing.TB, h *harness, job *trainingv1alpha1.ZayaTrainingJob) []int32 {
 	counts := make([]int32, job.Spec.Nodes)
 	for _, p := range h.pods(t) {
-		if r, ok := podRank(p); ok && int(r) < len(counts) && p.DeletionTimestamp.IsZero() {
-			s := workerStatus(p)
+		if r, ok := gang.Rank(p); ok && int(r) < len(counts) && p.DeletionTimestamp.IsZero() {
+			s := gang.WorkerStatus(p)
 			if s != nil {
 				counts[r] = s.RestartCount
 			}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
@@ -34,7 +35,7 @@ import (
 // with KueueWorkloads is one Kueue workload, as Kueue's own Job is (its external-framework
 // model): the operator creates and owns the job's Workload, runs no pod until Kueue admits
 // it, places the pods where the admission says, stops them when Kueue evicts, and tells
-// Kueue when the gang is ready and when it finished. Gang restarts and in-place recoveries
+// Kueue when the gang is ready and when it finished. gang.Gang restarts and in-place recoveries
 // stay inside one admission: the Workload's pod sets depend on the spec alone, never on the
 // attempt, so nothing about a restart asks Kueue for anything.
 
@@ -484,7 +485,7 @@ func podRequests(spec *corev1.PodSpec) corev1.ResourceList {
 func (p *pass) jobPodsLeft(pods []corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range pods {
-		if !podFinished(&pods[i]) {
+		if !gang.Finished(&pods[i]) {
 			out = append(out, &pods[i])
 		}
 	}
@@ -549,7 +550,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 		return true, ctrl.Result{}, nil
 	}
 	wasHeld := meta.IsStatusConditionTrue(p.job.Status.Conditions, trainingv1alpha1.ConditionQueued)
-	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
+	ran := p.job.Status.StartTime != nil || len(gang.Active(pods)) > 0
 	p.holdForKueue(pods, wl, why)
 	if !wasHeld && ran {
 		p.job.Status.Restarts = addCount(p.job.Status.Restarts, 1) // the next admission starts a new attempt, as a resume does
@@ -586,7 +587,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 func terminatingPods(pods []corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range pods {
-		if !pods[i].DeletionTimestamp.IsZero() && !podFinished(&pods[i]) {
+		if !pods[i].DeletionTimestamp.IsZero() && !gang.Finished(&pods[i]) {
 			out = append(out, &pods[i])
 		}
 	}
@@ -604,7 +605,7 @@ func (p *pass) livePods(ctx context.Context) (int, error) {
 	for i := range pods.Items {
 		// The operator's own pods only: one forged with the job's owner is never deleted, so
 		// it must not hold the quota either.
-		if p.marks.made(p.job.UID, &pods.Items[i]) && !podFinished(&pods.Items[i]) {
+		if p.marks.made(p.job.UID, &pods.Items[i]) && !gang.Finished(&pods.Items[i]) {
 			n++
 		}
 	}
@@ -634,7 +635,7 @@ func (p *pass) holdForKueue(pods []corev1.Pod, wl *kueue.Workload, why string) {
 			msg = fmt.Sprintf("the job's ranks changed while it was suspended: Workload %s admitted the old ones, and is replaced once their pods are gone", wl.Name)
 		}
 	}
-	if len(activePods(pods)) > 0 {
+	if len(gang.Active(pods)) > 0 {
 		p.normal(reason, "Stop", "%s: stopping the gang", msg)
 	}
 	p.setCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, reason, truncate(msg))
@@ -1022,7 +1023,7 @@ func (r *ZayaTrainingJobReconciler) orphanPodsHold(ctx context.Context, key type
 	held, next := false, time.Duration(0)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if ours := marks.made(uid, pod) || marks.orphaned(uid, pod); !ours || podFinished(pod) {
+		if ours := marks.made(uid, pod) || marks.orphaned(uid, pod); !ours || gang.Finished(pod) {
 			continue
 		}
 		if pod.DeletionTimestamp.IsZero() {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -185,12 +186,12 @@ func TestReportedCheckpointIgnoresGarbage(t *testing.T) {
 		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}}}
 		exited("n", 1, now)(pod)
 		pod.Status.ContainerStatuses[0].State.Terminated.Message = msg
-		got, ok := reportedCheckpoint(pod)
+		got, ok := gang.ReportedCheckpoint(pod)
 		if !ok {
 			got = -1
 		}
 		if got != want {
-			t.Errorf("reportedCheckpoint(%q) = %d, want %d", msg, got, want)
+			t.Errorf("gang.ReportedCheckpoint(%q) = %d, want %d", msg, got, want)
 		}
 	}
 }

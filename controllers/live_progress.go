@@ -9,6 +9,7 @@ import (
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
@@ -18,11 +19,11 @@ import (
 // progressAddr is where rank's worker serves its progress: its pod's own address, while the
 // pod runs. A pod on the host's network has none: its address is the node's, whatever
 // listens there is not the worker's to answer for.
-func progressAddr(g gang, rank int) string {
-	if rank >= len(g.ranks) {
+func progressAddr(g gang.Gang, rank int) string {
+	if rank >= len(g.Ranks) {
 		return ""
 	}
-	pod := g.ranks[rank]
+	pod := g.Ranks[rank]
 	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Spec.HostNetwork ||
 		net.ParseIP(pod.Status.PodIP) == nil || pod.Status.PodIP == pod.Status.HostIP {
 		return ""
@@ -31,9 +32,9 @@ func progressAddr(g gang, rank int) string {
 }
 
 // watchProgress has the poller poll the job's rank 0, and takes its latest report.
-func (p *pass) watchProgress(g gang) {
+func (p *pass) watchProgress(g gang.Gang) {
 	p.progressAddrs = p.progressAddrs[:0]
-	for rank := range min(2, len(g.ranks)) { // rank 1 answers for a dead rank 0 (progressNow)
+	for rank := range min(2, len(g.Ranks)) { // rank 1 answers for a dead rank 0 (progressNow)
 		if addr := progressAddr(g, rank); addr != "" {
 			p.progressAddrs = append(p.progressAddrs, addr)
 		}

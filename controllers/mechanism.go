@@ -18,6 +18,7 @@ import (
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -144,7 +145,7 @@ func supervisorExits(pods []corev1.Pod) []corev1.Pod {
 		if _, ok := supervisorRule(pod); !ok {
 			continue
 		}
-		s := workerStatus(pod)
+		s := gang.WorkerStatus(pod)
 		if s == nil || s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 {
 			continue
 		}
@@ -154,7 +155,7 @@ func supervisorExits(pods []corev1.Pod) []corev1.Pod {
 		}
 		out := *pod
 		out.Status.ContainerStatuses = slices.Clone(pod.Status.ContainerStatuses)
-		ws := workerStatus(&out)
+		ws := gang.WorkerStatus(&out)
 		t := *ws.State.Terminated
 		t.ExitCode, t.Reason = code, "Error"
 		ws.State = corev1.ContainerState{Terminated: &t}

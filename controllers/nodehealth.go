@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // AMD health signals (see docs/recovery.md): the device plugin lowers allocatable but never
@@ -110,9 +111,9 @@ func (p *pass) unhealthyNodes(ctx context.Context) ([]string, error) {
 
 // unhealthyRank finds the lowest rank of the current attempt whose node can no longer run it
 // and returns it as a failure. Nodes come from one cached list, without copies.
-func (p *pass) unhealthyRank(ctx context.Context, g gang) (*trainingv1alpha1.JobFailure, error) {
+func (p *pass) unhealthyRank(ctx context.Context, g gang.Gang) (*trainingv1alpha1.JobFailure, error) {
 	var nodes map[string]*corev1.Node
-	for rank, pod := range g.ranks {
+	for rank, pod := range g.Ranks {
 		if pod == nil || pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // progressBatch is how long a job's pass waits after a pod event that only reports progress
@@ -52,7 +53,7 @@ func (podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.Ty
 // way: at 2,048 ranks those exits come by the thousand, and batching them like progress keeps
 // the restart's passes, each over every pod, from piling up.
 func workerExited(old client.Object, pod *corev1.Pod) bool {
-	s := workerStatus(pod)
+	s := gang.WorkerStatus(pod)
 	if s == nil {
 		return false
 	}
@@ -64,7 +65,7 @@ func workerExited(old client.Object, pod *corev1.Pod) bool {
 		return false
 	}
 	// No earlier status is a container starting, which is progress like any other.
-	os := workerStatus(o)
+	os := gang.WorkerStatus(o)
 	if os == nil || os.RestartCount == s.RestartCount {
 		return false
 	}

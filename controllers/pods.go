@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -37,8 +38,8 @@ func (r *ZayaTrainingJobReconciler) createParallelism() int {
 // createMissing creates the pods of every missing rank concurrently. A pod the apiserver
 // refuses as invalid fails the job: retrying cannot fix the template. It returns when to look
 // again for ranks whose fresh pods the cache has not shown yet.
-func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error) {
-	ranks, recheck := p.r.creations.pending(p.job, g, g.missing(), p.now)
+func (p *pass) createMissing(ctx context.Context, g gang.Gang) (time.Duration, error) {
+	ranks, recheck := p.r.creations.Pending(p.job, g, g.Missing(), p.now)
 	if len(ranks) == 0 {
 		return recheck, nil
 	}
@@ -70,13 +71,13 @@ func (p *pass) createMissing(ctx context.Context, g gang) (time.Duration, error)
 			case err == nil:
 				created.Add(1)
 				podsCreated.Inc()
-				g.ranks[rank] = pod
-				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now()) // not p.now: a big pass takes seconds
+				g.Ranks[rank] = pod
+				p.r.creations.Created(p.job, pod.Name, p.r.Clock.Now()) // not p.now: a big pass takes seconds
 			case apierrors.IsAlreadyExists(err):
 				if taken := p.checkTaken(ctx, pod, "Pod"); taken != nil {
 					return taken // a pod of that name that is not the job's: never a rank
 				}
-				p.r.creations.created(p.job, pod.Name, p.r.Clock.Now())
+				p.r.creations.Created(p.job, pod.Name, p.r.Clock.Now())
 			case namespaceTerminating(err):
 				return err
 			case apierrors.IsInvalid(err):
@@ -120,7 +121,7 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(p.r.createParallelism())
 	for _, pod := range pods {
-		p.r.creations.deleting(p.job, pod.Name)
+		p.r.creations.Deleting(p.job, pod.Name)
 		eg.Go(func() error {
 			opts := []client.DeleteOption{client.Preconditions{UID: &pod.UID}}
 			if maxGrace != nil {

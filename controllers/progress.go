@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // capacityGrace is how long the scheduler must have found no room for a rank before the job
@@ -15,23 +16,23 @@ import (
 const capacityGrace = 10 * time.Second
 
 // recordCheckpoint keeps the newest checkpoint step the workers reported.
-func (p *pass) recordCheckpoint(g gang) {
+func (p *pass) recordCheckpoint(g gang.Gang) {
 	last := p.job.Status.LastCheckpoint
-	if g.checkpointStep < 0 || (last != nil && last.Step >= g.checkpointStep) {
+	if g.CheckpointStep < 0 || (last != nil && last.Step >= g.CheckpointStep) {
 		return
 	}
-	p.job.Status.LastCheckpoint = &trainingv1alpha1.CheckpointStatus{Step: g.checkpointStep, Time: &metav1.Time{Time: p.now}}
+	p.job.Status.LastCheckpoint = &trainingv1alpha1.CheckpointStatus{Step: g.CheckpointStep, Time: &metav1.Time{Time: p.now}}
 }
 
 // updateProgress sets readyNodes, Running and WaitingForCapacity from the gang's pods, and
 // asks to be called again when a pending capacity verdict becomes reportable.
-func (p *pass) updateProgress(g gang) ctrl.Result {
+func (p *pass) updateProgress(g gang.Gang) ctrl.Result {
 	var recheck time.Duration
 	job := p.job
 	n := job.Spec.Nodes
-	job.Status.ReadyNodes = g.ready
-	running := g.ready == n
-	if since, ok := p.inPlaceUnderWay(); ok && !g.restartedSince(since) {
+	job.Status.ReadyNodes = g.Ready
+	running := g.Ready == n
+	if since, ok := p.inPlaceUnderWay(); ok && !g.RestartedSince(since) {
 		running = false // a rank the cascade has not reached yet still runs the old process
 	}
 	if running {
@@ -46,23 +47,23 @@ func (p *pass) updateProgress(g gang) ctrl.Result {
 		}
 	} else if msg, wait := notStarting(g, p.now); msg != "" {
 		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRankNotStarting,
-			fmt.Sprintf("%d/%d ranks running; %s", g.ready, n, msg)) {
+			fmt.Sprintf("%d/%d ranks running; %s", g.Ready, n, msg)) {
 			p.warning(trainingv1alpha1.ReasonRankNotStarting, "Run", "%s", msg)
 		}
 	} else {
 		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonStarting,
-			fmt.Sprintf("%d/%d ranks running", g.ready, n))
+			fmt.Sprintf("%d/%d ranks running", g.Ready, n))
 		recheck = wait
 	}
 
-	if g.unschedulable == 0 {
-		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.scheduled, n))
+	if g.Unschedulable == 0 {
+		p.clearCondition(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonPlaced, fmt.Sprintf("%d/%d ranks placed", g.Scheduled, n))
 		return ctrl.Result{RequeueAfter: recheck}
 	}
-	if wait := g.unschedulableSince.Add(capacityGrace).Sub(p.now); wait > 0 {
+	if wait := g.UnschedulableSince.Add(capacityGrace).Sub(p.now); wait > 0 {
 		return soonest(ctrl.Result{RequeueAfter: wait}, ctrl.Result{RequeueAfter: recheck})
 	}
-	msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.scheduled, n, g.unschedulable, g.unschedulableMessage())
+	msg := fmt.Sprintf("%d/%d ranks placed, %d unschedulable: %s", g.Scheduled, n, g.Unschedulable, g.UnschedulableMessage())
 	if p.becameTrue(trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ReasonUnschedulable, msg) {
 		p.warning(trainingv1alpha1.ReasonUnschedulable, "Schedule", "%s", msg)
 	}
@@ -80,21 +81,21 @@ const (
 
 // notStarting says which placed rank has waited too long to start and why, or how long until
 // the longest wait so far is news.
-func notStarting(g gang, now time.Time) (string, time.Duration) {
-	if g.notStarting == nil {
+func notStarting(g gang.Gang, now time.Time) (string, time.Duration) {
+	if g.NotStarting == nil {
 		return "", 0
 	}
-	w := workerStatus(g.notStarting).State.Waiting
+	w := gang.WorkerStatus(g.NotStarting).State.Waiting
 	grace, hint := startErrorGrace, ""
 	if w.Reason == "ContainerCreating" {
 		grace, hint = createGrace, " (pulling a large image, or a volume that does not attach or mount: the pod's events say which)"
 	}
-	if wait := g.notStartingSince.Add(grace).Sub(now); wait > 0 {
+	if wait := g.NotStartingSince.Add(grace).Sub(now); wait > 0 {
 		return "", wait
 	}
-	rank, _ := podRank(g.notStarting)
-	msg := fmt.Sprintf("rank %d on node %s has not started since it was placed at %s: %s", rank, g.notStarting.Spec.NodeName,
-		g.notStartingSince.UTC().Format(time.RFC3339), w.Reason)
+	rank, _ := gang.Rank(g.NotStarting)
+	msg := fmt.Sprintf("rank %d on node %s has not started since it was placed at %s: %s", rank, g.NotStarting.Spec.NodeName,
+		g.NotStartingSince.UTC().Format(time.RFC3339), w.Reason)
 	if w.Message != "" {
 		msg += ": " + w.Message
 	}

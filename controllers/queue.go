@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // Queueing behind Kueue's pod integration: its webhook gives every pod it manages the
@@ -21,6 +22,10 @@ import (
 
 // kueueAdmissionGate is the scheduling gate Kueue's pod webhook adds.
 const kueueAdmissionGate = "kueue.x-k8s.io/admission"
+
+// admissionGates are the scheduling gates Kueue lifts when it admits a job: not the ones a
+// rank waits on for nothing.
+var admissionGates = []string{kueueAdmissionGate, kueue.TopologyGate}
 
 // queuedRanks counts the current attempt's pods that Kueue's admission gate holds.
 func queuedRanks(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) int {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -68,14 +69,14 @@ func (p *pass) relabel(ctx context.Context, existing *metav1.PartialObjectMetada
 // reclaimRanks looks, while the stored status has every rank ready and none being replaced, for
 // the pods of the ranks the cache does not show, by name, and relabels those that are the
 // job's: the rank is still there, not vanished. It reports how many it relabelled.
-func (p *pass) reclaimRanks(ctx context.Context, g gang) (int, error) {
+func (p *pass) reclaimRanks(ctx context.Context, g gang.Gang) (int, error) {
 	job := p.job
 	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
 		return 0, nil
 	}
-	going := g.disruptedRanks()
+	going := g.DisruptedRanks()
 	n, looked := 0, 0
-	for _, r := range g.missing() {
+	for _, r := range g.Missing() {
 		if going[r] {
 			continue
 		}

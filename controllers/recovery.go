@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).
@@ -170,19 +171,19 @@ func restartBackoff(spec trainingv1alpha1.BackoffSpec, k int) time.Duration {
 
 // finishRecovery closes a gang restart once every rank of the new attempt runs: an in-place
 // one as of when its last rank came back, since that is known exactly and a pass may come later.
-func (p *pass) finishRecovery(g gang) {
+func (p *pass) finishRecovery(g gang.Gang) {
 	since, ok := p.restarting()
 	if !ok {
 		return
 	}
 	end := p.now
-	if back := g.backAt(); p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace && back.After(since) && back.Before(end) {
+	if back := g.BackAt(); p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace && back.After(since) && back.Before(end) {
 		end = back
 	}
 	p.job.Status.Replacing = nil
 	if st := &p.job.Status; st.LastRestartMode == trainingv1alpha1.RestartModeInPlace && st.LastFailure != nil {
 		// The cascade is over: every other rank whose container it restarted.
-		if n := g.cascadeSince(since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
+		if n := cascadeSince(g, since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
 			category, more := st.LastFailure.Category, float64(n-st.LastFailure.Cascaded)
 			p.whenStored(func() { failuresTotal.WithLabelValues(category, "cascade").Add(more) })
 			st.LastFailure.Cascaded = n

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // Replacing only what broke. With restartMode InPlace a rank whose pod cannot restart in place
@@ -60,10 +61,10 @@ func (p *pass) replacesPods() bool {
 // replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
 // not counted again) that gives v's rank, and every other rank on the same failed node, a new
 // pod. It reports false when the ranks do not fit in status.replacing.
-func (p *pass) replaceRanks(ctx context.Context, g gang, v verdict) bool {
+func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v verdict) bool {
 	ranks := []int32{*v.failure.Rank}
 	if v.pod == nil && v.failure.Node != "" { // a node fault takes every rank there
-		for r, pod := range g.ranks {
+		for r, pod := range g.Ranks {
 			if pod != nil && pod.Spec.NodeName == v.failure.Node && int32(r) != ranks[0] {
 				ranks = append(ranks, int32(r))
 			}
@@ -87,13 +88,13 @@ func (p *pass) replaceRanks(ctx context.Context, g gang, v verdict) bool {
 
 // markReplaced lists ranks in status.replacing: the next pass deletes their pods (a crash in
 // between loses nothing) and creates new ones once the old are gone.
-func (p *pass) markReplaced(ctx context.Context, g gang, ranks []int32, reason, why string) {
+func (p *pass) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, reason, why string) {
 	st := &p.job.Status
 	var names []string
 	for _, r := range ranks {
-		pod := g.ranks[r]
+		pod := g.Ranks[r]
 		if pod == nil {
-			pod = g.disruptedPod(r) // deleted under the gang: its UID is what the replacement waits out
+			pod = g.DisruptedPod(r) // deleted under the gang: its UID is what the replacement waits out
 		}
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue
@@ -130,8 +131,8 @@ func replacedGrace(reason string) *int64 {
 }
 
 // deleteReplaced deletes the pods status.replacing names, each as its reason allows.
-func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
-	for _, pod := range g.replaced {
+func (p *pass) deleteReplaced(ctx context.Context, g gang.Gang) error {
+	for _, pod := range g.Replaced {
 		i := slices.IndexFunc(p.job.Status.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.UID == string(pod.UID) })
 		if err := p.deletePods(ctx, []*corev1.Pod{pod}, replacedGrace(p.job.Status.Replacing[i].Reason)); err != nil {
 			return err
@@ -143,10 +144,10 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang) error {
 // replaceLaggards is the ladder's middle rung: an in-place restart that did not bring every
 // rank back within inPlaceTimeout replaces the pods of the ranks that are not back, once. It
 // reports false when that was done already (or cannot be), so the gang must be recreated.
-func (p *pass) replaceLaggards(ctx context.Context, g gang, since time.Time, timeout time.Duration) bool {
+func (p *pass) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time, timeout time.Duration) bool {
 	var laggards []int32
-	for r, pod := range g.ranks {
-		if pod != nil && !g.back(r, since) {
+	for r, pod := range g.Ranks {
+		if pod != nil && !g.Back(r, since) {
 			laggards = append(laggards, int32(r))
 		}
 	}
@@ -159,39 +160,6 @@ func (p *pass) replaceLaggards(ctx context.Context, g gang, since time.Time, tim
 	return true
 }
 
-// back reports whether rank r has come back from the in-place restart that began at since:
-// ready, and running a process started after the fault. Its restart count tells, where the
-// count before the fault is known (g.base): a rank whose count rose has restarted, one whose
-// pod was replaced runs a new pod's first process. Otherwise its start time decides, which is
-// whole seconds: a process started in the fault's own second counts only if its container ran
-// before and that run ended since, or a rank the cascade has not reached yet, started in that
-// second, would be taken for restarted.
-func (g gang) back(r int, since time.Time) bool {
-	pod := g.ranks[r]
-	if !podReady(pod) {
-		return false
-	}
-	s := workerStatus(pod)
-	if s == nil || s.State.Running == nil {
-		return false
-	}
-	if g.renewed[r] {
-		return true
-	}
-	if g.base != nil {
-		return g.counts[r] != g.base[r] // fewer: a pod created since, with its own count
-	}
-	t, started := since.Truncate(time.Second), s.State.Running.StartedAt.Time
-	switch {
-	case started.After(t):
-		return true
-	case started.Before(t):
-		return false
-	}
-	last := s.LastTerminationState.Terminated
-	return last != nil && !last.FinishedAt.Time.Before(t)
-}
-
 // lostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
 // most ranks have come back from, a rank that did not restart with its peers, on a node whose
 // kubelet stopped renewing its Lease, is lost with its node. Either sign alone is not enough:
@@ -199,29 +167,29 @@ func (g gang) back(r int, since time.Time) bool {
 // On a node whose kubelet renewed its Lease since the restart began, such a rank that still
 // runs its old process and that its peers found silent is hung, and is replaced alone.
 // It returns when to look again while a laggard's Lease may still lapse.
-func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
+func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	since, ok := p.inPlaceUnderWay()
 	if !ok || !p.replacesPods() {
 		return 0, nil
 	}
 	var laggards []int32
 	back := 0
-	for r, pod := range g.ranks {
+	for r, pod := range g.Ranks {
 		switch {
 		case pod == nil:
-		case g.back(r, since):
+		case g.Back(r, since):
 			back++
 		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
 			laggards = append(laggards, int32(r))
 		}
 	}
-	if len(laggards) == 0 || len(laggards) > leaseChecksPerPass || 2*back < len(g.ranks) {
+	if len(laggards) == 0 || len(laggards) > leaseChecksPerPass || 2*back < len(g.Ranks) {
 		return 0, nil
 	}
 	var next time.Duration
 	going := sync.OnceValue(func() bool { return p.namespaceGoing(ctx) }) // read once, and only to act
 	for _, r := range laggards {
-		pod := g.ranks[r]
+		pod := g.Ranks[r]
 		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
 		if err != nil {
 			return 0, err
@@ -272,14 +240,14 @@ func (p *pass) lostNodes(ctx context.Context, g gang) (time.Duration, error) {
 // says until the node lifecycle controller's grace period ends. While a Lease not renewed
 // since the stop may still lapse, it returns how long to wait; a rank whose kubelet renewed
 // since is on a live node. Too many such ranks is not one lost node: nothing.
-func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*trainingv1alpha1.JobFailure, time.Duration, error) {
+func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*trainingv1alpha1.JobFailure, time.Duration, error) {
 	var left []int32
-	for r, pod := range g.ranks {
+	for r, pod := range g.Ranks {
 		if pod == nil || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			s := workerStatus(pod)
+			s := gang.WorkerStatus(pod)
 			if s == nil || s.State.Terminated == nil || !signalled.MatchString(s.State.Terminated.Message) {
 				continue
 			}
@@ -294,7 +262,7 @@ func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*traini
 	since = since.Truncate(time.Second).Add(time.Second)
 	var wait time.Duration
 	for _, r := range left {
-		pod := g.ranks[r]
+		pod := g.Ranks[r]
 		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
 		if err != nil {
 			return nil, 0, err
@@ -321,23 +289,23 @@ func (p *pass) lapsedRank(ctx context.Context, g gang, since time.Time) (*traini
 // runs the process its peers stopped over, and a peer that came back named it silent (the
 // reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
 // too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
-func hungLaggard(g gang, rank int32, since time.Time, gpusPerNode int32) bool {
-	s := workerStatus(g.ranks[rank])
-	if s == nil || s.State.Running == nil || g.renewed[rank] {
+func hungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bool {
+	s := gang.WorkerStatus(g.Ranks[rank])
+	if s == nil || s.State.Running == nil || g.Renewed[rank] {
 		return false
 	}
-	if g.base != nil && g.counts[rank] != g.base[rank] {
+	if g.Base != nil && g.Counts[rank] != g.Base[rank] {
 		return false // restarted since the fault
 	}
-	if g.base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
+	if g.Base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
 		return false
 	}
-	for r, pod := range g.ranks {
-		if pod == nil || int32(r) == rank || !g.back(r, since) {
+	for r, pod := range g.Ranks {
+		if pod == nil || int32(r) == rank || !g.Back(r, since) {
 			continue
 		}
-		exit := workerStatus(pod).LastTerminationState.Terminated
-		if exit == nil || (g.base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
+		exit := gang.WorkerStatus(pod).LastTerminationState.Terminated
+		if exit == nil || (g.Base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
 			continue // with counts known, a peer that is back ended its last run in this restart
 		}
 		for _, m := range silentPeer.FindAllStringSubmatch(exit.Message, -1) {
@@ -364,8 +332,8 @@ var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 // since the restart began), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (p *pass) replaceHung(ctx context.Context, g gang, rank int32) {
-	pod := g.ranks[rank]
+func (p *pass) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
+	pod := g.Ranks[rank]
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),

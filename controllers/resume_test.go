@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -99,39 +100,39 @@ func TestResumeReportsIgnoreGarbageAndListingOrder(t *testing.T) {
 		"checkpoint-restored=99999999999999999999": -1,
 		"restored=5":                               -1,
 	} {
-		if got := reportedResume(pod(msg)).step; got != want {
+		if got := gang.ReportedResume(pod(msg)).Step; got != want {
 			t.Errorf("%q: step %d, want %d", msg, got, want)
 		}
 	}
-	if c := reportedResume(pod("zaya: checkpoint-corrupt: step=x moved\nzaya: checkpoint-corrupt: oops")).corrupt; len(c) != 0 {
+	if c := gang.ReportedResume(pod("zaya: checkpoint-corrupt: step=x moved\nzaya: checkpoint-corrupt: oops")).Corrupt; len(c) != 0 {
 		t.Errorf("malformed corrupt lines read as %+v", c)
 	}
 	many := strings.Repeat("zaya: checkpoint-corrupt: step=7 again\n", 100)
-	if c := reportedResume(pod(many)).corrupt; len(c) > maxCorruptReported {
-		t.Errorf("%d corrupt lines kept, want at most %d", len(c), maxCorruptReported)
+	if c := gang.ReportedResume(pod(many)).Corrupt; len(c) > gang.MaxCorruptReported {
+		t.Errorf("%d corrupt lines kept, want at most %d", len(c), gang.MaxCorruptReported)
 	}
 
-	a := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=30 x\nzaya: checkpoint-corrupt: step=20 y"))
-	b := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 y\nzaya: checkpoint-corrupt: step=40 z"))
-	ab, ba := resumeReport{step: -1}, resumeReport{step: -1}
-	ab.merge(a)
-	ab.merge(b)
-	ba.merge(b)
-	ba.merge(a)
-	if ab.step != 10 || len(ab.corrupt) != 3 || ab.corrupt[0].step != 40 || !slices.Equal(ab.corrupt, ba.corrupt) {
+	a := gang.ReportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=30 x\nzaya: checkpoint-corrupt: step=20 y"))
+	b := gang.ReportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 y\nzaya: checkpoint-corrupt: step=40 z"))
+	ab, ba := gang.ResumeReport{Step: -1}, gang.ResumeReport{Step: -1}
+	ab.Merge(a)
+	ab.Merge(b)
+	ba.Merge(b)
+	ba.Merge(a)
+	if ab.Step != 10 || len(ab.Corrupt) != 3 || ab.Corrupt[0].Step != 40 || !slices.Equal(ab.Corrupt, ba.Corrupt) {
 		t.Errorf("merged %+v and %+v: want step 10, steps 40, 30, 20 in either order", ab, ba)
 	}
 
 	// Rank 0 says where a step went and why, the others only that it moved: rank 0's account
 	// wins in either order.
-	short := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved aside by rank 0"))
-	long := reportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved to corrupt-step-20-1: rank-00001.a0.bin: crc32c mismatch"))
-	for _, order := range [][]resumeReport{{short, long}, {long, short}} {
-		m := resumeReport{step: -1}
-		m.merge(order[0])
-		m.merge(order[1])
-		if len(m.corrupt) != 1 || !strings.Contains(m.corrupt[0].detail, "crc32c") {
-			t.Errorf("merged %+v, want rank 0's account of step 20", m.corrupt)
+	short := gang.ReportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved aside by rank 0"))
+	long := gang.ReportedResume(pod("checkpoint-restored=10\nzaya: checkpoint-corrupt: step=20 moved to corrupt-step-20-1: rank-00001.a0.bin: crc32c mismatch"))
+	for _, order := range [][]gang.ResumeReport{{short, long}, {long, short}} {
+		m := gang.ResumeReport{Step: -1}
+		m.Merge(order[0])
+		m.Merge(order[1])
+		if len(m.Corrupt) != 1 || !strings.Contains(m.Corrupt[0].Detail, "crc32c") {
+			t.Errorf("merged %+v, want rank 0's account of step 20", m.Corrupt)
 		}
 	}
 }
@@ -314,7 +315,7 @@ func TestACorruptStepsAccountIsBounded(t *testing.T) {
 		{"moved to corrupt-step-20-1x: letters", "", "letters"},
 		{"moved to corrupt-step-20-9: " + strings.Repeat("é", 400), "corrupt-step-20-9", truncateTo(strings.Repeat("é", 400), maxCorruptReason)},
 	} {
-		movedTo, reason := corruptStep{step: 20, detail: tc.detail}.account()
+		movedTo, reason := account(gang.CorruptStep{Step: 20, Detail: tc.detail})
 		if movedTo != tc.movedTo || reason != tc.reason {
 			t.Errorf("%q: moved to %q because %q, want %q, %q", tc.detail, movedTo, reason, tc.movedTo, tc.reason)
 		}

@@ -11,6 +11,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // Root or cascade. When one rank faults, its peers fail moments later in broken or timed-out
@@ -123,13 +124,13 @@ func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
 
 // rootFailure is the root among the current attempt's failed and deleted pods, and how many
 // others failed with it; nil when none did.
-func (g gang) rootFailure(table *attribution.Table) (*corev1.Pod, int32) {
-	failures := make([]failedRank, 0, len(g.failed)+len(g.disrupted))
-	for _, list := range [][]*corev1.Pod{g.failed, g.disrupted} {
+func rootFailure(g gang.Gang, table *attribution.Table) (*corev1.Pod, int32) {
+	failures := make([]failedRank, 0, len(g.Failed)+len(g.Disrupted))
+	for _, list := range [][]*corev1.Pod{g.Failed, g.Disrupted} {
 		for _, pod := range list {
-			f := failedRank{pod: pod, at: failedAt(pod)}
-			f.rank, _ = podRank(pod)
-			if s := workerStatus(pod); s != nil {
+			f := failedRank{pod: pod, at: gang.FailedAt(pod)}
+			f.rank, _ = gang.Rank(pod)
+			if s := gang.WorkerStatus(pod); s != nil {
 				f.exit = s.State.Terminated
 			}
 			failures = append(failures, f)
@@ -145,9 +146,9 @@ func (g gang) rootFailure(table *attribution.Table) (*corev1.Pod, int32) {
 // inPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
 // end, and how many others ended with it: the fault that started an in-place restart. A stop
 // over a peer the last restart replaced is that restart's, not a fault.
-func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []int32, gpusPerNode int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
+func inPlaceRoot(g gang.Gang, table *attribution.Table, after time.Time, counted []int32, gpusPerNode int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
 	var failures []failedRank
-	for r, pod := range g.ranks {
+	for r, pod := range g.Ranks {
 		if pod == nil {
 			continue
 		}
@@ -155,11 +156,11 @@ func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []i
 		if t == nil || !t.FinishedAt.After(after) {
 			continue
 		}
-		if s := workerStatus(pod); counted != nil && r < len(counted) && !g.renewed[r] && s != nil && s.State.Terminated == nil &&
-			g.counts[r] <= counted[r] {
+		if s := gang.WorkerStatus(pod); counted != nil && r < len(counted) && !g.Renewed[r] && s != nil && s.State.Terminated == nil &&
+			g.Counts[r] <= counted[r] {
 			continue // the run before this one ended in a restart already accounted for
 		}
-		if g.stopOverReplaced(t, gpusPerNode) {
+		if stopOverReplaced(g, t, gpusPerNode) {
 			continue
 		}
 		failures = append(failures, failedRank{pod: pod, exit: t, at: t.FinishedAt.Time, rank: int32(r)})
@@ -173,17 +174,17 @@ func (g gang) inPlaceRoot(table *attribution.Table, after time.Time, counted []i
 
 // cascadeSince counts the ranks other than root that went down in the in-place restart that
 // began at since: their last run ended then or later, or their pod was replaced.
-func (g gang) cascadeSince(since time.Time, root int32) int32 {
+func cascadeSince(g gang.Gang, since time.Time, root int32) int32 {
 	var n int32
-	for r, pod := range g.ranks {
+	for r, pod := range g.Ranks {
 		if pod == nil || int32(r) == root {
 			continue
 		}
-		if g.renewed[r] || (g.base != nil && g.counts[r] != g.base[r]) {
+		if g.Renewed[r] || (g.Base != nil && g.Counts[r] != g.Base[r]) {
 			n++
 			continue
 		}
-		if t := lastExit(pod); g.base == nil && t != nil && !t.FinishedAt.Time.Before(since) {
+		if t := lastExit(pod); g.Base == nil && t != nil && !t.FinishedAt.Time.Before(since) {
 			n++
 		}
 	}
@@ -196,7 +197,7 @@ func (g gang) cascadeSince(since time.Time, root int32) int32 {
 // pod came up finds it silent a few seconds later). Times are whole seconds: a run that began
 // in the new pod's second may have met it. A replaced rank that hangs again before its peers'
 // runs end is seen at their next stop, from runs that began after its pod.
-func (g gang) stopOverReplaced(exit *corev1.ContainerStateTerminated, gpusPerNode int32) bool {
+func stopOverReplaced(g gang.Gang, exit *corev1.ContainerStateTerminated, gpusPerNode int32) bool {
 	if exit.ExitCode != trainingv1alpha1.ExitStopped || exit.StartedAt.IsZero() {
 		return false
 	}
@@ -205,10 +206,10 @@ func (g gang) stopOverReplaced(exit *corev1.ContainerStateTerminated, gpusPerNod
 		return false
 	}
 	n, err := strconv.ParseInt(m[1], 10, 32)
-	if err != nil || n < 0 || n/int64(max(gpusPerNode, 1)) >= int64(len(g.ranks)) {
+	if err != nil || n < 0 || n/int64(max(gpusPerNode, 1)) >= int64(len(g.Ranks)) {
 		return false
 	}
-	peer := g.ranks[n/int64(max(gpusPerNode, 1))]
+	peer := g.Ranks[n/int64(max(gpusPerNode, 1))]
 	return peer != nil && exit.StartedAt.Before(&peer.CreationTimestamp)
 }
 
@@ -216,7 +217,7 @@ func (g gang) stopOverReplaced(exit *corev1.ContainerStateTerminated, gpusPerNod
 // reference worker's "lost rank N …: peer silent") into that peer's hang: the rank that froze
 // never exits by itself, so it is never among the failures. msg is the stopped rank's
 // termination message.
-func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang, gpusPerNode int32) {
+func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gpusPerNode int32) {
 	if f.ExitCode == nil || *f.ExitCode != trainingv1alpha1.ExitStopped {
 		return
 	}
@@ -229,10 +230,10 @@ func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang, gpusPer
 		return
 	}
 	rank := int32(n) / max(gpusPerNode, 1)
-	if rank >= int32(len(g.ranks)) || g.ranks[rank] == nil || (f.Rank != nil && *f.Rank == rank) {
+	if rank >= int32(len(g.Ranks)) || g.Ranks[rank] == nil || (f.Rank != nil && *f.Rank == rank) {
 		return
 	}
-	pod := g.ranks[rank]
+	pod := g.Ranks[rank]
 	by := ptr.Deref(f.Rank, -1)
 	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
 	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", truncateTo(m[0], maxEvidence)

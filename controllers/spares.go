@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -157,7 +158,7 @@ func (p *pass) takeSpare(ctx context.Context, failed string) string {
 	st := &p.job.Status
 	for _, s := range p.spares {
 		node := s.Spec.NodeName
-		if !s.DeletionTimestamp.IsZero() || !podReady(s) || node == "" || node == failed || p.quarantined(node) ||
+		if !s.DeletionTimestamp.IsZero() || !gang.Ready(s) || node == "" || node == failed || p.quarantined(node) ||
 			slices.ContainsFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool { return r.SpareNode == node }) ||
 			p.spareNodeUnfit(ctx, node) != "" {
 			continue
@@ -203,7 +204,7 @@ func (p *pass) quarantined(node string) bool {
 // ensureSpares deletes the spares that cannot serve (taken, surplus, finished, on a
 // quarantined node, or held while a rank waits for room), makes the missing ones once every
 // rank is placed, and reports how many are ready.
-func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) {
+func (p *pass) ensureSpares(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	job := p.job
 	want := wantedSpares(job)
 	if p.place != nil {
@@ -215,7 +216,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 			want = 0
 		}
 	}
-	if g.unschedulable > 0 {
+	if g.Unschedulable > 0 {
 		want = 0 // the gang first
 	}
 	taken := map[string]bool{}
@@ -234,19 +235,19 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 		if !s.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if podFinished(s) && i < want && p.now.Sub(s.CreationTimestamp.Time) < spareRetry {
+		if gang.Finished(s) && i < want && p.now.Sub(s.CreationTimestamp.Time) < spareRetry {
 			// Refused or failed: kept (its name held) until spareRetry has passed since it was made.
 			if left := spareRetry - p.now.Sub(s.CreationTimestamp.Time); retry == 0 || left < retry {
 				retry = left
 			}
 			continue
 		}
-		if i >= want || podFinished(s) || taken[s.Spec.NodeName] || (s.Spec.NodeName != "" && p.quarantined(s.Spec.NodeName)) ||
-			(s.Spec.NodeName != "" && podReady(s) && p.spareNodeUnfit(ctx, s.Spec.NodeName) != "") {
+		if i >= want || gang.Finished(s) || taken[s.Spec.NodeName] || (s.Spec.NodeName != "" && p.quarantined(s.Spec.NodeName)) ||
+			(s.Spec.NodeName != "" && gang.Ready(s) && p.spareNodeUnfit(ctx, s.Spec.NodeName) != "") {
 			drop = append(drop, s)
 			continue
 		}
-		if podReady(s) {
+		if gang.Ready(s) {
 			ready++
 		}
 	}
@@ -254,7 +255,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang) (time.Duration, error) 
 	if err := p.deletePods(ctx, drop, ptr.To[int64](spareGrace)); err != nil {
 		return 0, err
 	}
-	if g.scheduled < job.Spec.Nodes {
+	if g.Scheduled < job.Spec.Nodes {
 		return retry, nil // a rank's pod is still to be made or placed
 	}
 	var made []string

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -179,7 +180,7 @@ func TestTheFirstFailureDoesNotDependOnTheListingOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	for range 20 {
 		rng.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
-		if r, _ := podRank(classify(job, pods).firstFailure()); r != 0 {
+		if r, _ := gang.Rank(gang.Of(job, pods).FirstFailure()); r != 0 {
 			t.Fatalf("first failure is rank %d for one listing order, want rank 0 for every order", r)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
 
@@ -20,19 +21,19 @@ import (
 
 // judgeStragglers sets the Straggling condition from rank 0's latest report and returns the
 // verdict that replaces the straggler, when that is due.
-func (p *pass) judgeStragglers(g gang) *verdict {
+func (p *pass) judgeStragglers(g gang.Gang) *verdict {
 	rep := p.report
 	if gp := p.job.Status.Goodput; rep == nil || (gp != nil && gp.Open != nil) || rep.TrainingSince.Before(p.trainingSince()) {
 		return nil // no word yet from the run that trains now: a report of the one before is no news
 	}
 	margin := stragglerMargin(&p.job.Spec.FaultTolerance)
 	s := rep.Straggler
-	if s == nil || s.Rank >= len(g.ranks) || g.ranks[s.Rank] == nil {
+	if s == nil || s.Rank >= len(g.Ranks) || g.Ranks[s.Rank] == nil {
 		p.clearCondition(trainingv1alpha1.ConditionStraggling, trainingv1alpha1.ReasonNoStraggler,
 			fmt.Sprintf("no rank is busier per step than the others' median by more than %d%%", margin))
 		return nil
 	}
-	pod := g.ranks[s.Rank]
+	pod := g.Ranks[s.Rank]
 	msg := fmt.Sprintf("rank %d (pod %s on node %s) is busier per step than the other ranks' median by more than %d%%, in %d reports in a row since step %d",
 		s.Rank, pod.Name, pod.Spec.NodeName, margin, liveprogress.StragglerReports, s.Step)
 	if p.becameTrue(trainingv1alpha1.ConditionStraggling, trainingv1alpha1.ReasonStragglerDetected, msg) {

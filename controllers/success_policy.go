@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // successGrace is how long the Rank0 policy waits, after rank 0 exits 0, for the other ranks
@@ -19,25 +20,25 @@ const successGrace = 30 * time.Second
 // succeeded applies the success policy. An attempt with a failed or stopped rank never
 // succeeds, whatever rank 0 says: the worker contract's exit 0 means the run is complete, and
 // a peer's failure says it may not be. wait > 0 asks for another look after it.
-func (p *pass) succeeded(g gang) (done bool, wait time.Duration) {
+func (p *pass) succeeded(g gang.Gang) (done bool, wait time.Duration) {
 	job := p.job
-	if g.firstFailure() != nil {
+	if g.FirstFailure() != nil {
 		return false, 0
 	}
 	switch job.Spec.SuccessPolicy {
 	case trainingv1alpha1.SuccessAllRanks:
-		if g.succeeded != job.Spec.Nodes {
+		if g.Succeeded != job.Spec.Nodes {
 			return false, 0
 		}
 	default:
-		rank0 := g.ranks[0]
+		rank0 := g.Ranks[0]
 		if rank0 == nil || rank0.Status.Phase != corev1.PodSucceeded {
 			return false, 0
 		}
-		if g.succeeded != job.Spec.Nodes {
+		if g.Succeeded != job.Spec.Nodes {
 			// A kubelet always reports when the worker stopped; without it there is nothing to
 			// wait from. A finish time ahead of this clock (skew) counts from now.
-			at := finishedAt(rank0)
+			at := gang.FinishedAt(rank0)
 			if !at.IsZero() && at.After(p.now) {
 				at = p.now
 			}

@@ -8,11 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // suspend deletes every pod and keeps everything else (checkpoints, service, budget).
 func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
-	ran := p.job.Status.StartTime != nil || len(activePods(pods)) > 0
+	ran := p.job.Status.StartTime != nil || len(gang.Active(pods)) > 0
 	if err := p.stopGang(ctx, pods); err != nil {
 		return err
 	}
@@ -41,12 +42,12 @@ func (p *pass) stopGang(ctx context.Context, pods []corev1.Pod) error {
 		p.closeLoss(g, p.now, -1, nil, "suspension") // lost until now: the stop is no wall time
 	}
 	p.refreshGoodput()
-	if err := p.deletePods(ctx, activePods(pods), nil); err != nil {
+	if err := p.deletePods(ctx, gang.Active(pods), nil); err != nil {
 		return err
 	}
 	// Pods created but not yet seen by the cache are deleted or never will be: expecting
 	// them would hold the next gang's pods back until the expectations expire.
-	p.r.creations.forget(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
+	p.r.creations.Forget(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	job.Status.ReadyNodes = 0
 	job.Status.StartTime = nil
 	return nil

@@ -10,6 +10,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and
@@ -21,7 +23,7 @@ func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, erro
 		own[i] = &pods[i]
 	}
 	p.finalGoodput(podMessages(own, evidenceChecks))
-	if err := p.deletePods(ctx, activePods(pods), briefly()); err != nil {
+	if err := p.deletePods(ctx, gang.Active(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}
 	ttl := p.job.Spec.TTLSecondsAfterFinished

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -38,17 +39,17 @@ func TestNoticeVanishedOnlyWhereEveryRankRan(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(job, &pods)
 			}
-			g := classify(job, pods)
-			before := len(g.disrupted)
-			g.noticeVanished(job, now)
+			g := gang.Of(job, pods)
+			before := len(g.Disrupted)
+			g.NoticeVanished(job, now)
 			var got []string
-			for _, p := range g.disrupted[before:] {
+			for _, p := range g.Disrupted[before:] {
 				got = append(got, p.Name)
 				v := judge(&job.Spec, p, now, 0)
 				if v.failure.Reason != trainingv1alpha1.FailureReasonPodDeleted || *v.failure.Rank != 1 {
 					t.Errorf("judged %s %v, want PodDeleted of rank 1", v.failure.Reason, v.failure.Rank)
 				}
-				if g.disruptedPod(1) != p {
+				if g.DisruptedPod(1) != p {
 					t.Error("the stand-in is not found for its rank")
 				}
 			}
@@ -71,9 +72,9 @@ func TestVanishedRankIsTimedFromItsPeersExit(t *testing.T) {
 	exit := now.Add(-30 * time.Second)
 	peer.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", RestartCount: 1,
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 75, FinishedAt: metav1.Time{Time: exit}}}}}
-	g := classify(job, []corev1.Pod{peer})
-	g.noticeVanished(job, now)
-	if len(g.disrupted) != 1 || !g.disrupted[0].DeletionTimestamp.Time.Equal(exit) {
-		t.Fatalf("stand-ins %v, want one timed %s", g.disrupted, exit)
+	g := gang.Of(job, []corev1.Pod{peer})
+	g.NoticeVanished(job, now)
+	if len(g.Disrupted) != 1 || !g.Disrupted[0].DeletionTimestamp.Time.Equal(exit) {
+		t.Fatalf("stand-ins %v, want one timed %s", g.Disrupted, exit)
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
@@ -88,11 +89,11 @@ type ZayaTrainingJobReconciler struct {
 	// in memory: pods that existed before the process started are then trusted.
 	PodMarkSecret types.NamespacedName
 
-	lastWrite     sync.Map  // types.NamespacedName → time.Time of the job's last status write
-	goneWorkloads sync.Map  // types.NamespacedName → the UID of the job's Workload the operator deleted
-	tooLarge      sync.Map  // types.NamespacedName → the generation warned of StatusTooLarge
-	conflicts     sync.Map  // types.NamespacedName → status writes refused in a row with 409
-	creations     creations // pods created but not yet in the cache
+	lastWrite     sync.Map       // types.NamespacedName → time.Time of the job's last status write
+	goneWorkloads sync.Map       // types.NamespacedName → the UID of the job's Workload the operator deleted
+	tooLarge      sync.Map       // types.NamespacedName → the generation warned of StatusTooLarge
+	conflicts     sync.Map       // types.NamespacedName → status writes refused in a row with 409
+	creations     gang.Creations // pods created but not yet in the cache
 	marks         markKeys
 	rules         rulesSupport                      // whether the API server keeps container restart rules
 	patterns      atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
@@ -119,7 +120,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.lastWrite.Delete(req.NamespacedName)
 			r.conflicts.Delete(req.NamespacedName)
 			r.tooLarge.Delete(req.NamespacedName)
-			r.creations.forget(req.NamespacedName)
+			r.creations.Forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
 			r.goneWorkloads.Delete(req.NamespacedName)
 			return r.releaseOrphaned(ctx, req.NamespacedName, false)
@@ -266,21 +267,21 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
-	gang := classify(job, ranks)
-	if n, err := p.reclaimRanks(ctx, gang); err != nil || n > 0 {
+	g := gang.Of(job, ranks, admissionGates...)
+	if n, err := p.reclaimRanks(ctx, g); err != nil || n > 0 {
 		return ctrl.Result{}, err // relabelled: the pods' return to the cache brings the next pass
 	}
-	gang.noticeVanished(job, p.now)
+	g.NoticeVanished(job, p.now)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.
-		return append(gang.exitMessages(), podMessages(slices.Concat(gang.stale, gang.draining, gang.previous), evidenceChecks)...)
+		return append(podMessages(g.Ranks, evidenceChecks), podMessages(slices.Concat(g.Stale, g.Draining, g.Previous), evidenceChecks)...)
 	})
-	p.watchProgress(gang)
+	p.watchProgress(g)
 	p.refineLoss()
-	p.recordCheckpoint(gang)
-	p.recordResume(gang)
-	p.reportCorrupt(gang)
-	done, settling := p.succeeded(gang)
+	p.recordCheckpoint(g)
+	p.recordResume(g)
+	p.reportCorrupt(g)
+	done, settling := p.succeeded(g)
 	if done {
 		// Decided now, acted on once stored (the status write brings the next pass): had
 		// this pass deleted the other ranks and its write failed, the next one would see
@@ -291,7 +292,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		// Rank 0 is done; the others have successGrace to finish or fail.
 		return soonest(ctrl.Result{RequeueAfter: settling}, p.requeueForDeadline()), nil
 	}
-	v, wait, err := p.firstFailure(ctx, gang)
+	v, wait, err := p.firstFailure(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -299,7 +300,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see cascadeGrace
 	}
 	if _, restarting := p.restarting(); v == nil && !restarting {
-		v = p.judgeStragglers(gang)
+		v = p.judgeStragglers(g)
 	}
 	if v != nil {
 		if p.namespaceGoing(ctx) {
@@ -314,7 +315,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 				return ctrl.Result{}, err
 			}
 		}
-		if err := p.recoverFrom(ctx, *v, gang); err != nil {
+		if err := p.recoverFrom(ctx, *v, g); err != nil {
 			return ctrl.Result{}, err
 		}
 		if finished(job) {
@@ -322,7 +323,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil // the status write brings the next pass
 	}
-	started, causeDue, err := p.noticeInPlace(ctx, gang)
+	started, causeDue, err := p.noticeInPlace(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -332,18 +333,18 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
-	leaseDue, err := p.lostNodes(ctx, gang)
+	leaseDue, err := p.lostNodes(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	inPlaceDue, escalated := p.inPlaceOverdue(ctx, gang)
+	inPlaceDue, escalated := p.inPlaceOverdue(ctx, g)
 	if escalated {
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
-	if err := p.deleteReplaced(ctx, gang); err != nil {
+	if err := p.deleteReplaced(ctx, g); err != nil {
 		return ctrl.Result{}, err
 	}
-	spareDue, err := p.ensureSpares(ctx, gang)
+	spareDue, err := p.ensureSpares(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -355,21 +356,21 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if restarting {
 		grace = briefly()
 	}
-	if err := p.deletePods(ctx, gang.stale, grace); err != nil {
+	if err := p.deletePods(ctx, g.Stale, grace); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(gang.stale) > 0 || len(gang.draining) > 0 || len(gang.replaced) > 0 {
-		next, err := p.clearStuck(ctx, gang.draining)
+	if len(g.Stale) > 0 || len(g.Draining) > 0 || len(g.Replaced) > 0 {
+		next, err := p.clearStuck(ctx, g.Draining)
 		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: causeDue}), err
 	}
 	if wait := p.backoffLeft(); wait > 0 {
 		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: causeDue}), nil
 	}
-	recheck, err := p.createMissing(ctx, gang)
+	recheck, err := p.createMissing(ctx, g)
 	if err != nil {
 		return p.blocked(ctx, err)
 	}
-	progress := p.updateProgress(gang)
+	progress := p.updateProgress(g)
 	return soonest(progress, ctrl.Result{RequeueAfter: p.settleGoodput(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue},
 		ctrl.Result{RequeueAfter: causeDue}), nil
@@ -377,9 +378,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
 // rank on a node that lost its health (the device plugin never evicts those pods).
-func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duration, error) {
-	if pod, cascaded := g.rootFailure(p.r.failurePatterns()); pod != nil {
-		if stoppedByPeer(pod) {
+func (p *pass) firstFailure(ctx context.Context, g gang.Gang) (*verdict, time.Duration, error) {
+	if pod, cascaded := rootFailure(g, p.r.failurePatterns()); pod != nil {
+		if gang.StoppedByPeer(pod) {
 			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
 			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
 			f, err := p.unhealthyRank(ctx, g)
@@ -391,7 +392,7 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 				// period (50 s by default), but its kubelet renews no Lease from the moment
 				// it is gone: judged on a Ready node alone, the new gang would be placed on it.
 				var wait time.Duration
-				if f, wait, err = p.lapsedRank(ctx, g, failedAt(pod)); err != nil {
+				if f, wait, err = p.lapsedRank(ctx, g, gang.FailedAt(pod)); err != nil {
 					return nil, 0, err
 				} else if f == nil && wait > 0 {
 					return nil, wait, nil
@@ -405,14 +406,14 @@ func (p *pass) firstFailure(ctx context.Context, g gang) (*verdict, time.Duratio
 		}
 		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
 		p.attribute(&v.failure, pod)
-		if s := workerStatus(pod); s != nil && s.State.Terminated != nil {
+		if s := gang.WorkerStatus(pod); s != nil && s.State.Terminated != nil {
 			blameSilentPeer(&v.failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
 		}
-		if stoppedByPeer(pod) && v.failure.Reason != trainingv1alpha1.FailureReasonHang {
+		if gang.StoppedByPeer(pod) && v.failure.Reason != trainingv1alpha1.FailureReasonHang {
 			// Nothing but stops over a peer yet: the peer's own failure, its node's loss or a
 			// stop naming it silent is moments behind. The gang is broken either way; a
 			// moment's wait names the cause instead of a bystander.
-			if wait := cascadeWait(failedAt(pod), p.now); wait > 0 {
+			if wait := cascadeWait(gang.FailedAt(pod), p.now); wait > 0 {
 				return nil, wait, nil
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -296,11 +297,11 @@ func TestPodsTheCacheHasNotShownYetAreNotCreatedTwice(t *testing.T) {
 	if n := creates.Load(); n != 4 {
 		t.Errorf("a pass on a stale cache tried %d creates again", n-4)
 	}
-	if res.RequeueAfter <= 0 || res.RequeueAfter > expectationTTL {
+	if res.RequeueAfter <= 0 || res.RequeueAfter > gang.ExpectationTTL {
 		t.Errorf("RequeueAfter %v: want a look once the expectations expire", res.RequeueAfter)
 	}
 	// Still unseen after the TTL: the pods may have gone, so the ranks count as missing again.
-	clk.SetTime(now.Add(expectationTTL))
+	clk.SetTime(now.Add(gang.ExpectationTTL))
 	h.mustReconcile(t, job)
 	if n := creates.Load(); n != 8 {
 		t.Errorf("after the TTL %d creates, want 8 (4 retried)", n)
