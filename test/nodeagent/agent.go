@@ -378,6 +378,12 @@ func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 		a.forget(key, r)
 		r = nil
 	}
+	if r == nil && !a.nodeOf[pod.Spec.NodeName] {
+		// Not bound to a node of ours: the old pod's key brought a new pod of its name that the
+		// scheduler has not placed yet (a replaced rank). A kubelet runs only its node's pods;
+		// started here, it ran nowhere, and its binding's event came too late to place it.
+		return 0, nil
+	}
 	if pod.DeletionTimestamp != nil {
 		if r == nil || r.exitedNow() {
 			return 0, a.remove(ctx, pod)

@@ -277,3 +277,42 @@ func TestInitContainersRunFirstAndHandTheirFilesOn(t *testing.T) {
 		})
 	}
 }
+
+// A kubelet runs only the pods bound to its node. The agent's queue is keyed by name, so the
+// deletion of a replaced rank's pod can bring the sync of its new pod of the same name before
+// the scheduler placed it; started then, it ran with no node (the chaos soak's seed 3979071851:
+// `started on  at …`, and the test could not find the rank's node for its next fault).
+func TestAPodNotBoundToTheAgentsNodesIsNotStarted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	a, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0"}, WorkDir: t.TempDir(), Commands: map[string]string{"sh": "/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", UID: "u2"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Command: []string{"sh", "-c", "sleep 30"}}}}}
+	if _, err := cs.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := a.pods.Pods("ns").Get("w")
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the agent's cache never showed the pod")
+	}
+	if _, err := a.sync(ctx, "ns/w"); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	r := a.runs["ns/w"]
+	a.mu.Unlock()
+	if r != nil {
+		a.stop(r, 0)
+		t.Fatalf("the agent started a pod bound to no node (run on %q)", r.node)
+	}
+	got, err := cs.CoreV1().Pods("ns").Get(ctx, "w", metav1.GetOptions{})
+	if err != nil || len(got.Status.ContainerStatuses) > 0 || got.Status.PodIP != "" {
+		t.Errorf("pod status %+v (%v), want it untouched until it is bound", got.Status, err)
+	}
+}
