@@ -127,7 +127,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 		}
 	}
 	// The restart is over once every rank's count rose past what it was before the fault
-	// (spelt out: gang.ContainerRestarts no longer says they were all 0).
+	// (spelt out: containerRestarts no longer says they were all 0).
 	st.RankRestarts = g.Base
 	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
 	p.attribute(&v.failure, ended(pod, exit))

@@ -35,7 +35,7 @@ import (
 // with KueueWorkloads is one Kueue workload, as Kueue's own Job is (its external-framework
 // model): the operator creates and owns the job's Workload, runs no pod until Kueue admits
 // it, places the pods where the admission says, stops them when Kueue evicts, and tells
-// Kueue when the gang is ready and when it finished. gang.Gang restarts and in-place recoveries
+// Kueue when the gang is ready and when it finished. Gang restarts and in-place recoveries
 // stay inside one admission: the Workload's pod sets depend on the spec alone, never on the
 // attempt, so nothing about a restart asks Kueue for anything.
 

@@ -201,16 +201,27 @@ func stopOverReplaced(g gang.Gang, exit *corev1.ContainerStateTerminated, gpusPe
 	if exit.ExitCode != trainingv1alpha1.ExitStopped || exit.StartedAt.IsZero() {
 		return false
 	}
-	m := silentPeer.FindStringSubmatch(exit.Message)
+	rank, _, ok := silentRank(exit.Message, g, gpusPerNode)
+	return ok && exit.StartedAt.Before(&g.Ranks[rank].CreationTimestamp)
+}
+
+// silentRank is the rank of the gang whose pod a stopped rank's message names silent (the
+// reference worker's "lost rank N …: peer silent"; N is a global rank, node rank × gpusPerNode
+// + local), with the words that named it; false when it names none of the gang's live pods.
+func silentRank(msg string, g gang.Gang, gpusPerNode int32) (int32, string, bool) {
+	m := silentPeer.FindStringSubmatch(msg)
 	if m == nil {
-		return false
+		return 0, "", false
 	}
 	n, err := strconv.ParseInt(m[1], 10, 32)
-	if err != nil || n < 0 || n/int64(max(gpusPerNode, 1)) >= int64(len(g.Ranks)) {
-		return false
+	if err != nil || n < 0 {
+		return 0, "", false
 	}
-	peer := g.Ranks[n/int64(max(gpusPerNode, 1))]
-	return peer != nil && exit.StartedAt.Before(&peer.CreationTimestamp)
+	rank := int32(n) / max(gpusPerNode, 1)
+	if rank >= int32(len(g.Ranks)) || g.Ranks[rank] == nil {
+		return 0, "", false
+	}
+	return rank, m[0], true
 }
 
 // blameSilentPeer turns a root that only stopped because a peer went silent (exit 75, the
@@ -221,21 +232,13 @@ func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gp
 	if f.ExitCode == nil || *f.ExitCode != trainingv1alpha1.ExitStopped {
 		return
 	}
-	m := silentPeer.FindStringSubmatch(msg)
-	if m == nil {
-		return
-	}
-	n, err := strconv.ParseInt(m[1], 10, 32)
-	if err != nil || n < 0 {
-		return
-	}
-	rank := int32(n) / max(gpusPerNode, 1)
-	if rank >= int32(len(g.Ranks)) || g.Ranks[rank] == nil || (f.Rank != nil && *f.Rank == rank) {
+	rank, words, ok := silentRank(msg, g, gpusPerNode)
+	if !ok || (f.Rank != nil && *f.Rank == rank) {
 		return
 	}
 	pod := g.Ranks[rank]
 	by := ptr.Deref(f.Rank, -1)
 	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
-	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", truncateTo(m[0], maxEvidence)
-	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, m[0]))
+	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", truncateTo(words, maxEvidence)
+	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, words))
 }

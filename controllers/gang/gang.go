@@ -215,7 +215,7 @@ func (g *Gang) NoticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Ti
 	}
 }
 
-// DisruptedPod is rank's pod deleted under the gang (still terminating, or noticeVanished's
+// DisruptedPod is rank's pod deleted under the gang (still terminating, or NoticeVanished's
 // stand-in), if there is one.
 func (g Gang) DisruptedPod(rank int32) *corev1.Pod {
 	for _, pod := range g.Disrupted {
