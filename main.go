@@ -23,6 +23,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
@@ -127,7 +128,8 @@ func main() {
 		SparePriorityClass: sparePriorityClass,
 		HardwareTaint:      hardwareTaint,
 		QuarantineTaintMax: quarantineTaintMax,
-		KueueWorkloads:     kueueWorkloads,
+		// Kueue's pod groups are always served; its Workloads with --kueue-workloads.
+		Admission: kueuegate.New(mgr.GetClient(), mgr.GetAPIReader(), kueueWorkloads),
 	}
 	if progressInterval > 0 {
 		var proxy *url.URL

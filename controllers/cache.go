@@ -17,34 +17,13 @@ import (
 // Field indexes on the cached worker pods.
 const (
 	// podOwnerKey indexes pods by the name of the ZayaTrainingJob that controls them.
-	podOwnerKey = ".metadata.controller.zayatrainingjob"
+	podOwnerKey = workerpod.OwnerIndex
 	// podNodeKey indexes pods by the node they are bound to.
 	podNodeKey = "spec.nodeName"
-	// workloadOwnerKey indexes Kueue Workloads by the name of the ZayaTrainingJob that
-	// controls them, or that an ownerless one was orphaned from (its job-name label): a pass
-	// reads its job's without a namespace's worth of copies.
-	workloadOwnerKey = ".metadata.controller.zayatrainingjob"
 )
 
-// owningJob is the name of the ZayaTrainingJob that controls obj, if one does.
-func owningJob(obj metav1.Object) (string, bool) {
-	ref := metav1.GetControllerOf(obj)
-	if ref == nil || ref.Kind != workerpod.JobKind || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
-		return "", false
-	}
-	return ref.Name, true
-}
-
-// indexWorkloadJob is indexOwningJob for Workloads, and an ownerless one's job-name label.
-func indexWorkloadJob(o client.Object) []string {
-	if metav1.GetControllerOf(o) == nil && o.GetLabels()[trainingv1alpha1.JobNameLabel] != "" {
-		return []string{o.GetLabels()[trainingv1alpha1.JobNameLabel]}
-	}
-	return indexOwningJob(o)
-}
-
 func indexOwningJob(o client.Object) []string {
-	if name, ok := owningJob(o); ok {
+	if name, ok := workerpod.OwningJob(o); ok {
 		return []string{name}
 	}
 	return nil

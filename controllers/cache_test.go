@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -83,7 +82,7 @@ func TestCacheKeepsWhatTheReconcilerReads(t *testing.T) {
 func TestSlimPodKeepsWhatTheReconcilerReads(t *testing.T) {
 	pod := &corev1.Pod{Spec: corev1.PodSpec{
 		NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever,
-		SchedulingGates: []corev1.PodSchedulingGate{{Name: kueueAdmissionGate}},
+		SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}},
 		Containers:      []corev1.Container{{Name: "worker", Image: "w", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
 		Volumes:         []corev1.Volume{{Name: "v"}},
 	}}
@@ -92,10 +91,8 @@ func TestSlimPodKeepsWhatTheReconcilerReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	slim := out.(*corev1.Pod)
-	job := &trainingv1alpha1.ZayaTrainingJob{}
-	slim.Labels = map[string]string{trainingv1alpha1.AttemptLabel: "0"}
-	if queuedRanks(job, []corev1.Pod{*slim}) != 1 {
-		t.Error("a gated pod from the cache is not queued: the gates were dropped")
+	if len(slim.Spec.SchedulingGates) != 1 || slim.Spec.SchedulingGates[0].Name != "kueue.x-k8s.io/admission" {
+		t.Errorf("scheduling gates %v: a gated pod from the cache would not be queued", slim.Spec.SchedulingGates)
 	}
 	if slim.Spec.NodeName != "n1" || slim.Spec.Containers[0].Name != "worker" {
 		t.Errorf("kept too little: %+v", slim.Spec)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -34,14 +35,9 @@ func (p *pass) ensureChildren(ctx context.Context) error {
 	return err
 }
 
-// nameConflict is an object the job needs whose name is taken by one that is not the job's.
-type nameConflict struct {
-	kind, name string
-}
-
-func (c *nameConflict) Error() string {
-	return fmt.Sprintf("%s %s already exists and is not this job's: delete or rename it; the job starts once the name is free", c.kind, c.name)
-}
+// nameConflict is an object the job needs whose name is taken by one that is not the job's:
+// its Service, claim or pods, or what its admission makes.
+type nameConflict = admission.NameConflict
 
 // ensure creates obj, a core object of kind, unless the cache shows the job's own; it reports
 // whether this call created it. An object of that name that is not the job's is never
@@ -52,7 +48,7 @@ func (p *pass) ensure(ctx context.Context, obj client.Object, kind string) (bool
 	switch {
 	case err == nil:
 		if !p.isOwn(existing, obj) {
-			return false, &nameConflict{kind, obj.GetName()}
+			return false, &nameConflict{Kind: kind, Name: obj.GetName()}
 		}
 		return false, nil
 	case !apierrors.IsNotFound(err):
@@ -112,7 +108,7 @@ func (p *pass) checkTaken(ctx context.Context, obj client.Object, kind string) e
 			return nil
 		}
 	}
-	return &nameConflict{kind, obj.GetName()}
+	return &nameConflict{Kind: kind, Name: obj.GetName()}
 }
 
 // shareClaim makes a job that mounts another job's claim by claimName (one the operator made

@@ -90,7 +90,7 @@ func checkWorkerPod(t *testing.T, job *trainingv1alpha1.ZayaTrainingJob, network
 		t.Errorf("pod %s labelled rank %q attempt %q, want rank %d attempt %d", pod.Name,
 			pod.Labels[trainingv1alpha1.RankLabel], pod.Labels[trainingv1alpha1.AttemptLabel], rank, job.Status.Restarts)
 	}
-	if owner, ok := owningJob(pod); !ok || owner != job.Name {
+	if owner, ok := workerpod.OwningJob(pod); !ok || owner != job.Name {
 		t.Errorf("pod %s is controlled by %q, want %s", pod.Name, owner, job.Name)
 	}
 	w := &pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)]

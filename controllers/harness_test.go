@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 )
 
 var now = time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
@@ -88,7 +89,8 @@ func newHarness(t testing.TB, funcs interceptor.Funcs, objs ...client.Object) *h
 		WithIndex(&corev1.Pod{}, "metadata.name", byName).
 		WithIndex(&corev1.Service{}, "metadata.name", byName).
 		WithIndex(&corev1.PersistentVolumeClaim{}, "metadata.name", byName).Build()
-	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now)}
+	h.r = &ZayaTrainingJobReconciler{Client: cl, Recorder: h.events, Clock: clocktesting.NewFakePassiveClock(now),
+		Admission: kueuegate.New(cl, nil, false)} // as main.go: Kueue's pod groups are always served
 	return h
 }
 

@@ -14,6 +14,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // progressBatch is how long a job's pass waits after a pod event that only reports progress
@@ -77,7 +78,7 @@ func workerExited(old client.Object, pod *corev1.Pod) bool {
 // (orphaned by kubectl delete --cascade=orphan) queues the job its label names: it holds that
 // job's Kueue quota until it ends.
 func enqueueOwner(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], delay time.Duration) {
-	name, ok := owningJob(obj)
+	name, ok := workerpod.OwningJob(obj)
 	if !ok && metav1.GetControllerOf(obj) == nil {
 		name = obj.GetLabels()[trainingv1alpha1.JobNameLabel]
 		ok = name != ""

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -43,8 +44,8 @@ func (p *pass) createMissing(ctx context.Context, g gang.Gang) (time.Duration, e
 	if len(ranks) == 0 {
 		return recheck, nil
 	}
-	if p.placeErr != nil {
-		return recheck, fmt.Errorf("placing the pods where Kueue admitted them: %w", p.placeErr)
+	if err := p.admission.Unplaceable(); err != nil {
+		return recheck, err
 	}
 	unhealthy, err := p.unhealthyNodes(ctx)
 	if err != nil {
@@ -64,7 +65,7 @@ func (p *pass) createMissing(ctx context.Context, g gang.Gang) (time.Duration, e
 				noCommand.Store(true)
 			}
 			workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
-			p.placeOn(pod, workersPodSet)
+			p.admission.Place(pod, admission.Ranks)
 			p.marks.stamp(p.job, pod, p.r.Clock.Now()) // at the send: see markWindow
 			err := p.r.Create(ctx, pod)
 			switch {
@@ -141,11 +142,10 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int
 func briefly() *int64 { return ptr.To(int64(restartGracePeriod.Seconds())) }
 
 // newWorkerPod is rank's pod of the job's current attempt, with what the operator's other
-// concerns place on it: the Kueue pod group, the restart mechanism, the quarantined nodes it
-// avoids and the spare's node it must take.
+// concerns place on it: the restart mechanism, the quarantined nodes it avoids and the
+// spare's node it must take (the admission's placement is added when it is created).
 func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
 	return workerpod.Render(job, network, rank, func(pod *corev1.Pod, w *corev1.Container) {
-		joinPodGroup(job, pod, job.Status.Attempt())
 		setInPlace(job, pod, w)
 		avoidQuarantined(&pod.Spec, job.Status.QuarantinedNodes)
 		requireSpareNode(job, &pod.Spec, rank)

@@ -22,7 +22,9 @@ func TestAQueuedGangWaitsOutsideItsDeadline(t *testing.T) {
 	at := func(d time.Duration) time.Time { h.r.Clock = clockAt(now.Add(d)); return now.Add(d) }
 	at(0)
 	h.mustReconcile(t, job)
-	gate := func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: kueueAdmissionGate}} }
+	gate := func(p *corev1.Pod) {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}}
+	}
 	for name := range h.pods(t) {
 		h.setPod(t, name, gate) // as Kueue's webhook does at creation
 	}

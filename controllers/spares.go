@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -81,8 +82,8 @@ func splitSpares(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) ([]co
 // wantedSpares is how many spares the job holds: only ranks that restart in place are ever
 // replaced alone.
 func wantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
-	// A Kueue pod group is the attempt's ranks: a spare would be a pod outside it.
-	if wantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate || podGroupQueued(job) {
+	// (The admission may allow fewer: see ensureSpares.)
+	if wantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
 		return 0
 	}
 	return min(max(job.Spec.FaultTolerance.Spares, 0), 16)
@@ -206,16 +207,7 @@ func (p *pass) quarantined(node string) bool {
 // rank is placed, and reports how many are ready.
 func (p *pass) ensureSpares(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	job := p.job
-	want := wantedSpares(job)
-	if p.place != nil {
-		// Under Kueue: no more spares than its admission counted (the job's spares may have
-		// grown since), none while the placement cannot be read.
-		if pl := p.place[sparesPodSet]; pl != nil && p.placeErr == nil {
-			want = min(want, pl.count)
-		} else {
-			want = 0
-		}
-	}
+	want := p.admission.Spares(wantedSpares(job))
 	if g.Unschedulable > 0 {
 		want = 0 // the gang first
 	}
@@ -274,7 +266,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang.Gang) (time.Duration, er
 		}
 		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
 		workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
-		p.placeOn(pod, sparesPodSet)
+		p.admission.Place(pod, admission.Spares)
 		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
 		if err := p.r.Create(ctx, pod); err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod

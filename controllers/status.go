@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
-	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // maxMessageLength bounds condition messages (the API allows 32768; status stays small).
@@ -47,19 +47,9 @@ type pass struct {
 
 	// pods are the job's own pods as the pass found them.
 	pods []corev1.Pod
-	// workload is the job's Kueue Workload (nil without Kueue); place what its admission
-	// adds to the pods of each pod set.
-	workload *kueue.Workload
-	place    map[string]*podPlacement
-	// placeErr keeps pods from being made while the admission's placement cannot be read.
-	placeErr error
-	// kueueManaged memoizes inKueue, owned ownWorkload.
-	kueueChecked, kueueManaged bool
-	ownedChecked               bool
-	owned                      *kueue.Workload
-	// reshaped: the job's ranks no longer are what its Workload admitted (edited while
-	// suspended); the gang may not run under it.
-	reshaped bool
+	// admission is the gate's ticket for this pass: whether the gang may run, and what it
+	// places on the pods.
+	admission admission.Ticket
 }
 
 // pendingEvent is an event waiting for the end of the pass.

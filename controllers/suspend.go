@@ -30,7 +30,7 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 	for _, c := range []string{trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ConditionRunning, trainingv1alpha1.ConditionWaitingForCapacity} {
 		p.clearCondition(c, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	}
-	return p.suspendWorkload(ctx, pods)
+	return p.admission.Suspended(ctx, pods)
 }
 
 // stopGang deletes every running pod of the job (each may save on SIGTERM) and closes the

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -34,10 +33,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
-	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -79,24 +78,22 @@ type ZayaTrainingJobReconciler struct {
 	// rank 0 to say it trains again.
 	ProgressPollInterval time.Duration
 
-	// KueueWorkloads runs jobs that name a Kueue queue (label kueue.x-k8s.io/queue-name) as
-	// Kueue workloads: Kueue admits, places and evicts each as one (see kueue_workload.go).
-	// Needs Kueue's CRDs installed and the kind in Kueue's integrations.externalFrameworks.
-	KueueWorkloads bool
+	// Admission is the gate a job's gang passes before it runs (nil: none): Kueue's, from
+	// controllers/admission/kueuegate, in main.go.
+	Admission admission.Gate
 
 	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
 	// operator marks its pods with across restarts; created on first use. Empty keeps the key
 	// in memory: pods that existed before the process started are then trusted.
 	PodMarkSecret types.NamespacedName
 
-	lastWrite     sync.Map       // types.NamespacedName → time.Time of the job's last status write
-	goneWorkloads sync.Map       // types.NamespacedName → the UID of the job's Workload the operator deleted
-	tooLarge      sync.Map       // types.NamespacedName → the generation warned of StatusTooLarge
-	conflicts     sync.Map       // types.NamespacedName → status writes refused in a row with 409
-	creations     gang.Creations // pods created but not yet in the cache
-	marks         markKeys
-	rules         rulesSupport                      // whether the API server keeps container restart rules
-	patterns      atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
+	lastWrite sync.Map       // types.NamespacedName → time.Time of the job's last status write
+	tooLarge  sync.Map       // types.NamespacedName → the generation warned of StatusTooLarge
+	conflicts sync.Map       // types.NamespacedName → status writes refused in a row with 409
+	creations gang.Creations // pods created but not yet in the cache
+	marks     markKeys
+	rules     rulesSupport                      // whether the API server keeps container restart rules
+	patterns  atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
 }
 
 // Least privilege: reads come from the informers' caches (list, watch), but for a live get of
@@ -122,7 +119,6 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.tooLarge.Delete(req.NamespacedName)
 			r.creations.Forget(req.NamespacedName)
 			r.forgetProgress(req.NamespacedName)
-			r.goneWorkloads.Delete(req.NamespacedName)
 			return r.releaseOrphaned(ctx, req.NamespacedName, false)
 		}
 		return ctrl.Result{}, err
@@ -132,12 +128,13 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return r.releaseOrphaned(ctx, req.NamespacedName, slices.Contains(stored.GetFinalizers(), metav1.FinalizerDeleteDependents))
 	}
 	if !managedByOperator(stored) {
-		if by, _, _ := unstructured.NestedString(stored.Object, "spec", "managedBy"); by == kueue.MultiKueueController && r.kueueWorkload(stored) {
-			if job, _, err := decodeJob(stored); err == nil {
-				return r.multiKueueManager(ctx, job)
-			}
+		job, _, err := decodeJob(stored)
+		if err != nil {
+			return ctrl.Result{}, nil // another controller's to read
 		}
-		return ctrl.Result{}, nil
+		p := &pass{r: r, job: job, now: r.Clock.Now()}
+		defer p.emit(true)
+		return r.gate().Delegated(ctx, job, p)
 	}
 	logger := log.FromContext(ctx).WithValues("job", klog.KObj(stored))
 	ctx = log.IntoContext(ctx, logger)
@@ -164,17 +161,16 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks, pods: own}
+	p.admission = r.gate().For(job, p)
 	if len(dropped) > 0 {
 		p.warning(trainingv1alpha1.ReasonInvalidSpec, "Validate", "reset %s: the stored value could not be read", strings.Join(dropped, ", "))
 		oldStatus = &trainingv1alpha1.ZayaTrainingJobStatus{ObservedGeneration: -1} // write, replacing it
 	}
 	result, err := p.run(ctx, own)
-	if err == nil {
-		err = p.syncWorkload(ctx)
-	}
-	p.releasePodGroups(ctx, own, p.runningGroup())
-	// A job deleted and made again under its name: the old one's Workloads go with its pods.
-	orphans, oerr := r.releaseOrphanedWorkloads(ctx, req.NamespacedName, job.UID, false)
+	err = errors.Join(err, p.admission.Report(ctx, own, err != nil))
+	// A job deleted and made again under its name: what the old one's admission holds goes
+	// with its pods.
+	orphans, oerr := r.gate().Orphans(ctx, req.NamespacedName, job.UID, r.podsHold(false))
 	err = errors.Join(err, oerr)
 	result = soonest(result, ctrl.Result{RequeueAfter: orphans})
 	p.boundStatus()
@@ -214,16 +210,6 @@ func (r *ZayaTrainingJobReconciler) conflictRecheck(key types.NamespacedName) ti
 	}
 	r.conflicts.Store(key, n+1)
 	return min(statusConflictRecheck<<min(n, 8), maxConflictRecheck)
-}
-
-// releaseOrphaned lets Kueue's hold on a job that is gone (or going) go: its Workloads once
-// its pods are, its pod groups at once.
-func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, deletePods bool) (ctrl.Result, error) {
-	wait, err := r.releaseOrphanedWorkloads(ctx, key, "", deletePods)
-	if err = errors.Join(err, r.releaseOrphanedGroupPods(ctx, key)); err != nil {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // run is the list of steps of one pass.
@@ -267,7 +253,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	}
 	ranks, spares := splitSpares(job, pods)
 	p.spares = spares
-	g := gang.Of(job, ranks, admissionGates...)
+	g := gang.Of(job, ranks, p.r.gate().Lifted()...)
 	if n, err := p.reclaimRanks(ctx, g); err != nil || n > 0 {
 		return ctrl.Result{}, err // relabelled: the pods' return to the cache brings the next pass
 	}
@@ -475,11 +461,9 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency, RateLimiter: retryRateLimiter()}).
 		Named("zayatrainingjob")
-	if r.KueueWorkloads {
-		b = b.Owns(&kueue.Workload{})
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kueue.Workload{}, workloadOwnerKey, indexWorkloadJob); err != nil {
-			return err
-		}
+	b, err := r.gate().Setup(mgr, b)
+	if err != nil {
+		return err
 	}
 	if r.Progress != nil {
 		// The poller wakes a job when its progress says something the job acts on.

@@ -125,6 +125,18 @@ func ReportedCheckpoint(pod *corev1.Pod) (int64, bool) {
 	return 0, false
 }
 
+// Holding are the pods that still exist and have not finished, deleted or not: what holds
+// devices.
+func Holding(pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		if !Finished(&pods[i]) {
+			out = append(out, &pods[i])
+		}
+	}
+	return out
+}
+
 // Active are the pods that still run or wait to run.
 func Active(pods []corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod

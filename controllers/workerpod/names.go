@@ -44,6 +44,19 @@ func OwnerRef(job *trainingv1alpha1.ZayaTrainingJob) metav1.OwnerReference {
 	return *metav1.NewControllerRef(job, trainingv1alpha1.GroupVersion.WithKind(JobKind))
 }
 
+// OwningJob is the name of the ZayaTrainingJob that controls obj, if one does.
+func OwningJob(obj metav1.Object) (string, bool) {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != JobKind || ref.APIVersion != trainingv1alpha1.GroupVersion.String() {
+		return "", false
+	}
+	return ref.Name, true
+}
+
+// OwnerIndex is the field index of objects (pods, Workloads) by the name of the job that
+// controls them.
+const OwnerIndex = ".metadata.controller.zayatrainingjob"
+
 // JobLabels are the labels of every object the job owns.
 func JobLabels(job *trainingv1alpha1.ZayaTrainingJob) map[string]string {
 	return map[string]string{trainingv1alpha1.JobNameLabel: job.Name}

@@ -20,6 +20,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -70,7 +71,7 @@ func startManagerConfigured(t *testing.T, cfg *rest.Config, newClient client.New
 	t.Helper()
 	cacheOpts := controllers.CacheOptions()
 	if probe := (&controllers.ZayaTrainingJobReconciler{}); configure != nil {
-		if configure(probe); probe.KueueWorkloads {
+		if configure(probe); probe.Admission != nil {
 			// As main.go with --kueue-workloads (which needs Kueue's CRDs: not every API
 			// server of the suite has them).
 			cacheOpts.ByObject[&kueue.Workload{}] = cache.ByObject{Transform: kueue.SlimWorkload}
@@ -94,6 +95,8 @@ func startManagerConfigured(t *testing.T, cfg *rest.Config, newClient client.New
 		Recorder:      mgr.GetEventRecorder("zaya-operator"),
 		Clock:         clock.RealClock{},
 		PodMarkSecret: markSecret,
+		// As main.go: Kueue's pod groups always, its Workloads only where configured.
+		Admission: kueuegate.New(mgr.GetClient(), mgr.GetAPIReader(), false),
 	}
 	if configure != nil {
 		configure(r)

@@ -24,6 +24,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers"
+	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -36,7 +37,7 @@ import (
 // admissions name.
 func startKueueManager(t *testing.T, g Gomega) {
 	t.Helper()
-	startManagerConfigured(t, cfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) { r.KueueWorkloads = true })
+	startManagerConfigured(t, cfg, nil, podMarkSecret, withKueueWorkloads)
 	makeFlavor(g)
 }
 
@@ -82,6 +83,11 @@ func admit(g Gomega, wl *kueue.Workload, topology bool) {
 		"admission":  map[string]any{"clusterQueue": "gpus", "podSetAssignments": []any{a}},
 		"conditions": []any{cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "True", "Admitted")},
 	})
+}
+
+// withKueueWorkloads runs the operator as main.go does with --kueue-workloads.
+func withKueueWorkloads(r *controllers.ZayaTrainingJobReconciler) {
+	r.Admission = kueuegate.New(r.Client, r.APIReader, true)
 }
 
 // admittedJob creates a 2-node job in queue "team" under an operator with KueueWorkloads,
@@ -425,7 +431,7 @@ func TestKueueWorkloadsNeedOnlyTheKueueOverlaysRules(t *testing.T) {
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:zaya-system:zaya-operator",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:zaya-system", "system:authenticated"}}
-	startManagerConfigured(t, opCfg, nil, podMarkSecret, func(r *controllers.ZayaTrainingJobReconciler) { r.KueueWorkloads = true })
+	startManagerConfigured(t, opCfg, nil, podMarkSecret, withKueueWorkloads)
 
 	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Label(kueue.QueueNameLabel, "team").Obj()
 	job.Spec.Template.Spec.PriorityClassName = "system-cluster-critical" // read for the Workload's priority

@@ -1,4 +1,4 @@
-package controllers
+package kueuegate
 
 import (
 	"context"
@@ -9,14 +9,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -28,7 +31,7 @@ import (
 // suspension, the end) is let go: its pods say retriable-in-group "false" so Kueue finishes
 // its group and frees the quota, and Kueue's finalizer is taken off those being deleted, so
 // neither a restart nor a delete waits on it (a pod whose node is gone would hold it forever).
-// The price: every attempt queues again, where the Workload path (kueue_workload.go) keeps
+// The price: every attempt queues again, where the Workload path (workload.go) keeps
 // restarts inside one admission.
 
 // podGroupQueued reports whether the job's pods are Kueue pod groups.
@@ -73,7 +76,7 @@ func joinPodGroup(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, attemp
 // off every pod of the job being deleted, of the current group too: a rank replaced in place
 // gets a pod of the same name only once the old one is gone. Best effort: an error (no RBAC
 // to patch pods, say) is reported and retried, never blocks the pass.
-func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current string) {
+func (t *ticket) releasePodGroups(ctx context.Context, pods []corev1.Pod, current string) {
 	var failed error
 	for i := range pods {
 		pod := &pods[i]
@@ -81,12 +84,12 @@ func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current 
 		if group == "" {
 			continue
 		}
-		if err := p.r.letGoOfGroupPod(ctx, pod, group != current); err != nil {
+		if err := t.g.letGoOfGroupPod(ctx, pod, group != current); err != nil {
 			failed = err
 		}
 	}
 	if failed != nil {
-		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonBlockedByFinalizer, "Patch",
+		t.host.Acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonBlockedByFinalizer, "Patch",
 			"letting Kueue's pod group go: %v (the operator needs patch on pods: config/kueue, or the chart's kueue.enabled)", failed)
 	}
 }
@@ -94,7 +97,7 @@ func (p *pass) releasePodGroups(ctx context.Context, pods []corev1.Pod, current 
 // letGoOfGroupPod takes Kueue's finalizer off a pod being deleted and, for a pod of a group
 // the job left, marks it not retriable: Kueue then finishes that group once none of its pods
 // runs, and frees its quota.
-func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod, left bool) error {
+func (g *Gate) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod, left bool) error {
 	meta := map[string]any{}
 	if left && pod.Annotations[kueue.RetriableInGroup] != "false" {
 		meta["annotations"] = map[string]string{kueue.RetriableInGroup: "false"}
@@ -112,7 +115,7 @@ func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *co
 	}
 	// A fresh object: pod may be the cache's own copy, which the reply must not overwrite.
 	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
-	err = r.Patch(ctx, target, client.RawPatch(types.MergePatchType, b))
+	err = g.Patch(ctx, target, client.RawPatch(types.MergePatchType, b))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("pod %s: %w", pod.Name, err)
 	}
@@ -121,9 +124,9 @@ func (r *ZayaTrainingJobReconciler) letGoOfGroupPod(ctx context.Context, pod *co
 
 // releaseOrphanedGroupPods lets go of the pod groups of a job that is gone: its pods, being
 // garbage-collected, would otherwise wait on Kueue's finalizer with the group's quota held.
-func (r *ZayaTrainingJobReconciler) releaseOrphanedGroupPods(ctx context.Context, key types.NamespacedName) error {
+func (g *Gate) releaseOrphanedGroupPods(ctx context.Context, key types.NamespacedName) error {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{podOwnerKey: key.Name}); err != nil {
+	if err := g.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workerpod.OwnerIndex: key.Name}); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
@@ -131,7 +134,7 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedGroupPods(ctx context.Context
 		if pod.Labels[kueue.PodGroupNameLabel] == "" || pod.Labels[trainingv1alpha1.JobNameLabel] != key.Name {
 			continue
 		}
-		if err := r.letGoOfGroupPod(ctx, pod, true); err != nil {
+		if err := g.letGoOfGroupPod(ctx, pod, true); err != nil {
 			return err
 		}
 	}
@@ -140,9 +143,56 @@ func (r *ZayaTrainingJobReconciler) releaseOrphanedGroupPods(ctx context.Context
 
 // runningGroup is the pod group of the attempt the job runs now; "" when it runs none (ended,
 // suspended, or held by Kueue's Workload).
-func (p *pass) runningGroup() string {
-	if finished(p.job) || p.job.Spec.Suspend || !podGroupQueued(p.job) {
+func (t *ticket) runningGroup() string {
+	if t.job.Status.Finished() || t.job.Spec.Suspend || !podGroupQueued(t.job) {
 		return ""
 	}
-	return podGroupName(p.job, p.job.Status.Attempt())
+	return podGroupName(t.job, t.job.Status.Attempt())
+}
+
+// Queueing behind Kueue's pod integration: its webhook gives every pod it manages the
+// kueue.x-k8s.io/admission scheduling gate and lifts it once it admits the group. A gang whose
+// ranks are gated has not started: Queued=True says so, activeDeadlineSeconds does not run out
+// in the queue, and a job admitted for the first time starts its clock (startTime, goodput)
+// at admission, as a job unsuspended by Kueue does.
+
+// kueueAdmissionGate is the scheduling gate Kueue's pod webhook adds.
+const kueueAdmissionGate = "kueue.x-k8s.io/admission"
+
+// admissionGates are the scheduling gates Kueue lifts when it admits a job: not the ones a
+// rank waits on for nothing.
+var admissionGates = []string{kueueAdmissionGate, kueue.TopologyGate}
+
+// queuedRanks counts the current attempt's pods that Kueue's admission gate holds.
+func queuedRanks(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) int {
+	attempt := strconv.FormatInt(int64(job.Status.Attempt()), 10)
+	n := 0
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Labels[trainingv1alpha1.AttemptLabel] == attempt && pod.DeletionTimestamp.IsZero() &&
+			slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == kueueAdmissionGate }) {
+			n++
+		}
+	}
+	return n
+}
+
+// Queued sets Queued from the pods and reports whether the gang waits in Kueue's queue, and
+// whether its wait ended now.
+func (t *ticket) Queued(pods []corev1.Pod) (queued, admittedNow bool) {
+	st := &t.job.Status
+	if n := queuedRanks(t.job, pods); n > 0 {
+		t.host.SetCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, trainingv1alpha1.ReasonWaitingForKueue,
+			fmt.Sprintf("%d/%d ranks wait for Kueue to admit them (scheduling gate %s); activeDeadlineSeconds does not run out meanwhile",
+				n, t.job.Spec.Nodes, kueueAdmissionGate))
+		return true, false
+	}
+	c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionQueued)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return false, false
+	}
+	waited := t.host.Now().Sub(c.LastTransitionTime.Time).Round(time.Second)
+	t.host.SetCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionFalse, trainingv1alpha1.ReasonAdmitted,
+		fmt.Sprintf("Kueue admitted the gang after %s in the queue", waited))
+	return false, true
 }

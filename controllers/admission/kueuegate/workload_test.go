@@ -1,4 +1,4 @@
-package controllers
+package kueuegate
 
 import (
 	"strings"
@@ -17,19 +17,34 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
+// podSets are the job's pod sets from its pods as the core renders them for the admission:
+// rank 0 with the supervisor where it gets one, a spare where the job holds some.
+func podSets(job *trainingv1alpha1.ZayaTrainingJob, supervisorImage string) []kueue.PodSet {
+	base := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: job.ObjectMeta, Spec: job.Spec}
+	rank := workerpod.Render(base, nil, 0)
+	workerpod.InjectSupervisor(base, rank, supervisorImage)
+	var spare *corev1.Pod
+	n := min(max(job.Spec.FaultTolerance.Spares, 0), 16)
+	if n > 0 {
+		spare = rank.DeepCopy()
+		spare.Spec.Containers = spare.Spec.Containers[:1]
+	}
+	return workloadPodSets(job, rank, spare, n)
+}
+
 func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").Defaulted().Obj()
 	job.UID = "u1"
-	base := podSetsHash(workloadPodSets(job, ""))
+	base := podSetsHash(podSets(job, ""))
 
 	// What a restart changes (attempt, quarantined nodes, failures) asks Kueue for nothing new.
 	later := job.DeepCopy()
 	later.Status.Restarts = 7
 	later.Status.QuarantinedNodes = []trainingv1alpha1.QuarantinedNode{{Name: "bad-node", Reason: "DeviceUnhealthy", Since: metav1.Now()}}
-	if got := podSetsHash(workloadPodSets(later, "")); got != base {
+	if got := podSetsHash(podSets(later, "")); got != base {
 		t.Error("the pod sets changed with the job's status: a restart would leave the admission")
 	}
-	sets := workloadPodSets(later, "")
+	sets := podSets(later, "")
 	if sets[0].Count != 4 || sets[0].Name != workersPodSet {
 		t.Errorf("pod set %s of %d, want %s of 4", sets[0].Name, sets[0].Count, workersPodSet)
 	}
@@ -52,12 +67,12 @@ func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 	// What Kueue admits on does change it.
 	bigger := job.DeepCopy()
 	bigger.Spec.Nodes = 8
-	if podSetsHash(workloadPodSets(bigger, "")) == base {
+	if podSetsHash(podSets(bigger, "")) == base {
 		t.Error("nodes changed and the pod sets did not")
 	}
 	gpus := job.DeepCopy()
 	gpus.Spec.GPUsPerNode = 4
-	if podSetsHash(workloadPodSets(gpus, "")) == base {
+	if podSetsHash(podSets(gpus, "")) == base {
 		t.Error("gpusPerNode changed and the pod sets did not")
 	}
 }
@@ -65,10 +80,7 @@ func TestWorkloadPodSetsDependOnTheSpecAlone(t *testing.T) {
 func TestWorkloadCarriesSparesAsASecondPodSet(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").Defaulted().Obj()
 	job.Spec.FaultTolerance.Spares = 2
-	sets := workloadPodSets(job, "")
-	if wantedSpares(job) != 2 {
-		t.Fatalf("the job keeps %d spares, want 2", wantedSpares(job))
-	}
+	sets := podSets(job, "")
 	if len(sets) != 2 || sets[1].Name != sparesPodSet || sets[1].Count != 2 {
 		t.Fatalf("pod sets %+v, want workers and 2 spares", sets)
 	}
@@ -154,7 +166,7 @@ func TestPodsReadyConditionFollowsTheGang(t *testing.T) {
 func TestPlacementAddsToThePodWithoutOverridingTheTemplate(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Obj()
 	job.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "mine"}
-	p := &pass{job: job, place: map[string]*podPlacement{workersPodSet: {
+	tk := &ticket{job: job, place: map[string]*podPlacement{workersPodSet: {
 		nodeSelector: map[string]string{"pool": "flavor", "gpu": "mi300x"},
 		tolerations:  []corev1.Toleration{{Key: "reserved", Operator: corev1.TolerationOpExists}},
 		// An admission check's pod set updates may not rename the rank or forge its mark.
@@ -163,10 +175,10 @@ func TestPlacementAddsToThePodWithoutOverridingTheTemplate(t *testing.T) {
 			trainingv1alpha1.PodMarkAnnotation: "forged"},
 		topology: true,
 	}}}
-	pod := newWorkerPod(job, nil, 1)
+	pod := workerpod.Render(job, nil, 1)
 	pod.Annotations = map[string]string{trainingv1alpha1.PodMarkAnnotation: "mark"}
-	p.placeOn(pod, workersPodSet)
-	p.placeOn(pod, sparesPodSet) // no admission for it: nothing added
+	tk.placeOn(pod, workersPodSet)
+	tk.placeOn(pod, sparesPodSet) // no admission for it: nothing added
 	if pod.Spec.NodeSelector["pool"] != "mine" || pod.Spec.NodeSelector["gpu"] != "mi300x" {
 		t.Errorf("node selector %v", pod.Spec.NodeSelector)
 	}
@@ -217,7 +229,7 @@ func TestPodGroupNameFitsALabelPerAttemptAndJob(t *testing.T) {
 // and requeued over an edit of its fault tolerance, say.
 func TestRunningEditsKeepTheRanksShape(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").NewCheckpoint("1Gi", "").Defaulted().Obj()
-	base := ranksHash(workloadPodSets(job, ""))
+	base := ranksHash(podSets(job, ""))
 	edits := map[string]func(j *trainingv1alpha1.ZayaTrainingJob){
 		"restartMode Recreate": func(j *trainingv1alpha1.ZayaTrainingJob) {
 			j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeRecreate
@@ -244,13 +256,13 @@ func TestRunningEditsKeepTheRanksShape(t *testing.T) {
 	for name, edit := range edits {
 		j := job.DeepCopy()
 		edit(j)
-		if got := ranksHash(workloadPodSets(j, "")); got != base {
+		if got := ranksHash(podSets(j, "")); got != base {
 			t.Errorf("%s: the ranks changed shape", name)
 		}
 	}
 	gpus := job.DeepCopy()
 	gpus.Spec.GPUsPerNode = 4
-	if ranksHash(workloadPodSets(gpus, "")) == base {
+	if ranksHash(podSets(gpus, "")) == base {
 		t.Error("gpusPerNode changed and the ranks did not")
 	}
 }
@@ -284,7 +296,7 @@ func TestSpecKeyFollowsTheTopologyAnnotations(t *testing.T) {
 func TestWorkloadPodSetsCarryTheSupervisor(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).Label(kueue.QueueNameLabel, "team").
 		WorkerCommand([]string{"torchrun", "train.py"}).Defaulted().Obj()
-	bare, wrapped := workloadPodSets(job, ""), workloadPodSets(job, "zaya-worker:dev")
+	bare, wrapped := podSets(job, ""), podSets(job, "zaya-worker:dev")
 	init := wrapped[0].Template.Spec.InitContainers
 	if len(init) == 0 || init[0].Name != trainingv1alpha1.SupervisorInitContainerName || init[0].Resources.Requests.Cpu().IsZero() {
 		t.Fatalf("the Workload's ranks have init containers %+v, want the supervisor's with its requests", init)
@@ -297,7 +309,7 @@ func TestWorkloadPodSetsCarryTheSupervisor(t *testing.T) {
 	}
 	off := job.DeepCopy()
 	off.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorOff
-	if sets := workloadPodSets(off, "zaya-worker:dev"); len(sets[0].Template.Spec.InitContainers) != 0 {
+	if sets := podSets(off, "zaya-worker:dev"); len(sets[0].Template.Spec.InitContainers) != 0 {
 		t.Errorf("supervisor Off, yet the Workload's ranks have init containers %+v", sets[0].Template.Spec.InitContainers)
 	}
 }
