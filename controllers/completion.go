@@ -26,7 +26,7 @@ func (p *pass) complete() {
 	if p.stopped != nil {
 		stopped = p.stopped()
 	}
-	p.finalGoodput(stopped)
+	p.ledger().Final(stopped)
 }
 
 // finished reports whether the job reached Succeeded or Failed.

@@ -9,9 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -116,35 +114,6 @@ func TestTheGaugeCarriesARunningJobsGoodputToTheScrape(t *testing.T) {
 	}
 }
 
-// A gang that trained again before the restart under way was done, and that the operator then
-// breaks (a laggard replaced, an escalation), loses time from now, at the pace rank 0 last
-// reported, in the restart's category, without a failure counted; an open loss stays as it is.
-func TestAGangBrokenAgainAfterItTrainedOpensALoss(t *testing.T) {
-	trained := now.Add(100 * time.Second)
-	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
-	job.Status.StartTime = &metav1.Time{Time: now}
-	job.Status.LastFailure = &trainingv1alpha1.JobFailure{Category: "NodeLost"}
-	at := micro(trained)
-	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: micro(trained), TrainingSince: &at,
-		Lost: []trainingv1alpha1.GoodputLoss{{Category: "NodeLost", Failures: 1, DownMilliseconds: 5000}}}
-	p := &pass{job: job, now: trained.Add(3 * time.Second), report: &liveprogress.Report{Progress: contract.Progress{
-		Step: 50, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: trained, LastStepAt: trained.Add(2 * time.Second)}}}
-	p.goodputBroken()
-	g := job.Status.Goodput
-	want := &trainingv1alpha1.GoodputOpen{Category: "NodeLost", Since: micro(p.now), ReachedStep: 52, CheckpointStep: 40, StepMicroseconds: 500000}
-	if diff := cmp.Diff(want, g.Open); diff != "" {
-		t.Errorf("the loss opened (-want +got):\n%s", diff)
-	}
-	if g.Lost[0].Failures != 1 {
-		t.Errorf("failures %d: breaking the gang again is no new failure", g.Lost[0].Failures)
-	}
-	p.now = p.now.Add(time.Second)
-	p.goodputBroken()
-	if !g.Open.Since.Time.Equal(want.Since.Time) {
-		t.Errorf("an open loss moved to %v", g.Open.Since)
-	}
-}
-
 // A restart opened on a bystander's stop (75, Unknown) and found a hang later moves its
 // failure and open loss to Hang, as status.lastFailure names it: Hang is no category of a
 // reason alone, and the loss stayed Unknown (seen in the chaos e2e).
@@ -153,26 +122,17 @@ func TestAHangFoundAfterABystanderOpenedTheRestartMovesItsLoss(t *testing.T) {
 	job.Status.StartTime = &metav1.Time{Time: now}
 	job.Status.LastFailure = &trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonExitCode,
 		ExitCode: ptr.To(int32(trainingv1alpha1.ExitStopped)), Category: "Unknown", Rank: ptr.To[int32](1)}
-	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: micro(now),
+	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: metav1.NewMicroTime(now),
 		Lost: []trainingv1alpha1.GoodputLoss{{Category: "Unknown", Failures: 1}},
-		Open: &trainingv1alpha1.GoodputOpen{Category: "Unknown", Since: micro(now)}}
-	p := &pass{job: job, now: now.Add(time.Second)}
-	p.rerootGoodput(trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonHang, Rank: ptr.To[int32](5)})
+		Open: &trainingv1alpha1.GoodputOpen{Category: "Unknown", Since: metav1.NewMicroTime(now)}}
+	p := &pass{r: &ZayaTrainingJobReconciler{}, job: job, now: now.Add(time.Second)}
+	p.ledger().Reroot(trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonHang, Rank: ptr.To[int32](5)})
 	g := job.Status.Goodput
 	if diff := cmp.Diff([]trainingv1alpha1.GoodputLoss{{Category: "Hang", Failures: 1}}, g.Lost); diff != "" {
 		t.Errorf("failures by category (-want +got):\n%s", diff)
 	}
 	if g.Open == nil || g.Open.Category != "Hang" {
 		t.Errorf("the open loss is %+v, want Hang's", g.Open)
-	}
-}
-
-// A report whose step is at the bound, read a poll ago at the fastest pace the sanitizer
-// lets through, gives a reached step that neither wraps nor passes what the schema takes.
-func TestStepsAfterAReportNeverWrap(t *testing.T) {
-	rep := liveprogress.Report{Progress: contract.Progress{Step: contract.MaxStep, StepSeconds: 1e-300, LastStepAt: now.Add(-time.Hour)}}
-	if n := rep.Step + stepsAfter(rep, now); n < rep.Step || n > 2*contract.MaxStep {
-		t.Errorf("reached %d from a report at step %d", n, rep.Step)
 	}
 }
 

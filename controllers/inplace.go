@@ -236,7 +236,7 @@ func (p *pass) inPlaceOverdue(ctx context.Context, g gang.Gang) (time.Duration, 
 // escalate turns the in-place restart under way into a recreate of the whole gang: the
 // restart was counted once, so only the attempt moves.
 func (p *pass) escalate(reason, msg string) {
-	p.goodputBroken()
+	p.ledger().Broken()
 	st := &p.job.Status
 	st.InPlaceRestarts = max(st.InPlaceRestarts-1, 0)
 	st.Replacing = nil // the whole gang goes

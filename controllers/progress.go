@@ -37,7 +37,7 @@ func (p *pass) updateProgress(g gang.Gang) ctrl.Result {
 	}
 	if running {
 		p.finishRecovery(g)
-		p.goodputRan()
+		p.ledger().Ran()
 		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
 			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())
 			if job.Status.Restarts == 0 {

@@ -40,7 +40,7 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	if p.stopped != nil {
 		stopped = p.stopped()
 	}
-	p.goodputFailed(ctx, f, stopped)
+	p.ledger().Failed(ctx, f, stopped)
 	category, cascaded := f.Category, float64(f.Cascaded)
 	p.whenStored(func() {
 		failuresTotal.WithLabelValues(category, "root").Inc()

@@ -74,7 +74,7 @@ func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v verdict) bool {
 		return false
 	}
 	if _, ok := p.inPlaceUnderWay(); ok {
-		p.rerootGoodput(v.failure)
+		p.ledger().Reroot(v.failure)
 		p.recordFailure(v.failure)
 	} else {
 		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
@@ -112,7 +112,7 @@ func (p *pass) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, rea
 	if len(names) == 0 {
 		return
 	}
-	p.goodputBroken()
+	p.ledger().Broken()
 	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
 	st.PodsReplaced = addCount(st.PodsReplaced, len(names))
 	p.warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
@@ -226,7 +226,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		if err := p.quarantine(ctx, &f); err != nil {
 			return 0, err
 		}
-		p.rerootGoodput(f)
+		p.ledger().Reroot(f)
 		p.recordFailure(f)
 		p.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
 	}
@@ -343,7 +343,7 @@ func (p *pass) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
 	// (each would count against the node, and three quarantine it).
 	if last := p.job.Status.LastFailure; last == nil || last.Reason != f.Reason || ptr.Deref(last.Rank, -1) != rank || last.Node != f.Node {
-		p.rerootGoodput(f)
+		p.ledger().Reroot(f)
 		p.recordFailure(f)
 	}
 	p.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)

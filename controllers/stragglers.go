@@ -23,7 +23,7 @@ import (
 // verdict that replaces the straggler, when that is due.
 func (p *pass) judgeStragglers(g gang.Gang) *verdict {
 	rep := p.report
-	if gp := p.job.Status.Goodput; rep == nil || (gp != nil && gp.Open != nil) || rep.TrainingSince.Before(p.trainingSince()) {
+	if gp := p.job.Status.Goodput; rep == nil || (gp != nil && gp.Open != nil) || rep.TrainingSince.Before(p.ledger().TrainingSince()) {
 		return nil // no word yet from the run that trains now: a report of the one before is no news
 	}
 	margin := stragglerMargin(&p.job.Spec.FaultTolerance)

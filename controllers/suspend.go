@@ -38,10 +38,7 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 func (p *pass) stopGang(ctx context.Context, pods []corev1.Pod) error {
 	job := p.job
 	p.r.forgetProgress(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
-	if g := p.goodput(); g != nil && g.Open != nil {
-		p.closeLoss(g, p.now, -1, nil, "suspension") // lost until now: the stop is no wall time
-	}
-	p.refreshGoodput()
+	p.ledger().Stopped() // lost until now: the stop is no wall time
 	if err := p.deletePods(ctx, gang.Active(pods), nil); err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, erro
 	for i := range pods {
 		own[i] = &pods[i]
 	}
-	p.finalGoodput(podMessages(own, evidenceChecks))
+	p.ledger().Final(gang.ExitMessages(own, evidenceChecks))
 	if err := p.deletePods(ctx, gang.Active(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -260,10 +260,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	g.NoticeVanished(job, p.now)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.
-		return append(podMessages(g.Ranks, evidenceChecks), podMessages(slices.Concat(g.Stale, g.Draining, g.Previous), evidenceChecks)...)
+		return append(gang.ExitMessages(g.Ranks, evidenceChecks), gang.ExitMessages(slices.Concat(g.Stale, g.Draining, g.Previous), evidenceChecks)...)
 	})
 	p.watchProgress(g)
-	p.refineLoss()
+	p.ledger().Refine(p.stopped())
 	p.recordCheckpoint(g)
 	p.recordResume(g)
 	p.reportCorrupt(g)
@@ -357,7 +357,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.blocked(ctx, err)
 	}
 	progress := p.updateProgress(g)
-	return soonest(progress, ctrl.Result{RequeueAfter: p.settleGoodput(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
+	return soonest(progress, ctrl.Result{RequeueAfter: p.ledger().Settle(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue},
 		ctrl.Result{RequeueAfter: causeDue}), nil
 }

@@ -148,3 +148,35 @@ func Active(pods []corev1.Pod) []*corev1.Pod {
 	}
 	return out
 }
+
+// ExitMessages are the termination messages of pods' latest exits, at most limit of them.
+func ExitMessages(pods []*corev1.Pod, limit int) []string {
+	var out []string
+	for _, pod := range pods {
+		if msg := ExitMessage(pod); msg != "" {
+			out = append(out, msg)
+			if len(out) == limit {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ExitMessage is the termination message of the worker container's latest run that ended,
+// whatever its exit: goodput reads the progress lines of every run.
+func ExitMessage(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	s := WorkerStatus(pod)
+	switch {
+	case s == nil:
+		return ""
+	case s.State.Terminated != nil:
+		return s.State.Terminated.Message
+	case s.LastTerminationState.Terminated != nil:
+		return s.LastTerminationState.Terminated.Message
+	}
+	return ""
+}
