@@ -73,12 +73,12 @@ type Ticket interface {
 type Decision int
 
 const (
-	// Run: the gang may run.
+	// Run says the gang may run.
 	Run Decision = iota
-	// Hold: the gang may not run now; the core stops it, and a new attempt starts when it
-	// runs again.
+	// Hold says the gang may not run now: the core stops it, and a new attempt starts when
+	// it runs again.
 	Hold
-	// Refused: the ticket failed the job (its admission cannot be applied to its pods).
+	// Refused says the ticket failed the job (its admission cannot be applied to its pods).
 	Refused
 )
 
@@ -116,6 +116,7 @@ type Host interface {
 // PodSet is which of the job's pods a placement is for.
 type PodSet int
 
+// The job's pod sets: its ranks, and its warm spares.
 const (
 	Ranks PodSet = iota
 	Spares
@@ -136,14 +137,23 @@ type None struct{}
 
 var _ Gate = None{}
 
+// For is a ticket that admits the job at once.
 func (None) For(*trainingv1alpha1.ZayaTrainingJob, Host) Ticket { return open{} }
-func (None) Lifted() []string                                   { return nil }
+
+// Lifted is none: no scheduling gate is None's.
+func (None) Lifted() []string { return nil }
+
+// Delegated holds nothing for a job another controller runs.
 func (None) Delegated(context.Context, *trainingv1alpha1.ZayaTrainingJob, Host) (ctrl.Result, error) {
 	return ctrl.Result{}, nil
 }
+
+// Orphans has nothing to let go.
 func (None) Orphans(context.Context, types.NamespacedName, types.UID, PodsHold) (time.Duration, error) {
 	return 0, nil
 }
+
+// Setup adds no watch.
 func (None) Setup(_ ctrl.Manager, b *builder.Builder) (*builder.Builder, error) { return b, nil }
 
 // open is None's ticket.

@@ -65,6 +65,7 @@ type ticket struct {
 	reshaped bool
 }
 
+// For is Kueue's part in one pass of job.
 func (g *Gate) For(job *trainingv1alpha1.ZayaTrainingJob, host admission.Host) admission.Ticket {
 	return &ticket{g: g, job: job, host: host}
 }
