@@ -78,8 +78,11 @@ type ZayaTrainingJobReconciler struct {
 	// rank 0 to say it trains again.
 	ProgressPollInterval time.Duration
 
-	// Admission is the gate a job's gang passes before it runs (nil: none): Kueue's, from
-	// controllers/admission/kueuegate, in main.go.
+	// Admission is the gate a job's gang passes before it runs: Kueue's, from
+	// controllers/admission/kueuegate, in main.go. Nil admits every job at once and serves
+	// no queue at all, Kueue's pod groups included (their ranks would get spares outside
+	// the group): only tests that queue nothing leave it nil. The gate keeps the clients it
+	// was made with.
 	Admission admission.Gate
 
 	// PodMarkSecret is the Secret (in the operator's own namespace) that keeps the key the
