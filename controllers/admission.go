@@ -143,7 +143,7 @@ func (p *pass) Shape() (rank, spare *corev1.Pod, spares int32) {
 
 // releaseOrphaned lets the admission's hold on a job that is gone (or going) go.
 func (r *ZayaTrainingJobReconciler) releaseOrphaned(ctx context.Context, key types.NamespacedName, deletePods bool) (ctrl.Result, error) {
-	wait, err := r.gate().Orphans(ctx, key, "", r.podsHold(deletePods))
+	wait, err := r.gate().Orphans(ctx, key, "", true, r.podsHold(deletePods))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

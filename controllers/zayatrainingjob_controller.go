@@ -173,7 +173,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	err = errors.Join(err, p.admission.Report(ctx, own, err != nil))
 	// A job deleted and made again under its name: what the old one's admission holds goes
 	// with its pods.
-	orphans, oerr := r.gate().Orphans(ctx, req.NamespacedName, job.UID, r.podsHold(false))
+	orphans, oerr := r.gate().Orphans(ctx, req.NamespacedName, job.UID, false, r.podsHold(false))
 	err = errors.Join(err, oerr)
 	result = soonest(result, ctrl.Result{RequeueAfter: orphans})
 	p.boundStatus()
@@ -266,7 +266,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return append(gang.ExitMessages(g.Ranks, evidenceChecks), gang.ExitMessages(slices.Concat(g.Stale, g.Draining, g.Previous), evidenceChecks)...)
 	})
 	p.watchProgress(g)
-	p.ledger().Refine(p.stopped())
+	p.ledger().Refine(p.stopped) // read only while a loss is open: the exits of a big gang are many strings
 	p.recordCheckpoint(g)
 	p.recordResume(g)
 	p.reportCorrupt(g)

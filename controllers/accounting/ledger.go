@@ -220,13 +220,13 @@ func (l *Ledger) TrainingSince() time.Time {
 // Refine corrects the open loss from the stopped ranks' own word (their last-step-at
 // lines), which may come passes after the failure was decided: the ranks that stopped over it
 // exit moments later, and a recreate's stale pods still show their exits until they go.
-func (l *Ledger) Refine(stopped []string) {
+func (l *Ledger) Refine(stopped func() []string) {
 	g := l.Job.Status.Goodput
 	if g == nil || g.Open == nil || g.Open.Category == "" {
 		return
 	}
 	o := g.Open
-	run := readRunsBegun(stopped, l.TrainingSince(), l.Now, false, l.failedRunBegun(o))
+	run := readRunsBegun(stopped(), l.TrainingSince(), l.Now, false, l.failedRunBegun(o))
 	if since := micro(run.lastStep); run.lastStep.IsZero() || since.Equal(&o.Since) {
 		return
 	}

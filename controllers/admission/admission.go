@@ -32,9 +32,9 @@ type Gate interface {
 	// Workload.
 	Delegated(ctx context.Context, job *trainingv1alpha1.ZayaTrainingJob, host Host) (ctrl.Result, error)
 	// Orphans lets go of what the system holds for the jobs named key that are gone or going
-	// (all but the job of UID keep), once hold says their pods no longer hold devices; it
-	// returns when to look again.
-	Orphans(ctx context.Context, key types.NamespacedName, keep types.UID, hold PodsHold) (time.Duration, error)
+	// (all but the job of UID keep; gone: the job of that name is gone or going too), once
+	// hold says their pods no longer hold devices; it returns when to look again.
+	Orphans(ctx context.Context, key types.NamespacedName, keep types.UID, gone bool, hold PodsHold) (time.Duration, error)
 	// Setup adds the gate's watches to the job's controller and registers what else it needs
 	// (indexes) with mgr.
 	Setup(mgr ctrl.Manager, b *builder.Builder) (*builder.Builder, error)
@@ -149,7 +149,7 @@ func (None) Delegated(context.Context, *trainingv1alpha1.ZayaTrainingJob, Host) 
 }
 
 // Orphans has nothing to let go.
-func (None) Orphans(context.Context, types.NamespacedName, types.UID, PodsHold) (time.Duration, error) {
+func (None) Orphans(context.Context, types.NamespacedName, types.UID, bool, PodsHold) (time.Duration, error) {
 	return 0, nil
 }
 

@@ -99,9 +99,9 @@ func indexWorkloadJob(o client.Object) []string {
 
 // Orphans lets go of a gone job's pod groups at once and of its Workloads once its pods are
 // gone; while the job lives, of the Workloads of an earlier job of its name.
-func (g *Gate) Orphans(ctx context.Context, key types.NamespacedName, keep types.UID, hold admission.PodsHold) (time.Duration, error) {
+func (g *Gate) Orphans(ctx context.Context, key types.NamespacedName, keep types.UID, gone bool, hold admission.PodsHold) (time.Duration, error) {
 	wait, err := g.releaseOrphanedWorkloads(ctx, key, keep, hold)
-	if keep == "" {
+	if gone {
 		g.gone.Delete(key)
 		err = errors.Join(err, g.releaseOrphanedGroupPods(ctx, key))
 	}
