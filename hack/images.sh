@@ -43,7 +43,7 @@ busybox_base() {
 	local bb=/bin/busybox
 	if ! dpkg -s busybox-static >/dev/null 2>&1; then
 		log "installing Debian's busybox-static"
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
+		apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq busybox-static >/dev/null
 	fi
 	local key; key=$(cat "$bb" "$root/hack/images/busybox.Dockerfile" | sha256sum | cut -c1-12)
 	local image=zaya-base-busybox:$key

@@ -23,7 +23,7 @@ fi
 [ "$(id -u)" = 0 ] || { log "debootstrap needs root"; exit 1; }
 if ! command -v debootstrap >/dev/null || [ ! -e /usr/share/keyrings/debian-archive-keyring.gpg ]; then
 	log "installing Debian's debootstrap"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap debian-archive-keyring >/dev/null
+	apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq debootstrap debian-archive-keyring >/dev/null
 fi
 
 mkdir -p "$bin/kind-image"
