@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -31,5 +32,6 @@ func (p *pass) complete() {
 
 // finished reports whether the job reached Succeeded or Failed.
 func finished(job *trainingv1alpha1.ZayaTrainingJob) bool {
-	return job.Status.Finished()
+	return meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
 }

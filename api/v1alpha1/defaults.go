@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -137,11 +136,6 @@ func defaultDuration(d **metav1.Duration, v time.Duration) {
 // moved it.
 func (s *ZayaTrainingJobStatus) Attempt() int32 {
 	return s.Restarts - s.InPlaceRestarts
-}
-
-// Finished reports whether the job ended: Succeeded or Failed.
-func (s *ZayaTrainingJobStatus) Finished() bool {
-	return meta.IsStatusConditionTrue(s.Conditions, ConditionSucceeded) || meta.IsStatusConditionTrue(s.Conditions, ConditionFailed)
 }
 
 // WorldSize is the number of training ranks: nodes * gpusPerNode.

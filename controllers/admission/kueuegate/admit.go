@@ -354,7 +354,7 @@ func (t *ticket) syncWorkload(ctx context.Context, pods []corev1.Pod) error {
 	}
 	job := t.job
 	var conds []metav1.Condition
-	if job.Status.Finished() {
+	if ended(job) {
 		reason, c := kueue.ReasonSucceeded, meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded)
 		if c == nil || c.Status != metav1.ConditionTrue {
 			reason, c = kueue.ReasonFailed, meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
@@ -369,10 +369,16 @@ func (t *ticket) syncWorkload(ctx context.Context, pods []corev1.Pod) error {
 	if err := t.g.setWorkloadConditions(ctx, wl, conds...); err != nil {
 		return err
 	}
-	if job.Status.Finished() && len(gang.Holding(pods)) == 0 {
+	if ended(job) && len(gang.Holding(pods)) == 0 {
 		return t.g.dropFinalizer(ctx, wl)
 	}
 	return nil
+}
+
+// ended reports whether the job succeeded or failed: Kueue's Workload is then Finished.
+func ended(job *trainingv1alpha1.ZayaTrainingJob) bool {
+	return meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
 }
 
 // podsReadyCondition is Kueue's PodsReady for the gang: Started the first time every rank is

@@ -144,7 +144,7 @@ func (g *Gate) releaseOrphanedGroupPods(ctx context.Context, key types.Namespace
 // runningGroup is the pod group of the attempt the job runs now; "" when it runs none (ended,
 // suspended, or held by Kueue's Workload).
 func (t *ticket) runningGroup() string {
-	if t.job.Status.Finished() || t.job.Spec.Suspend || !podGroupQueued(t.job) {
+	if ended(t.job) || t.job.Spec.Suspend || !podGroupQueued(t.job) {
 		return ""
 	}
 	return podGroupName(t.job, t.job.Status.Attempt())
