@@ -88,10 +88,12 @@ func (p *pass) inPlaceUnderWay() (time.Time, bool) {
 // the gang recreated instead.
 func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Duration, error) {
 	st := &p.job.Status
-	if _, ok := p.inPlaceUnderWay(); ok {
+	if since, ok := p.inPlaceUnderWay(); ok {
 		// The cascade's restarts are the restart's own: recorded when it ends, not one
 		// status write per rank coming back (O(1) writes per restart, whatever the gang's size).
-		return false, 0, nil
+		// Only a cause that shows after the restart began on a stop over a peer is news.
+		moved, err := p.rerootLate(ctx, g, since)
+		return moved, 0, err
 	}
 	seen, baseline := st.ContainerRestarts, st.RankRestarts
 	p.keepCounts(g) // falls when pods are replaced: nothing to count
@@ -167,6 +169,70 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 	}
 	p.recover(ctx, v, mode)
 	return true, 0, nil
+}
+
+// rerootLate names the cause of an in-place restart that began on a stop over a peer, once the
+// peer's own exit shows: stamped in the stop's second or later, it can reach the API server
+// after cascadeGrace ran out (a soak on kind: a GPU fault's exit came after its peer's 75 had
+// been blamed, and the faulty node was never quarantined). The cause replaces the bystander's
+// record; a hardware cause, or a node failing again and again, has the node quarantined and
+// the gang recreated away from it. It reports whether the gang is recreated.
+func (p *pass) rerootLate(ctx context.Context, g gang.Gang, since time.Time) (bool, error) {
+	st := &p.job.Status
+	last := st.LastFailure
+	if last == nil || last.ExitCode == nil || *last.ExitCode != trainingv1alpha1.ExitStopped || len(st.Replacing) > 0 {
+		return false, nil
+	}
+	// Exits of the restart, by ranks that restarted since: from the stop's second on, or the
+	// second before where the counts tell which runs ended in this restart.
+	after := since.Truncate(time.Second).Add(-time.Nanosecond)
+	if g.Base != nil {
+		after = after.Add(-time.Second)
+	}
+	table := p.r.failurePatterns()
+	pod, exit, _ := inPlaceRoot(g, table, after, g.Base, p.job.Spec.GPUsPerNode)
+	if pod == nil || strength(table, failedRank{pod: pod, exit: exit}) < evidenceWeak {
+		return false, nil // still no cause of its own
+	}
+	if r, _ := gang.Rank(pod); last.Rank != nil && *last.Rank == r {
+		return false, nil
+	}
+	v := judge(&p.job.Spec, ended(pod, exit), p.now, last.Attempt)
+	if v.fatal {
+		return false, nil // its pod fails: the failure path ends the job
+	}
+	p.attribute(&v.failure, ended(pod, exit))
+	v.failure.Cascaded = last.Cascaded
+	if at := exit.FinishedAt.Time; !at.IsZero() && !at.After(p.now) {
+		v.failure.Time = metav1.Time{Time: at}
+	}
+	f := v.failure
+	p.ledger().Reroot(f)
+	// One fault, one failure: the bystander's stop would count against its node.
+	if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
+		st.RecentFailures = st.RecentFailures[1:]
+	}
+	p.recordFailure(f)
+	moved := false
+	if hardwareRoot(f) {
+		if err := p.quarantine(ctx, quarantinedFor(f)); err != nil {
+			return false, err
+		}
+		moved = true
+	} else if m, err := p.quarantineRepeated(ctx, f); err != nil {
+		return false, err
+	} else {
+		moved = m
+	}
+	if moved {
+		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf(
+			"the in-place restart's cause was %s%s: recreating the gang away from %s", f.Message, categoryWords(f), f.Node))
+		return true, nil
+	}
+	msg := fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, categoryWords(f))
+	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
+	p.normal(trainingv1alpha1.ReasonRestarting, "Restart", "the in-place restart's cause: %s%s", f.Message, categoryWords(f))
+	return false, nil
 }
 
 // ended is pod as it was when its worker container's run ended with exit: what judge and

@@ -510,3 +510,71 @@ func TestAnInPlaceRootIsNotTheLastRestartsOldExit(t *testing.T) {
 		t.Fatalf("restarts %d, lastFailure %+v: want the second restart rooted at rank 2's kill", st.Restarts, st.LastFailure)
 	}
 }
+
+// A fault's own exit can reach the API server after its peer's stop was blamed (the stop's
+// cascadeGrace ran out first: seen in a soak on kind). Once it shows, it is the restart's cause:
+// the bystander's record goes, and a GPU fault moves the gang off its node.
+func TestALateCauseReRootsTheInPlaceRestart(t *testing.T) {
+	start := func(t *testing.T) (*harness, *trainingv1alpha1.ZayaTrainingJob, time.Time) {
+		h, job := inPlaceGang(t)
+		fault := now.Add(-cascadeGrace - 2*time.Second).Truncate(time.Second).Add(100 * time.Millisecond)
+		h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(100*time.Millisecond)))
+		h.mustReconcile(t, job)
+		if st := h.get(t, job).Status; st.Restarts != 1 || st.LastFailure == nil || *st.LastFailure.Rank != 0 {
+			t.Fatalf("restarts %d, lastFailure %+v: want the bystander's stop blamed first", st.Restarts, st.LastFailure)
+		}
+		return h, job, fault
+	}
+
+	t.Run("GPU fault", func(t *testing.T) {
+		h, job, fault := start(t)
+		// Rank 1's exit, stamped in the stop's second (whole seconds, cut down), shows now.
+		h.setPod(t, "llm-0-1", func(p *corev1.Pod) {
+			restartedInPlace("n1", 1, 134, fault.Truncate(time.Second), fault.Add(time.Second))(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = gpuFaultLine
+		})
+		h.mustReconcile(t, job)
+		got := h.get(t, job)
+		st := got.Status
+		if f := st.LastFailure; f == nil || *f.Rank != 1 || f.Category != "GPUHardware" || len(st.RecentFailures) != 1 {
+			t.Fatalf("lastFailure %+v, recentFailures %d: want rank 1's GPU fault in place of the stop", f, len(st.RecentFailures))
+		}
+		if q := quarantinedNames(got); len(q) != 1 || q[0] != "n1/GPUHardware" {
+			t.Errorf("quarantined %v, want n1 for GPUHardware", q)
+		}
+		if st.Restarts != 1 || st.InPlaceRestarts != 0 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || st.Attempt() != 1 {
+			t.Errorf("restarts %d (in place %d, mode %q, attempt %d): want the one restart turned into a recreate",
+				st.Restarts, st.InPlaceRestarts, st.LastRestartMode, st.Attempt())
+		}
+		if g := st.Goodput; g == nil || len(g.Lost) != 1 || g.Lost[0].Category != "GPUHardware" || g.Lost[0].Failures != 1 {
+			t.Errorf("goodput %+v: want the loss moved to GPUHardware", g)
+		}
+	})
+
+	t.Run("program error", func(t *testing.T) {
+		h, job, fault := start(t)
+		h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, 1, fault.Add(time.Second), fault.Add(2*time.Second)))
+		h.mustReconcile(t, job)
+		got := h.get(t, job)
+		st := got.Status
+		if f := st.LastFailure; f == nil || *f.Rank != 2 || *f.ExitCode != 1 || len(st.RecentFailures) != 1 {
+			t.Fatalf("lastFailure %+v, recentFailures %d: want rank 2's exit 1 in place of the stop", f, len(st.RecentFailures))
+		}
+		if st.LastRestartMode != trainingv1alpha1.RestartModeInPlace || st.InPlaceRestarts != 1 || len(st.QuarantinedNodes) != 0 {
+			t.Errorf("mode %q, in place %d, quarantined %v: want the restart to go on in place", st.LastRestartMode, st.InPlaceRestarts, st.QuarantinedNodes)
+		}
+		if c := condition(got, "Restarting"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "rank 2") ||
+			!c.LastTransitionTime.Time.Equal(fault.Truncate(time.Second)) {
+			t.Errorf("Restarting = %+v, want it to name rank 2 and keep the fault's time", c)
+		}
+	})
+
+	t.Run("another stop", func(t *testing.T) {
+		h, job, fault := start(t)
+		h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault.Add(time.Second), fault.Add(2*time.Second)))
+		h.mustReconcile(t, job)
+		if f := h.get(t, job).Status.LastFailure; f == nil || *f.Rank != 0 {
+			t.Errorf("lastFailure %+v: a second stop over a peer is no cause", f)
+		}
+	})
+}
