@@ -7,6 +7,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -32,7 +33,7 @@ func (p *pass) attribute(f *trainingv1alpha1.JobFailure, pod *corev1.Pod) {
 				return
 			}
 			if m, ok := p.r.failurePatterns().Match(t.Message); ok {
-				f.Category, f.Rule, f.Evidence = string(m.Category), m.Pattern, truncateTo(m.Line, maxEvidence)
+				f.Category, f.Rule, f.Evidence = string(m.Category), m.Pattern, bounded.Cut(m.Line, maxEvidence)
 				return
 			}
 		}

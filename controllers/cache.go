@@ -82,7 +82,7 @@ func slimPod(o any) (any, error) {
 	for i, c := range p.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules}
 	}
-	// HostNetwork: a rank on the node's network is never polled (progressAddr).
+	// HostNetwork: a rank on the node's network is never polled (liveprogress.Addr).
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
 		RestartPolicy: p.Spec.RestartPolicy, Containers: containers, SchedulingGates: p.Spec.SchedulingGates, HostNetwork: p.Spec.HostNetwork}
 	return p, nil

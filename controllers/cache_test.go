@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -116,7 +116,7 @@ func TestAHostNetworkRankIsNeverPolledFromTheCache(t *testing.T) {
 		t.Error("the cache drops spec.hostNetwork")
 	}
 	cached.Spec.HostNetwork = false // a pod whose spec says nothing, on the node's address all the same
-	if addr := progressAddr(gang.Gang{Ranks: []*corev1.Pod{cached}}, 0); addr != "" {
+	if addr := liveprogress.Addr(cached); addr != "" {
 		t.Errorf("a rank on the node's address is polled at %s", addr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 )
 
 // FailurePatternsKey is the ConfigMap key that holds a user's failure patterns: a YAML list of
@@ -97,7 +98,7 @@ func (f *FailurePatterns) Load(ctx context.Context) error {
 	if err != nil {
 		failurePatternsRefused.Inc()
 		f.Recorder.Eventf(cm, nil, corev1.EventTypeWarning, trainingv1alpha1.ReasonInvalidFailurePatterns, "Load",
-			"%s", truncate(fmt.Sprintf("refused %s (the failure patterns in use stay): %v", FailurePatternsKey, err)))
+			"%s", bounded.Message(fmt.Sprintf("refused %s (the failure patterns in use stay): %v", FailurePatternsKey, err)))
 		log.FromContext(ctx).Info("refused the failure patterns", "configMap", f.Key.String(), "error", err.Error())
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -53,7 +54,7 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 	}
 	if c := gang.Condition(pod, kueueTerminationTarget); c != nil && c.Status == corev1.ConditionTrue {
 		// Kueue stopped its workload (evicted, preempted, deactivated): the cluster's doing.
-		f.Message = truncate(fmt.Sprintf("Kueue stopped rank %d (pod %s): %s: %s", *f.Rank, pod.Name, c.Reason, c.Message))
+		f.Message = bounded.Message(fmt.Sprintf("Kueue stopped rank %d (pod %s): %s: %s", *f.Rank, pod.Name, c.Reason, c.Message))
 		return disruption(trainingv1alpha1.FailureReasonPreempted)
 	}
 	if c := gang.Condition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
@@ -66,11 +67,11 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 		return disruption(r)
 	}
 	if pod.Annotations[gang.VanishedAnnotation] != "" {
-		f.Message = truncate(fmt.Sprintf("rank %d (pod %s) vanished while the gang ran: deleted at once (forced, or its Node object removed)", *f.Rank, pod.Name))
+		f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s) vanished while the gang ran: deleted at once (forced, or its Node object removed)", *f.Rank, pod.Name))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
 	}
 	if !pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodFailed {
-		f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
+		f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
 	}
 	if hung(pod) {
@@ -135,7 +136,7 @@ func failureOf(pod *corev1.Pod, now time.Time, attempt int32) trainingv1alpha1.J
 	if node == "" {
 		node = "no node"
 	}
-	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) %s", rank, pod.Name, node, what))
+	f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) %s", rank, pod.Name, node, what))
 	return f
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
@@ -240,8 +239,6 @@ func (h *harness) drainEvents() []string {
 }
 
 var ignoreConditionTimes = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
-
-func utf8Valid(s string) bool { return utf8.ValidString(s) }
 
 func clockAt(t time.Time) *clocktesting.FakePassiveClock { return clocktesting.NewFakePassiveClock(t) }
 

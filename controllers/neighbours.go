@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 )
 
 // What the job's neighbours can do to it: take a name it needs, or delete its namespace.
@@ -47,7 +48,7 @@ func (p *pass) blocked(_ context.Context, err error) (ctrl.Result, error) {
 		return ctrl.Result{}, nil
 	case errors.As(err, &refusal) && refusal.Status().Code >= 400 && refusal.Status().Code < 500:
 		p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonFailedCreate,
-			truncate(fmt.Sprintf("the API server refused a worker pod (retrying): %v", err)))
+			bounded.Message(fmt.Sprintf("the API server refused a worker pod (retrying): %v", err)))
 	}
 	return ctrl.Result{}, err
 }

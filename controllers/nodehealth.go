@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -134,7 +135,7 @@ func (p *pass) unhealthyRank(ctx context.Context, g gang.Gang) (*trainingv1alpha
 		return &trainingv1alpha1.JobFailure{
 			Time: metav1.Time{Time: p.now}, Reason: reason, Attempt: p.job.Status.Restarts,
 			Node: pod.Spec.NodeName, Rank: ptr.To(int32(rank)),
-			Message: truncate(fmt.Sprintf("rank %d (pod %s): %s", rank, pod.Name, msg)),
+			Message: bounded.Message(fmt.Sprintf("rank %d (pod %s): %s", rank, pod.Name, msg)),
 		}, nil
 	}
 	return nil, nil

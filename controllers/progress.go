@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -99,5 +100,5 @@ func notStarting(g gang.Gang, now time.Time) (string, time.Duration) {
 	if w.Message != "" {
 		msg += ": " + w.Message
 	}
-	return truncate(msg + hint), 0
+	return bounded.Message(msg + hint), 0
 }

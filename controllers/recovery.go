@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -62,7 +63,7 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 			}
 		}
 		if limit := ptr.Deref(ft.UserCodeRestarts, trainingv1alpha1.DefaultUserCodeRestarts); n > int(limit) {
-			p.fail(trainingv1alpha1.ReasonUserCodeError, truncate(fmt.Sprintf(
+			p.fail(trainingv1alpha1.ReasonUserCodeError, bounded.Message(fmt.Sprintf(
 				"%d failures of the program's own within %s (userCodeRestarts %d): a restart will not fix it; last: %s: %s",
 				n, ft.RestartWindow.Duration, limit, f.Message, f.Evidence)))
 			return

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -217,7 +218,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		f := trainingv1alpha1.JobFailure{
 			Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
 			Node: pod.Spec.NodeName, Rank: ptr.To(r),
-			Message: truncate(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
+			Message: bounded.Message(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
 				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
 		}
 		if going() {
@@ -274,7 +275,7 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 			return &trainingv1alpha1.JobFailure{
 				Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
 				Node: pod.Spec.NodeName, Rank: ptr.To(r),
-				Message: truncate(fmt.Sprintf("rank %d (pod %s): its peers lost it and node %s stopped renewing its Lease (last renewed %s ago)",
+				Message: bounded.Message(fmt.Sprintf("rank %d (pod %s): its peers lost it and node %s stopped renewing its Lease (last renewed %s ago)",
 					r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
 			}, 0, nil
 		}
@@ -337,7 +338,7 @@ func (p *pass) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
-		Message: truncate(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
+		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
 			rank, pod.Name, pod.Spec.NodeName)),
 	}
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure

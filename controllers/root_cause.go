@@ -11,6 +11,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -239,6 +240,6 @@ func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gp
 	pod := g.Ranks[rank]
 	by := ptr.Deref(f.Rank, -1)
 	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
-	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", truncateTo(words, maxEvidence)
-	f.Message = truncate(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, words))
+	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", bounded.Cut(words, maxEvidence)
+	f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, words))
 }

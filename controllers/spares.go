@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -271,7 +272,7 @@ func (p *pass) ensureSpares(ctx context.Context, g gang.Gang) (time.Duration, er
 		if err := p.r.Create(ctx, pod); err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod
 			// costs the job its spare, never its ranks.
-			p.warning(trainingv1alpha1.ReasonSpareUnavailable, "Create", "warm spare %s: %s", pod.Name, truncate(err.Error()))
+			p.warning(trainingv1alpha1.ReasonSpareUnavailable, "Create", "warm spare %s: %s", pod.Name, bounded.Message(err.Error()))
 			continue
 		}
 		made = append(made, pod.Name)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -15,11 +14,9 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
-
-// maxMessageLength bounds condition messages (the API allows 32768; status stays small).
-const maxMessageLength = 1024
 
 // pass is one reconcile of one job: its steps change job.Status in memory and queue what to
 // tell the world about it; Reconcile writes the status once and then emits.
@@ -59,7 +56,7 @@ type pendingEvent struct {
 }
 
 func (p *pass) event(decision bool, eventType, reason, action, format string, args ...any) {
-	p.events = append(p.events, pendingEvent{eventType, reason, action, truncate(fmt.Sprintf(format, args...)), decision})
+	p.events = append(p.events, pendingEvent{eventType, reason, action, bounded.Message(fmt.Sprintf(format, args...)), decision})
 }
 
 // normal and warning queue an event about a decision recorded in status.
@@ -103,7 +100,7 @@ func (p *pass) setCondition(condType string, status metav1.ConditionStatus, reas
 		Type:               condType,
 		Status:             status,
 		Reason:             reason,
-		Message:            truncate(message),
+		Message:            bounded.Message(message),
 		ObservedGeneration: p.job.Generation,
 		LastTransitionTime: metav1.NewTime(p.now),
 	})
@@ -193,19 +190,4 @@ func sortConditions(conds []metav1.Condition) {
 		return len(conditionTypes)
 	}
 	slices.SortStableFunc(conds, func(a, b metav1.Condition) int { return rank(a.Type) - rank(b.Type) })
-}
-
-// truncate bounds a message to maxMessageLength bytes on a rune boundary.
-func truncate(s string) string { return truncateTo(s, maxMessageLength) }
-
-// truncateTo shortens s to at most n bytes, on a rune boundary, marking the cut with "...".
-func truncateTo(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 )
 
 // Status is partly other people's word: anyone with status access may store any value the
@@ -33,6 +34,6 @@ func (p *pass) boundStatus() {
 		dropped = append(dropped, c.Type)
 	}
 	st.Conditions = st.Conditions[:maxConditions]
-	p.warning(trainingv1alpha1.ReasonInvalidSpec, "Status", "%s", truncate(fmt.Sprintf(
+	p.warning(trainingv1alpha1.ReasonInvalidSpec, "Status", "%s", bounded.Message(fmt.Sprintf(
 		"dropped condition(s) %s from status: the operator's own need room within the %d the schema allows", strings.Join(dropped, ", "), maxConditions)))
 }

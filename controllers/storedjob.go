@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/decode"
 )
@@ -83,7 +84,7 @@ func decodeJob(u *unstructured.Unstructured) (job *trainingv1alpha1.ZayaTraining
 // InvalidSpec) and with one Warning event. Nothing else is done for it until it changes: its
 // pods, if any, are left as they are.
 func (r *ZayaTrainingJobReconciler) undecodable(ctx context.Context, u *unstructured.Unstructured, cause error) error {
-	msg := truncate(fmt.Sprintf("the operator cannot read this job: %v", cause))
+	msg := bounded.Message(fmt.Sprintf("the operator cannot read this job: %v", cause))
 	log.FromContext(ctx).Info("job cannot be decoded", "job", client.ObjectKeyFromObject(u), "error", msg)
 	if !setStoredCondition(u, metav1.Condition{
 		Type:    trainingv1alpha1.ConditionCreated,
@@ -99,7 +100,7 @@ func (r *ZayaTrainingJobReconciler) undecodable(ctx context.Context, u *unstruct
 		}
 		// Its status cannot be written either (for example a stored status the schema now
 		// refuses): the event is all the user gets, and retrying would not change that.
-		msg = truncate(fmt.Sprintf("%s; writing the job's status failed too: %v", msg, err))
+		msg = bounded.Message(fmt.Sprintf("%s; writing the job's status failed too: %v", msg, err))
 	}
 	r.Recorder.Eventf(u, nil, corev1.EventTypeWarning, trainingv1alpha1.ReasonInvalidSpec, "Validate", "%s", msg)
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 )
@@ -46,7 +47,15 @@ func (p *pass) judgeStragglers(g gang.Gang) *verdict {
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonStraggler, Category: string(attribution.Straggler),
 		Attempt: p.job.Status.Restarts, Node: pod.Spec.NodeName, Rank: ptr.To(int32(s.Rank)),
-		Message: truncate(fmt.Sprintf("%s: replaced after checkpoint step %d (faultTolerance.stragglers.action Replace)", msg, rep.CheckpointStep)),
+		Message: bounded.Message(fmt.Sprintf("%s: replaced after checkpoint step %d (faultTolerance.stragglers.action Replace)", msg, rep.CheckpointStep)),
 	}
 	return &verdict{failure: f, counted: true, pod: pod}
+}
+
+// stragglerMargin is faultTolerance.stragglers.marginPercent, defaulted.
+func stragglerMargin(ft *trainingv1alpha1.FaultToleranceSpec) int32 {
+	if ft.Stragglers.MarginPercent <= 0 {
+		return trainingv1alpha1.DefaultStragglerMarginPercent
+	}
+	return ft.Stragglers.MarginPercent
 }

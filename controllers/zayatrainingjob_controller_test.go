@@ -212,17 +212,6 @@ func TestStatusWriteErrorIsReturned(t *testing.T) {
 	}
 }
 
-func TestTruncateKeepsRunesWhole(t *testing.T) {
-	long := strings.Repeat("é", maxMessageLength) // 2 bytes each
-	got := truncate(long)
-	if len(got) > maxMessageLength || !strings.HasSuffix(got, "...") || !utf8Valid(got) {
-		t.Errorf("truncate gave %d bytes, valid=%v", len(got), utf8Valid(got))
-	}
-	if s := "short"; truncate(s) != s {
-		t.Errorf("truncate changed a short message")
-	}
-}
-
 func TestLaunchProgressWritesAreCoalesced(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(8).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
