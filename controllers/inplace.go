@@ -6,13 +6,13 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // In-place gang restart. With restartMode InPlace the worker container carries container
@@ -21,47 +21,6 @@ import (
 // break, they exit 75 (the cascade) and restart too, and the ranks meet again at the
 // rendezvous. The operator writes nothing to pods: it notices the restart from the
 // kubelet-written restartCount, counts it, and closes it once every rank runs again.
-
-// restartRules are the worker container's restart rules for the spec's exit-code policy:
-// restart in place on exactly the codes judge would restart the gang on, so a fatal code
-// still fails the pod (and the job). Exit 0 is never restarted: the rank is done.
-func restartRules(ft *trainingv1alpha1.FaultToleranceSpec) []corev1.ContainerRestartRule {
-	var req corev1.ContainerRestartRuleOnExitCodes
-	if ft.ExitCodes.Other == trainingv1alpha1.ExitCodeFail {
-		var codes []int32
-		for _, c := range append([]int32{trainingv1alpha1.ExitStopped}, ft.ExitCodes.Retryable...) {
-			if !slices.Contains(codes, c) && !slices.Contains(ft.ExitCodes.Fatal, c) {
-				codes = append(codes, c)
-			}
-		}
-		if len(codes) == 0 {
-			return nil // every exit fails the pod: nothing to restart in place
-		}
-		req = corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: codes}
-	} else {
-		codes := []int32{0}
-		for _, c := range ft.ExitCodes.Fatal {
-			if !slices.Contains(codes, c) {
-				codes = append(codes, c)
-			}
-		}
-		req = corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: codes}
-	}
-	slices.Sort(req.Values)
-	return []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart, ExitCodes: &req}}
-}
-
-// setRestartRules makes the worker container restart in place (restartMode InPlace). The
-// container's restartPolicy must be set with rules; Never keeps the pod's own behaviour for
-// every other exit.
-func setRestartRules(c *corev1.Container, ft *trainingv1alpha1.FaultToleranceSpec) {
-	rules := restartRules(ft)
-	if ft.RestartMode == trainingv1alpha1.RestartModeRecreate || len(rules) == 0 {
-		return
-	}
-	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
-	c.RestartPolicyRules = rules
-}
 
 // keepCounts records the gang's restart counts as the baseline of the next in-place restart.
 func (p *pass) keepCounts(g gang.Gang) {
@@ -110,12 +69,12 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
 	}
 	table := p.r.failurePatterns()
-	pod, exit, cascaded := inPlaceRoot(g, table, after, nil, p.job.Spec.GPUsPerNode)
+	pod, exit, cascaded := recovery.InPlaceRoot(g, table, after, nil, p.job.Spec.GPUsPerNode)
 	if pod == nil && g.ContainerRestarts > seen {
 		// A restart whose exit is no newer than the last failure (times are whole seconds):
 		// the ranks whose counts rose since the last restart's are the news, where the counts
 		// are known; an older exit of another rank, in the same second, is not.
-		pod, exit, cascaded = inPlaceRoot(g, table, time.Time{}, gang.RestartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.Ranks))), p.job.Spec.GPUsPerNode)
+		pod, exit, cascaded = recovery.InPlaceRoot(g, table, time.Time{}, gang.RestartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.Ranks))), p.job.Spec.GPUsPerNode)
 	}
 	if pod == nil {
 		return false, 0, nil
@@ -123,7 +82,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 	if exit.ExitCode == trainingv1alpha1.ExitStopped {
 		// The ranks restart themselves either way: waiting costs the gang nothing, and the
 		// peer's own exit, which its kubelet may report seconds later, names the cause.
-		if wait := cascadeWait(exit.FinishedAt.Time, p.now); wait > 0 {
+		if wait := recovery.CascadeWait(exit.FinishedAt.Time, p.now); wait > 0 {
 			st.ContainerRestarts, st.RankRestarts = seen, baseline
 			return false, wait, nil
 		}
@@ -131,38 +90,38 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 	// The restart is over once every rank's count rose past what it was before the fault
 	// (spelt out: containerRestarts no longer says they were all 0).
 	st.RankRestarts = g.Base
-	v := judge(&p.job.Spec, ended(pod, exit), p.now, st.Restarts)
-	p.attribute(&v.failure, ended(pod, exit))
-	blameSilentPeer(&v.failure, exit.Message, g, p.job.Spec.GPUsPerNode)
-	v.failure.Cascaded = cascaded
+	v := recovery.Judge(&p.job.Spec, recovery.Ended(pod, exit), p.now, st.Restarts, p.r.gate().Stopped)
+	p.attribute(&v.Failure, recovery.Ended(pod, exit))
+	recovery.BlameSilentPeer(&v.Failure, exit.Message, g, p.job.Spec.GPUsPerNode)
+	v.Failure.Cascaded = cascaded
 	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
 	at := exit.FinishedAt.Time
 	if at.IsZero() || at.After(p.now) {
 		at = p.now
 	}
-	v.failure.Time = metav1.Time{Time: at}
-	if hardwareRoot(v.failure) && !v.fatal {
+	v.Failure.Time = metav1.Time{Time: at}
+	if recovery.HardwareRoot(v.Failure) && !v.Fatal {
 		// The rank's node is at fault: keep the gang off it. Its process has already restarted
 		// in place there and rejoined its peers, so replacing only its pod would tear the
 		// gang's new rendezvous apart; the gang is recreated away from the node instead.
-		if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
+		if err := p.quarantine(ctx, recovery.QuarantinedFor(v.Failure)); err != nil {
 			return false, 0, err
 		}
 		p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
 		return true, 0, nil
 	}
 	mode := trainingv1alpha1.RestartModeInPlace
-	if moved, err := p.quarantineRepeated(ctx, v.failure); err != nil {
+	if moved, err := p.quarantineRepeated(ctx, v.Failure); err != nil {
 		return false, 0, err
 	} else if moved {
 		mode = trainingv1alpha1.RestartModeRecreate
 	}
-	if s := gang.WorkerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.failure.Reason == trainingv1alpha1.FailureReasonHang &&
-		s != nil && s.State.Terminated != nil && !v.fatal {
+	if s := gang.WorkerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.Failure.Reason == trainingv1alpha1.FailureReasonHang &&
+		s != nil && s.State.Terminated != nil && !v.Fatal {
 		// The kubelet killed the worker on its liveness probe, and container restart rules
 		// cover only a container's own exits: it stays down (seen on kind's real kubelet, where
 		// test/nodeagent restarted it). The rank gets a new pod while the others restart in place.
-		v.pod = pod
+		v.Pod = pod
 		if p.replaceRanks(ctx, g, v) {
 			return true, 0, nil
 		}
@@ -173,7 +132,7 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 
 // rerootLate names the cause of an in-place restart that began on a stop over a peer, once the
 // peer's own exit shows: stamped in the stop's second or later, it can reach the API server
-// after cascadeGrace ran out (a soak on kind: a GPU fault's exit came after its peer's 75 had
+// after recovery.CascadeGrace ran out (a soak on kind: a GPU fault's exit came after its peer's 75 had
 // been blamed, and the faulty node was never quarantined). The cause replaces the bystander's
 // record; a hardware cause, or a node failing again and again, has the node quarantined and
 // the gang recreated away from it. It reports whether the gang is recreated.
@@ -190,23 +149,23 @@ func (p *pass) rerootLate(ctx context.Context, g gang.Gang, since time.Time) (bo
 		after = after.Add(-time.Second)
 	}
 	table := p.r.failurePatterns()
-	pod, exit, _ := inPlaceRoot(g, table, after, g.Base, p.job.Spec.GPUsPerNode)
-	if pod == nil || strength(table, failedRank{pod: pod, exit: exit}) < evidenceWeak {
+	pod, exit, _ := recovery.InPlaceRoot(g, table, after, g.Base, p.job.Spec.GPUsPerNode)
+	if pod == nil || !recovery.NamesACause(table, pod, exit) {
 		return false, nil // still no cause of its own
 	}
 	if r, _ := gang.Rank(pod); last.Rank != nil && *last.Rank == r {
 		return false, nil
 	}
-	v := judge(&p.job.Spec, ended(pod, exit), p.now, last.Attempt)
-	if v.fatal {
+	v := recovery.Judge(&p.job.Spec, recovery.Ended(pod, exit), p.now, last.Attempt, p.r.gate().Stopped)
+	if v.Fatal {
 		return false, nil // its pod fails: the failure path ends the job
 	}
-	p.attribute(&v.failure, ended(pod, exit))
-	v.failure.Cascaded = last.Cascaded
+	p.attribute(&v.Failure, recovery.Ended(pod, exit))
+	v.Failure.Cascaded = last.Cascaded
 	if at := exit.FinishedAt.Time; !at.IsZero() && !at.After(p.now) {
-		v.failure.Time = metav1.Time{Time: at}
+		v.Failure.Time = metav1.Time{Time: at}
 	}
-	f := v.failure
+	f := v.Failure
 	p.ledger().Reroot(f)
 	// One fault, one failure: the bystander's stop would count against its node.
 	if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
@@ -214,8 +173,8 @@ func (p *pass) rerootLate(ctx context.Context, g gang.Gang, since time.Time) (bo
 	}
 	p.recordFailure(f)
 	moved := false
-	if hardwareRoot(f) {
-		if err := p.quarantine(ctx, quarantinedFor(f)); err != nil {
+	if recovery.HardwareRoot(f) {
+		if err := p.quarantine(ctx, recovery.QuarantinedFor(f)); err != nil {
 			return false, err
 		}
 		moved = true
@@ -226,44 +185,13 @@ func (p *pass) rerootLate(ctx context.Context, g gang.Gang, since time.Time) (bo
 	}
 	if moved {
 		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf(
-			"the in-place restart's cause was %s%s: recreating the gang away from %s", f.Message, categoryWords(f), f.Node))
+			"the in-place restart's cause was %s%s: recreating the gang away from %s", f.Message, recovery.CategoryWords(f), f.Node))
 		return true, nil
 	}
-	msg := fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, categoryWords(f))
+	msg := fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, recovery.CategoryWords(f))
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
-	p.normal(trainingv1alpha1.ReasonRestarting, "Restart", "the in-place restart's cause: %s%s", f.Message, categoryWords(f))
+	p.normal(trainingv1alpha1.ReasonRestarting, "Restart", "the in-place restart's cause: %s%s", f.Message, recovery.CategoryWords(f))
 	return false, nil
-}
-
-// ended is pod as it was when its worker container's run ended with exit: what judge and
-// the termination-message readers expect of a failed pod.
-func ended(pod *corev1.Pod, exit *corev1.ContainerStateTerminated) *corev1.Pod {
-	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status}
-	out.Status.ContainerStatuses = slices.Clone(pod.Status.ContainerStatuses)
-	if s := gang.WorkerStatus(out); s != nil {
-		s.State = corev1.ContainerState{Terminated: exit}
-	}
-	out.Status.Phase = corev1.PodFailed
-	return out
-}
-
-// lastExit is how pod's worker container last ended while the pod lives on: its current state
-// if it exited (not 0: a rank that is done), else the run before its last restart.
-func lastExit(pod *corev1.Pod) *corev1.ContainerStateTerminated {
-	s := gang.WorkerStatus(pod)
-	if s == nil || gang.Finished(pod) || len(podRestartRules(pod)) == 0 {
-		return nil // no rules: an exit fails the pod, which is the Recreate path's to see
-	}
-	if t := s.State.Terminated; t != nil {
-		if t.ExitCode == 0 {
-			return nil
-		}
-		return t
-	}
-	if s.RestartCount > 0 {
-		return s.LastTerminationState.Terminated
-	}
-	return nil
 }
 
 // inPlaceOverdue escalates an in-place restart that did not bring every rank back within
@@ -323,40 +251,26 @@ func (p *pass) escalate(reason, msg string) {
 // in-place restart it is the same restart going wrong: the gang is recreated without counting
 // it again. A pod that failed on an exit its restart rules cover tells that its kubelet ignored
 // them.
-func (p *pass) recoverFrom(ctx context.Context, v verdict, g gang.Gang) error {
+func (p *pass) recoverFrom(ctx context.Context, v recovery.Verdict, g gang.Gang) error {
 	if p.replaceable(v) && p.replaceRanks(ctx, g, v) {
 		return nil
 	}
-	if _, ok := p.inPlaceUnderWay(); ok && !v.fatal {
-		p.recordFailure(v.failure)
-		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.failure.Message))
+	if _, ok := p.inPlaceUnderWay(); ok && !v.Fatal {
+		p.recordFailure(v.Failure)
+		p.escalate(trainingv1alpha1.ReasonInPlaceFailed, fmt.Sprintf("%s during the in-place restart: recreating the gang", v.Failure.Message))
 		return nil
 	}
-	if f := v.failure; v.pod != nil && !v.fatal && f.ExitCode != nil && f.Reason == trainingv1alpha1.FailureReasonExitCode &&
-		rulesRestart(podRestartRules(v.pod), *f.ExitCode) {
+	if f := v.Failure; v.Pod != nil && !v.Fatal && f.ExitCode != nil && f.Reason == trainingv1alpha1.FailureReasonExitCode &&
+		recovery.RulesRestart(recovery.PodRestartRules(v.Pod), *f.ExitCode) {
 		p.warning(trainingv1alpha1.ReasonInPlaceUnsupported, "Restart",
 			"rank %d on %s exited %d, which its container restart rules restart in place, but its pod failed: the kubelet there does not honour container restart rules (ContainerRestartRules, Kubernetes 1.35+); recreating the gang",
 			ptr.Deref(f.Rank, -1), f.Node, *f.ExitCode)
 	}
-	if !v.fatal {
-		if _, err := p.quarantineRepeated(ctx, v.failure); err != nil {
+	if !v.Fatal {
+		if _, err := p.quarantineRepeated(ctx, v.Failure); err != nil {
 			return err
 		}
 	}
 	p.recover(ctx, v, trainingv1alpha1.RestartModeRecreate)
 	return nil
-}
-
-// rulesRestart reports whether rules restart a container that exited with code.
-func rulesRestart(rules []corev1.ContainerRestartRule, code int32) bool {
-	for _, r := range rules {
-		if r.ExitCodes == nil {
-			continue
-		}
-		in := slices.Contains(r.ExitCodes.Values, code)
-		if (r.ExitCodes.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn) == in {
-			return r.Action == corev1.ContainerRestartRuleActionRestart
-		}
-	}
-	return false
 }

@@ -16,6 +16,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -235,7 +236,7 @@ func TestRestartRulesFollowTheExitCodePolicy(t *testing.T) {
 		{"only fatal codes", trainingv1alpha1.ExitCodePolicy{Fatal: []int32{75}, Other: trainingv1alpha1.ExitCodeFail}, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rules := restartRules(&trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes})
+			rules := recovery.RestartRules(&trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes})
 			var want []corev1.ContainerRestartRule
 			if tc.op != "" {
 				want = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
@@ -245,12 +246,12 @@ func TestRestartRulesFollowTheExitCodePolicy(t *testing.T) {
 				t.Errorf("rules (-want +got):\n%s", diff)
 			}
 			for code := range int32(256) {
-				v := judge(&trainingv1alpha1.ZayaTrainingJobSpec{FaultTolerance: trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes}},
-					ended(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}},
+				v := recovery.Judge(&trainingv1alpha1.ZayaTrainingJobSpec{FaultTolerance: trainingv1alpha1.FaultToleranceSpec{ExitCodes: tc.codes}},
+					recovery.Ended(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker"}}},
 						Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "worker"}}}},
-						&corev1.ContainerStateTerminated{ExitCode: code}), now, 0)
-				if restarts := code != 0 && !v.fatal; rulesRestart(rules, code) != restarts {
-					t.Errorf("exit %d: rules restart %v, judge restarts %v", code, rulesRestart(rules, code), restarts)
+						&corev1.ContainerStateTerminated{ExitCode: code}), now, 0, nil)
+				if restarts := code != 0 && !v.Fatal; recovery.RulesRestart(rules, code) != restarts {
+					t.Errorf("exit %d: rules restart %v, judge restarts %v", code, recovery.RulesRestart(rules, code), restarts)
 				}
 			}
 		})
@@ -265,8 +266,8 @@ func TestAnInPlaceStopOverAPeerWaitsForTheCause(t *testing.T) {
 	fault := now.Add(-300 * time.Millisecond)
 	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(100*time.Millisecond)))
 	res := h.mustReconcile(t, job)
-	if st := h.get(t, job).Status; st.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > cascadeGrace+time.Second {
-		t.Fatalf("restarts %d, requeue %v: want no restart yet and a wait of at most %v", st.Restarts, res.RequeueAfter, cascadeGrace+time.Second)
+	if st := h.get(t, job).Status; st.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > recovery.CascadeGrace+time.Second {
+		t.Fatalf("restarts %d, requeue %v: want no restart yet and a wait of at most %v", st.Restarts, res.RequeueAfter, recovery.CascadeGrace+time.Second)
 	}
 	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 137, fault.Add(-100*time.Millisecond), fault.Add(time.Second)))
 	h.mustReconcile(t, job)
@@ -277,7 +278,7 @@ func TestAnInPlaceStopOverAPeerWaitsForTheCause(t *testing.T) {
 
 	// Nothing more shows: past the grace the stop is recorded as it is.
 	h2, job2 := inPlaceGang(t)
-	old := now.Add(-cascadeGrace - time.Second)
+	old := now.Add(-recovery.CascadeGrace - time.Second)
 	h2.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, old, old.Add(100*time.Millisecond)))
 	h2.mustReconcile(t, job2)
 	if st := h2.get(t, job2).Status; st.Restarts != 1 || st.LastFailure == nil || *st.LastFailure.Rank != 0 {
@@ -512,12 +513,12 @@ func TestAnInPlaceRootIsNotTheLastRestartsOldExit(t *testing.T) {
 }
 
 // A fault's own exit can reach the API server after its peer's stop was blamed (the stop's
-// cascadeGrace ran out first: seen in a soak on kind). Once it shows, it is the restart's cause:
+// recovery.CascadeGrace ran out first: seen in a soak on kind). Once it shows, it is the restart's cause:
 // the bystander's record goes, and a GPU fault moves the gang off its node.
 func TestALateCauseReRootsTheInPlaceRestart(t *testing.T) {
 	start := func(t *testing.T) (*harness, *trainingv1alpha1.ZayaTrainingJob, time.Time) {
 		h, job := inPlaceGang(t)
-		fault := now.Add(-cascadeGrace - 2*time.Second).Truncate(time.Second).Add(100 * time.Millisecond)
+		fault := now.Add(-recovery.CascadeGrace - 2*time.Second).Truncate(time.Second).Add(100 * time.Millisecond)
 		h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, fault.Add(100*time.Millisecond)))
 		h.mustReconcile(t, job)
 		if st := h.get(t, job).Status; st.Restarts != 1 || st.LastFailure == nil || *st.LastFailure.Rank != 0 {

@@ -19,6 +19,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -115,8 +116,8 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 		{"peer failed before rank 0 exited", exited("n1", 143, now.Add(-time.Minute)), time.Second, "Restarting"},
 		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), successGrace, "Restarting"},
 		{"peer stopped because another was (exit 75)", func(p *corev1.Pod) {
-			// Long enough ago that no cause of its own is still to come (cascadeGrace).
-			exited("n1", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace-time.Second))(p)
+			// Long enough ago that no cause of its own is still to come (recovery.CascadeGrace).
+			exited("n1", trainingv1alpha1.ExitStopped, now.Add(-recovery.CascadeGrace-time.Second))(p)
 			p.Status.ContainerStatuses[0].State.Terminated.Message = trainingv1alpha1.TerminationMessageStoppedPrefix + " peer rank 2 was stopped at step 16"
 		}, time.Second, "Restarting"},
 		{"peer being stopped (evicted)", func(p *corev1.Pod) {

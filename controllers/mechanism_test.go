@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -59,7 +60,7 @@ func TestEachMechanismSetsThePodUpItsWay(t *testing.T) {
 				t.Errorf("restartPolicy %q, container rules %v, annotation %q, env at %d: want %q, rules %v, rule %q",
 					pod.Spec.RestartPolicy, w.RestartPolicyRules, ann, env, c.policy, c.rules, c.rule)
 			}
-			if got := len(podRestartRules(pod)) > 0; got != (c.rules || c.rule != "") {
+			if got := len(recovery.PodRestartRules(pod)) > 0; got != (c.rules || c.rule != "") {
 				t.Errorf("the operator reads the pod back as restarting in place: %v", got)
 			}
 		})
@@ -78,7 +79,7 @@ func TestASupervisedRankRestartedByTheKubeletRestartsTheGangInPlace(t *testing.T
 	if st.InPlaceRestarts != 1 || st.Attempt() != 0 || st.LastFailure == nil || *st.LastFailure.ExitCode != 1 {
 		t.Fatalf("in place %d, attempt %d, lastFailure %+v: want one in-place restart after rank 1's exit 1", st.InPlaceRestarts, st.Attempt(), st.LastFailure)
 	}
-	if got := restartedBy(h.pods(t)["llm-0-1"], trainingv1alpha1.RestartModeInPlace); got != trainingv1alpha1.RestartMechanismSupervisor {
+	if got := recovery.RestartedBy(h.pods(t)["llm-0-1"], trainingv1alpha1.RestartModeInPlace); got != trainingv1alpha1.RestartMechanismSupervisor {
 		t.Errorf("counted as %q, want Supervisor", got)
 	}
 }
@@ -146,7 +147,7 @@ func TestRulesTheAPIServerDropsAreFoundBeforeThePodsAreMade(t *testing.T) {
 		t.Errorf("asked the API server %d times in two passes, want once", asked)
 	}
 	for name, pod := range h.pods(t) {
-		if len(podRestartRules(pod)) > 0 {
+		if len(recovery.PodRestartRules(pod)) > 0 {
 			t.Errorf("%s restarts in place", name)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -146,7 +147,7 @@ func briefly() *int64 { return ptr.To(int64(restartGracePeriod.Seconds())) }
 // spare's node it must take (the admission's placement is added when it is created).
 func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
 	return workerpod.Render(job, network, rank, func(pod *corev1.Pod, w *corev1.Container) {
-		setInPlace(job, pod, w)
+		recovery.SetInPlace(job, pod, w)
 		avoidQuarantined(&pod.Spec, job.Status.QuarantinedNodes)
 		requireSpareNode(job, &pod.Spec, rank)
 	})

@@ -17,14 +17,9 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
-
-// quarantines reports whether a failure reason keeps the job off the node from now on.
-func quarantines(reason string) bool {
-	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy ||
-		reason == trainingv1alpha1.FailureReasonStraggler
-}
 
 // repeatedFailuresToQuarantine is how many worker failures on one node within restartWindow
 // (the current one included) quarantine it: a GPU that corrupts results or a flaky NIC can
@@ -79,18 +74,10 @@ func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) e
 	if err := p.suspectNode(ctx, f); err != nil {
 		return err
 	}
-	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule || !platformSignal(f.Reason) {
+	if p.job.Spec.FaultTolerance.Quarantine.NodeTaint != trainingv1alpha1.QuarantineTaintNoSchedule || !recovery.PlatformSignal(f.Reason) {
 		return nil
 	}
 	return p.taintNode(ctx, f.Node)
-}
-
-// platformSignal reports whether a quarantine rests on the platform's own word about the node
-// (its kubelet lost, a device its health signals took away), the only grounds on which a job
-// may taint a node for everyone. What a tenant's workers print, how often they crash and what
-// they report are the tenant's word: they keep the node from that job alone.
-func platformSignal(reason string) bool {
-	return reason == trainingv1alpha1.FailureReasonNodeLost || reason == trainingv1alpha1.FailureReasonDeviceUnhealthy
 }
 
 // defaultQuarantineTaintMax bounds how long a job's quarantine taint stays on a node when the

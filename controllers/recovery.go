@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).
@@ -29,10 +29,10 @@ const maxRecentFailures = 8
 // next pass (which the status write triggers) deletes the old attempt's pods and, after the
 // backoff, creates the new ones, so a crash between the two never loses or doubles a restart.
 // An InPlace restart keeps the attempt: the kubelet is already restarting the containers.
-func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.RestartMode) {
+func (p *pass) recover(ctx context.Context, v recovery.Verdict, mode trainingv1alpha1.RestartMode) {
 	job := p.job
 	st := &job.Status
-	f := v.failure
+	f := v.Failure
 	if f.Category == "" {
 		p.attribute(&f, nil)
 	}
@@ -47,7 +47,7 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		failuresTotal.WithLabelValues(category, "root").Inc()
 		failuresTotal.WithLabelValues(category, "cascade").Add(cascaded)
 	})
-	if v.fatal {
+	if v.Fatal {
 		p.fail(trainingv1alpha1.ReasonFatalFailure, f.Message)
 		return
 	}
@@ -70,7 +70,7 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 		}
 	}
 	recent := slices.DeleteFunc(slices.Clone(st.RestartTimes), func(t metav1.Time) bool { return t.Time.Before(since) })
-	if v.counted {
+	if v.Counted {
 		if int32(len(recent)) >= *ft.MaxRestarts {
 			p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf(
 				"%d restarts within %s (maxRestarts %d); last failures: %s",
@@ -89,10 +89,10 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	var msg string
 	if mode == trainingv1alpha1.RestartModeInPlace {
 		st.InPlaceRestarts = addCount(st.InPlaceRestarts, 1)
-		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, categoryWords(f))
+		msg = fmt.Sprintf("restarting the gang in place (restart %d, attempt %d) after: %s%s", st.Restarts, st.Attempt(), f.Message, recovery.CategoryWords(f))
 	} else {
 		st.ReadyNodes = 0
-		msg = fmt.Sprintf("restarting the whole gang as attempt %d after: %s%s", st.Attempt(), f.Message, categoryWords(f))
+		msg = fmt.Sprintf("restarting the whole gang as attempt %d after: %s%s", st.Attempt(), f.Message, recovery.CategoryWords(f))
 	}
 	p.setCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionTrue, f.Reason, msg)
 	if mode == trainingv1alpha1.RestartModeInPlace {
@@ -103,10 +103,10 @@ func (p *pass) recover(ctx context.Context, v verdict, mode trainingv1alpha1.Res
 	p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonRestarting, msg)
 	p.warning(trainingv1alpha1.ReasonRestarting, "Restart", "%s", msg)
 	attempt := st.Attempt()
-	mechanism := restartedBy(v.pod, mode)
+	mechanism := recovery.RestartedBy(v.Pod, mode)
 	p.whenStored(func() {
 		restartsTotal.WithLabelValues(f.Reason, string(mode), string(mechanism)).Inc()
-		log.FromContext(ctx).Info("restarting the gang", "mode", mode, "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.counted)
+		log.FromContext(ctx).Info("restarting the gang", "mode", mode, "attempt", attempt, "reason", f.Reason, "rank", f.Rank, "node", f.Node, "counted", v.Counted)
 	})
 }
 
@@ -150,24 +150,7 @@ func (p *pass) backoffLeft() time.Duration {
 	if !ok {
 		return 0
 	}
-	return since.Add(restartBackoff(p.job.Spec.FaultTolerance.Backoff, len(p.job.Status.RestartTimes))).Sub(p.now)
-}
-
-// restartBackoff is the wait before the k-th counted restart (k from 1).
-func restartBackoff(spec trainingv1alpha1.BackoffSpec, k int) time.Duration {
-	if spec.Initial == nil || spec.Initial.Duration <= 0 || k <= 0 {
-		return 0
-	}
-	limit := trainingv1alpha1.DefaultBackoffMax
-	if spec.Max != nil {
-		limit = spec.Max.Duration
-	}
-	b := wait.Backoff{Duration: spec.Initial.Duration, Factor: 2, Steps: k, Cap: limit}
-	var d time.Duration
-	for range min(k, 64) { // any initial of 1ns or more meets a cap of at most 1h within 42 doublings
-		d = b.Step()
-	}
-	return min(d, limit)
+	return since.Add(recovery.RestartBackoff(p.job.Spec.FaultTolerance.Backoff, len(p.job.Status.RestartTimes))).Sub(p.now)
 }
 
 // finishRecovery closes a gang restart once every rank of the new attempt runs: an in-place
@@ -184,7 +167,7 @@ func (p *pass) finishRecovery(g gang.Gang) {
 	p.job.Status.Replacing = nil
 	if st := &p.job.Status; st.LastRestartMode == trainingv1alpha1.RestartModeInPlace && st.LastFailure != nil {
 		// The cascade is over: every other rank whose container it restarted.
-		if n := cascadeSince(g, since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
+		if n := recovery.CascadeSince(g, since, ptr.Deref(st.LastFailure.Rank, -1)); n > st.LastFailure.Cascaded {
 			category, more := st.LastFailure.Category, float64(n-st.LastFailure.Cascaded)
 			p.whenStored(func() { failuresTotal.WithLabelValues(category, "cascade").Add(more) })
 			st.LastFailure.Cascaded = n

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -412,12 +413,12 @@ func TestJudge(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := judge(spec, c.pod, now, 0)
-			if v.failure.Reason != c.reason || v.fatal != c.fatal || v.counted != c.counts {
-				t.Errorf("judge = reason %q fatal %v counted %v; want %q %v %v", v.failure.Reason, v.fatal, v.counted, c.reason, c.fatal, c.counts)
+			v := recovery.Judge(spec, c.pod, now, 0, nil)
+			if v.Failure.Reason != c.reason || v.Fatal != c.fatal || v.Counted != c.counts {
+				t.Errorf("judge = reason %q fatal %v counted %v; want %q %v %v", v.Failure.Reason, v.Fatal, v.Counted, c.reason, c.fatal, c.counts)
 			}
-			if *v.failure.Rank != 3 || v.failure.Node != "n3" {
-				t.Errorf("failure = %+v, want rank 3 on n3", v.failure)
+			if *v.Failure.Rank != 3 || v.Failure.Node != "n3" {
+				t.Errorf("failure = %+v, want rank 3 on n3", v.Failure)
 			}
 		})
 	}
@@ -476,25 +477,6 @@ func TestFailedGangsStopBrieflySuspendedOnesGracefully(t *testing.T) {
 	h.mustReconcile(t, job)
 	if g, ok := graces["llm-1-0"]; !ok || g != nil {
 		t.Errorf("suspend deleted llm-1-0 with grace %v (present %v), want the pod's own", g, ok)
-	}
-}
-
-func TestPodFailureReasonIsAlwaysAValidConditionReason(t *testing.T) {
-	for in, want := range map[string]string{
-		"Evicted":                  "Evicted",
-		"NodeShutdown":             "NodeShutdown",
-		"OutOfamd.com/gpu":         trainingv1alpha1.FailureReasonNodeRejected,
-		"OutOfcpu":                 trainingv1alpha1.FailureReasonNodeRejected,
-		"UnexpectedAdmissionError": trainingv1alpha1.FailureReasonNodeRejected,
-		"Weird reason!":            trainingv1alpha1.FailureReasonNodeRejected,
-		strings.Repeat("A", 65):    trainingv1alpha1.FailureReasonNodeRejected,
-	} {
-		if got := podFailureReason(in); got != want {
-			t.Errorf("podFailureReason(%q) = %q, want %q", in, got, want)
-		}
-		if !conditionReason.MatchString(podFailureReason(in)) {
-			t.Errorf("podFailureReason(%q) is no valid condition reason", in)
-		}
 	}
 }
 

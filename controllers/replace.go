@@ -3,9 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +19,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // Replacing only what broke. With restartMode InPlace a rank whose pod cannot restart in place
@@ -40,33 +39,33 @@ const leaseChecksPerPass = 8
 // replaceable reports whether v's rank can get a new pod while its peers restart in place:
 // its node or pod is gone or unusable. A worker's own exit is the kubelet's to restart; a pod
 // that failed on one its rules cover shows a kubelet without them (InPlaceUnsupported).
-func (p *pass) replaceable(v verdict) bool {
-	if v.fatal || !p.replacesPods() || v.failure.Rank == nil {
+func (p *pass) replaceable(v recovery.Verdict) bool {
+	if v.Fatal || !p.replacesPods() || v.Failure.Rank == nil {
 		return false
 	}
-	switch v.failure.Reason {
+	switch v.Failure.Reason {
 	case trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy, trainingv1alpha1.FailureReasonEvicted,
 		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected,
 		trainingv1alpha1.FailureReasonStraggler:
 		return true
 	}
-	return v.pod != nil && v.failure.ExitCode == nil && v.pod.Status.Phase == corev1.PodFailed
+	return v.Pod != nil && v.Failure.ExitCode == nil && v.Pod.Status.Phase == corev1.PodFailed
 }
 
 // replacesPods reports whether the job's ranks restart in place, so one can be replaced alone.
 func (p *pass) replacesPods() bool {
 	ft := &p.job.Spec.FaultTolerance
-	return ft.RestartMode == trainingv1alpha1.RestartModeInPlace && len(restartRules(ft)) > 0
+	return ft.RestartMode == trainingv1alpha1.RestartModeInPlace && len(recovery.RestartRules(ft)) > 0
 }
 
 // replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
 // not counted again) that gives v's rank, and every other rank on the same failed node, a new
 // pod. It reports false when the ranks do not fit in status.replacing.
-func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v verdict) bool {
-	ranks := []int32{*v.failure.Rank}
-	if v.pod == nil && v.failure.Node != "" { // a node fault takes every rank there
+func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Verdict) bool {
+	ranks := []int32{*v.Failure.Rank}
+	if v.Pod == nil && v.Failure.Node != "" { // a node fault takes every rank there
 		for r, pod := range g.Ranks {
-			if pod != nil && pod.Spec.NodeName == v.failure.Node && int32(r) != ranks[0] {
+			if pod != nil && pod.Spec.NodeName == v.Failure.Node && int32(r) != ranks[0] {
 				ranks = append(ranks, int32(r))
 			}
 		}
@@ -75,15 +74,15 @@ func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v verdict) bool {
 		return false
 	}
 	if _, ok := p.inPlaceUnderWay(); ok {
-		p.ledger().Reroot(v.failure)
-		p.recordFailure(v.failure)
+		p.ledger().Reroot(v.Failure)
+		p.recordFailure(v.Failure)
 	} else {
 		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
 		if finished(p.job) {
 			return true
 		}
 	}
-	p.markReplaced(ctx, g, ranks, v.failure.Reason, v.failure.Message)
+	p.markReplaced(ctx, g, ranks, v.Failure.Reason, v.Failure.Message)
 	return true
 }
 
@@ -200,7 +199,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		}
 		if age < stale {
 			due := stale - age
-			if hungLaggard(g, r, since, p.job.Spec.GPUsPerNode) {
+			if recovery.HungLaggard(g, r, since, p.job.Spec.GPUsPerNode) {
 				if p.now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
 					if going() {
 						return 0, nil // the job goes with its namespace: nothing to replace
@@ -249,7 +248,7 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 		}
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			s := gang.WorkerStatus(pod)
-			if s == nil || s.State.Terminated == nil || !signalled.MatchString(s.State.Terminated.Message) {
+			if s == nil || s.State.Terminated == nil || !recovery.Signalled.MatchString(s.State.Terminated.Message) {
 				continue
 			}
 		}
@@ -286,48 +285,9 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 	return nil, wait, nil
 }
 
-// hungLaggard reports whether rank, left behind by an in-place restart that began at since, still
-// runs the process its peers stopped over, and a peer that came back named it silent (the
-// reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
-// too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
-func hungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bool {
-	s := gang.WorkerStatus(g.Ranks[rank])
-	if s == nil || s.State.Running == nil || g.Renewed[rank] {
-		return false
-	}
-	if g.Base != nil && g.Counts[rank] != g.Base[rank] {
-		return false // restarted since the fault
-	}
-	if g.Base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
-		return false
-	}
-	for r, pod := range g.Ranks {
-		if pod == nil || int32(r) == rank || !g.Back(r, since) {
-			continue
-		}
-		exit := gang.WorkerStatus(pod).LastTerminationState.Terminated
-		if exit == nil || (g.Base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
-			continue // with counts known, a peer that is back ended its last run in this restart
-		}
-		for _, m := range silentPeer.FindAllStringSubmatch(exit.Message, -1) {
-			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // hungRecheck is how often a rank that looks hung is looked at again until its node's Lease
 // says whether the node is alive.
 const hungRecheck = 2 * time.Second
-
-// signalled is how the reference worker says it stopped on its own SIGTERM (its peers say
-// "peer rank N was stopped").
-var signalled = regexp.MustCompile(`(?m)^zaya: stopped: rank \d+ was signalled at step \d+`)
-
-// silentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
-var silentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
 // since the restart began), so it is not quarantined; the kubelet kills the frozen process

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -115,7 +116,7 @@ func TestALostNodesPodIsRemovedAtOnce(t *testing.T) {
 
 func TestARankLeftBehindOnANodeWithALapsedLeaseIsReplaced(t *testing.T) {
 	h, job := inPlaceGang(t)
-	fault := now.Add(-3 * time.Second) // past cascadeWait: the stops alone are recorded
+	fault := now.Add(-3 * time.Second) // past recovery.CascadeWait: the stops alone are recorded
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
 		Spec:       coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](20), RenewTime: ptr.To(metav1.NewMicroTime(fault))},
@@ -179,7 +180,7 @@ func TestALapsedLeaseAloneOrALaggardAloneIsNoNodeLoss(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now))}}); err != nil {
 		t.Fatal(err)
 	}
-	fault := now.Add(-cascadeGrace - time.Second)
+	fault := now.Add(-recovery.CascadeGrace - time.Second)
 	h.setPod(t, "llm-0-0", restartedInPlace("n0", 1, trainingv1alpha1.ExitStopped, fault, now))
 	h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, trainingv1alpha1.ExitStopped, fault, now))
 	h.mustReconcile(t, job)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 const (
@@ -245,8 +246,8 @@ func TestOnlyStopsOverAPeerWaitAMomentForTheirCause(t *testing.T) {
 	h.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now, "", "zaya: stopped: lost rank 16 during the all-reduce at step 120: EOF\n"))
 	res := h.mustReconcile(t, job)
 	// Exit times are whole seconds: the grace runs from the end of the one stamped.
-	if got := h.get(t, job); got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > cascadeGrace+time.Second {
-		t.Fatalf("restarts %d, requeue %v: want a wait of at most %v", got.Status.Restarts, res.RequeueAfter, cascadeGrace+time.Second)
+	if got := h.get(t, job); got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > recovery.CascadeGrace+time.Second {
+		t.Fatalf("restarts %d, requeue %v: want a wait of at most %v", got.Status.Restarts, res.RequeueAfter, recovery.CascadeGrace+time.Second)
 	}
 	// The cause shows: rank 2 crashed.
 	h.setPod(t, "llm-0-2", exitedSaying("n2", 139, now.Add(time.Second), "", "Segmentation fault"))
@@ -256,7 +257,7 @@ func TestOnlyStopsOverAPeerWaitAMomentForTheirCause(t *testing.T) {
 	}
 	// Or nothing more shows: after the grace the stop is all there is.
 	h2, job2 := recreateGang(t)
-	h2.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-cascadeGrace-time.Second), "", "zaya: stopped: lost rank 16: EOF\n"))
+	h2.setPod(t, "llm-0-0", exitedSaying("n0", trainingv1alpha1.ExitStopped, now.Add(-recovery.CascadeGrace-time.Second), "", "zaya: stopped: lost rank 16: EOF\n"))
 	h2.mustReconcile(t, job2)
 	if got := h2.get(t, job2); got.Status.Restarts != 1 {
 		t.Errorf("restarts %d after the grace, want 1", got.Status.Restarts)

@@ -19,6 +19,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -84,7 +85,7 @@ func splitSpares(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) ([]co
 // replaced alone.
 func wantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 	// (The admission may allow fewer: see ensureSpares.)
-	if wantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
+	if recovery.WantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
 		return 0
 	}
 	return min(max(job.Spec.FaultTolerance.Spares, 0), 16)

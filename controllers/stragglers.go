@@ -11,6 +11,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // Stragglers: a rank whose steps keep it busy longer than the other ranks' median by
@@ -22,7 +23,7 @@ import (
 
 // judgeStragglers sets the Straggling condition from rank 0's latest report and returns the
 // verdict that replaces the straggler, when that is due.
-func (p *pass) judgeStragglers(g gang.Gang) *verdict {
+func (p *pass) judgeStragglers(g gang.Gang) *recovery.Verdict {
 	rep := p.report
 	if gp := p.job.Status.Goodput; rep == nil || (gp != nil && gp.Open != nil) || rep.TrainingSince.Before(p.ledger().TrainingSince()) {
 		return nil // no word yet from the run that trains now: a report of the one before is no news
@@ -49,7 +50,7 @@ func (p *pass) judgeStragglers(g gang.Gang) *verdict {
 		Attempt: p.job.Status.Restarts, Node: pod.Spec.NodeName, Rank: ptr.To(int32(s.Rank)),
 		Message: bounded.Message(fmt.Sprintf("%s: replaced after checkpoint step %d (faultTolerance.stragglers.action Replace)", msg, rep.CheckpointStep)),
 	}
-	return &verdict{failure: f, counted: true, pod: pod}
+	return &recovery.Verdict{Failure: f, Counted: true, Pod: pod}
 }
 
 // stragglerMargin is faultTolerance.stragglers.marginPercent, defaulted.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // finish cleans up a finished job's running pods (finished pods stay for their logs) and
@@ -22,7 +23,7 @@ func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, erro
 	for i := range pods {
 		own[i] = &pods[i]
 	}
-	p.ledger().Final(gang.ExitMessages(own, evidenceChecks))
+	p.ledger().Final(gang.ExitMessages(own, recovery.EvidenceChecks))
 	if err := p.deletePods(ctx, gang.Active(pods), briefly()); err != nil {
 		return ctrl.Result{}, err
 	}

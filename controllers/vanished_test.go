@@ -9,6 +9,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -45,9 +46,9 @@ func TestNoticeVanishedOnlyWhereEveryRankRan(t *testing.T) {
 			var got []string
 			for _, p := range g.Disrupted[before:] {
 				got = append(got, p.Name)
-				v := judge(&job.Spec, p, now, 0)
-				if v.failure.Reason != trainingv1alpha1.FailureReasonPodDeleted || *v.failure.Rank != 1 {
-					t.Errorf("judged %s %v, want PodDeleted of rank 1", v.failure.Reason, v.failure.Rank)
+				v := recovery.Judge(&job.Spec, p, now, 0, nil)
+				if v.Failure.Reason != trainingv1alpha1.FailureReasonPodDeleted || *v.Failure.Rank != 1 {
+					t.Errorf("judged %s %v, want PodDeleted of rank 1", v.Failure.Reason, v.Failure.Rank)
 				}
 				if g.DisruptedPod(1) != p {
 					t.Error("the stand-in is not found for its rank")

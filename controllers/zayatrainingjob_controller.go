@@ -37,6 +37,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // ZayaTrainingJobReconciler reconciles ZayaTrainingJob objects.
@@ -160,7 +161,7 @@ func (r *ZayaTrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// Pods the operator did not make are no ranks, and never deleted: a rank whose name one
 	// holds is reported as a name conflict when its pod is created.
 	own, _ := marks.ownPods(job, pods.Items)
-	own = supervisorExits(own)
+	own = recovery.SupervisorExits(own)
 
 	oldStatus := job.Status.DeepCopy()
 	p := &pass{r: r, job: job, now: r.Clock.Now(), marks: marks, pods: own}
@@ -263,7 +264,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	g.NoticeVanished(job, p.now)
 	p.stopped = sync.OnceValue(func() []string {
 		// The current ranks' exits, and a recreate's old ranks' until they go.
-		return append(gang.ExitMessages(g.Ranks, evidenceChecks), gang.ExitMessages(slices.Concat(g.Stale, g.Draining, g.Previous), evidenceChecks)...)
+		return append(gang.ExitMessages(g.Ranks, recovery.EvidenceChecks), gang.ExitMessages(slices.Concat(g.Stale, g.Draining, g.Previous), recovery.EvidenceChecks)...)
 	})
 	p.watchProgress(g)
 	p.ledger().Refine(p.stopped) // read only while a loss is open: the exits of a big gang are many strings
@@ -286,7 +287,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	if wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see cascadeGrace
+		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see recovery.CascadeGrace
 	}
 	if _, restarting := p.restarting(); v == nil && !restarting {
 		v = p.judgeStragglers(g)
@@ -295,12 +296,12 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		if p.namespaceGoing(ctx) {
 			return ctrl.Result{}, nil // the job goes with it: nothing to restart or report
 		}
-		if quarantines(v.failure.Reason) {
-			if err := p.quarantine(ctx, &v.failure); err != nil {
+		if recovery.Quarantines(v.Failure.Reason) {
+			if err := p.quarantine(ctx, &v.Failure); err != nil {
 				return ctrl.Result{}, err
 			}
-		} else if hardwareRoot(v.failure) && !v.fatal {
-			if err := p.quarantine(ctx, quarantinedFor(v.failure)); err != nil {
+		} else if recovery.HardwareRoot(v.Failure) && !v.Fatal {
+			if err := p.quarantine(ctx, recovery.QuarantinedFor(v.Failure)); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -367,8 +368,8 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 
 // firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
 // rank on a node that lost its health (the device plugin never evicts those pods).
-func (p *pass) firstFailure(ctx context.Context, g gang.Gang) (*verdict, time.Duration, error) {
-	if pod, cascaded := rootFailure(g, p.r.failurePatterns()); pod != nil {
+func (p *pass) firstFailure(ctx context.Context, g gang.Gang) (*recovery.Verdict, time.Duration, error) {
+	if pod, cascaded := recovery.RootFailure(g, p.r.failurePatterns()); pod != nil {
 		if gang.StoppedByPeer(pod) {
 			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
 			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
@@ -390,31 +391,31 @@ func (p *pass) firstFailure(ctx context.Context, g gang.Gang) (*verdict, time.Du
 			if f != nil {
 				p.attribute(f, nil)
 				f.Cascaded = cascaded + 1
-				return &verdict{failure: *f, counted: true}, 0, nil
+				return &recovery.Verdict{Failure: *f, Counted: true}, 0, nil
 			}
 		}
-		v := judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts)
-		p.attribute(&v.failure, pod)
+		v := recovery.Judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts, p.r.gate().Stopped)
+		p.attribute(&v.Failure, pod)
 		if s := gang.WorkerStatus(pod); s != nil && s.State.Terminated != nil {
-			blameSilentPeer(&v.failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
+			recovery.BlameSilentPeer(&v.Failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
 		}
-		if gang.StoppedByPeer(pod) && v.failure.Reason != trainingv1alpha1.FailureReasonHang {
+		if gang.StoppedByPeer(pod) && v.Failure.Reason != trainingv1alpha1.FailureReasonHang {
 			// Nothing but stops over a peer yet: the peer's own failure, its node's loss or a
 			// stop naming it silent is moments behind. The gang is broken either way; a
 			// moment's wait names the cause instead of a bystander.
-			if wait := cascadeWait(gang.FailedAt(pod), p.now); wait > 0 {
+			if wait := recovery.CascadeWait(gang.FailedAt(pod), p.now); wait > 0 {
 				return nil, wait, nil
 			}
 		}
-		v.failure.Cascaded = cascaded
-		v.pod = pod
+		v.Failure.Cascaded = cascaded
+		v.Pod = pod
 		return &v, 0, nil
 	}
 	f, err := p.unhealthyRank(ctx, g)
 	if f == nil || err != nil {
 		return nil, 0, err
 	}
-	return &verdict{failure: *f, counted: true}, 0, nil
+	return &recovery.Verdict{Failure: *f, Counted: true}, 0, nil
 }
 
 // statusConflictRecheck is how soon a job whose status write conflicted is looked at again if no

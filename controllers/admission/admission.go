@@ -27,6 +27,9 @@ type Gate interface {
 	// Lifted are the scheduling gates the system lifts when it admits a rank: a rank they
 	// hold waits in the queue, not for nothing.
 	Lifted() []string
+	// Stopped says whether the system stopped pod (evicted its workload, preempted it), in
+	// its own words (by: who; why: its reason), so the failure is the cluster's doing.
+	Stopped(pod *corev1.Pod) (by, why string, ok bool)
 	// Delegated serves a job this operator does not run here (spec.managedBy names another
 	// controller): the gate may still hold something for it, as MultiKueue's worker-cluster
 	// Workload.
@@ -142,6 +145,9 @@ func (None) For(*trainingv1alpha1.ZayaTrainingJob, Host) Ticket { return open{} 
 
 // Lifted is none: no scheduling gate is None's.
 func (None) Lifted() []string { return nil }
+
+// Stopped is never: None stops no pod.
+func (None) Stopped(*corev1.Pod) (string, string, bool) { return "", "", false }
 
 // Delegated holds nothing for a job another controller runs.
 func (None) Delegated(context.Context, *trainingv1alpha1.ZayaTrainingJob, Host) (ctrl.Result, error) {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +21,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
@@ -72,6 +74,19 @@ func (g *Gate) For(job *trainingv1alpha1.ZayaTrainingJob, host admission.Host) a
 
 // Lifted are the scheduling gates Kueue lifts when it admits a rank.
 func (g *Gate) Lifted() []string { return admissionGates }
+
+// terminationTarget is the condition Kueue's pod integration sets on the pods of a workload
+// it stops, before deleting them.
+const terminationTarget corev1.PodConditionType = "TerminationTarget"
+
+// Stopped says whether Kueue stopped pod (evicted, preempted, deactivated its workload).
+func (g *Gate) Stopped(pod *corev1.Pod) (string, string, bool) {
+	c := gang.Condition(pod, terminationTarget)
+	if c == nil || c.Status != corev1.ConditionTrue {
+		return "", "", false
+	}
+	return "Kueue", c.Reason + ": " + c.Message, true
+}
 
 // Setup watches the Workloads the jobs own and indexes them by job.
 func (g *Gate) Setup(mgr ctrl.Manager, b *builder.Builder) (*builder.Builder, error) {

@@ -1,4 +1,4 @@
-package controllers
+package recovery
 
 import (
 	"fmt"
@@ -16,17 +16,17 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
-// verdict is what a failure does to the job.
-type verdict struct {
-	failure trainingv1alpha1.JobFailure
-	fatal   bool // fail the job, no restart
-	counted bool // the restart counts against maxRestarts
-	pod     *corev1.Pod
+// Verdict is what a failure does to the job.
+type Verdict struct {
+	Failure trainingv1alpha1.JobFailure
+	Fatal   bool        // fail the job, no restart
+	Counted bool        // the restart counts against maxRestarts
+	Pod     *corev1.Pod // the failed rank's pod, when one failed
 }
 
-// kueueTerminationTarget is the condition Kueue's pod integration sets on the pods of a
-// workload it stops, before deleting them.
-const kueueTerminationTarget corev1.PodConditionType = "TerminationTarget"
+// Stopped says whether the admission stopped pod, in its own words (admission.Gate's Stopped);
+// nil: nothing stops pods but the cluster.
+type Stopped func(pod *corev1.Pod) (by, why string, ok bool)
 
 // disruptionReasons are pod failures caused by the cluster rather than the worker.
 var disruptionReasons = map[string]string{
@@ -42,20 +42,22 @@ var disruptionReasons = map[string]string{
 	"Terminated":             trainingv1alpha1.FailureReasonNodeLost,
 }
 
-// judge classifies the failure of a pod of the current attempt: a disruption by the cluster,
+// Judge classifies the failure of a pod of the current attempt: a disruption by the cluster,
 // a worker exit code (fatal, retryable or other, by spec.faultTolerance.exitCodes), or a pod
 // deleted under the running gang.
-func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time.Time, attempt int32) verdict {
+func Judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time.Time, attempt int32, stopped Stopped) Verdict {
 	f := failureOf(pod, now, attempt)
 	ft := &spec.FaultTolerance
-	disruption := func(reason string) verdict {
+	disruption := func(reason string) Verdict {
 		f.Reason = reason
-		return verdict{failure: f, counted: ft.DisruptionRestarts == trainingv1alpha1.DisruptionRestartsCounted}
+		return Verdict{Failure: f, Counted: ft.DisruptionRestarts == trainingv1alpha1.DisruptionRestartsCounted}
 	}
-	if c := gang.Condition(pod, kueueTerminationTarget); c != nil && c.Status == corev1.ConditionTrue {
-		// Kueue stopped its workload (evicted, preempted, deactivated): the cluster's doing.
-		f.Message = bounded.Message(fmt.Sprintf("Kueue stopped rank %d (pod %s): %s: %s", *f.Rank, pod.Name, c.Reason, c.Message))
-		return disruption(trainingv1alpha1.FailureReasonPreempted)
+	if stopped != nil {
+		if by, why, ok := stopped(pod); ok {
+			// The admission stopped its workload (evicted, preempted, deactivated): the cluster's doing.
+			f.Message = bounded.Message(fmt.Sprintf("%s stopped rank %d (pod %s): %s", by, *f.Rank, pod.Name, why))
+			return disruption(trainingv1alpha1.FailureReasonPreempted)
+		}
 	}
 	if c := gang.Condition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
 		if r, ok := disruptionReasons[c.Reason]; ok {
@@ -74,30 +76,30 @@ func judge(spec *trainingv1alpha1.ZayaTrainingJobSpec, pod *corev1.Pod, now time
 		f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) was deleted while the gang ran", *f.Rank, pod.Name, pod.Spec.NodeName))
 		return disruption(trainingv1alpha1.FailureReasonPodDeleted)
 	}
-	if hung(pod) {
+	if Hung(pod) {
 		f.Reason = trainingv1alpha1.FailureReasonHang
-		return verdict{failure: f, counted: true}
+		return Verdict{Failure: f, Counted: true}
 	}
 	if f.ExitCode == nil {
-		return verdict{failure: f, counted: true}
+		return Verdict{Failure: f, Counted: true}
 	}
 	code := *f.ExitCode
 	switch {
 	case slices.Contains(ft.ExitCodes.Fatal, code):
 		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode
-		return verdict{failure: f, fatal: true}
+		return Verdict{Failure: f, Fatal: true}
 	case slices.Contains(ft.ExitCodes.Retryable, code), code == trainingv1alpha1.ExitStopped:
 		// A worker that stopped because a peer did is worth a restart whatever other says.
-		return verdict{failure: f, counted: true}
+		return Verdict{Failure: f, Counted: true}
 	case ft.ExitCodes.Other == trainingv1alpha1.ExitCodeFail:
 		f.Reason = trainingv1alpha1.FailureReasonFatalExitCode
-		return verdict{failure: f, fatal: true}
+		return Verdict{Failure: f, Fatal: true}
 	}
-	return verdict{failure: f, counted: true}
+	return Verdict{Failure: f, Counted: true}
 }
 
-// hung reports whether the heartbeat probe killed the worker.
-func hung(pod *corev1.Pod) bool {
+// Hung reports whether the heartbeat probe killed the worker.
+func Hung(pod *corev1.Pod) bool {
 	msg, ok := gang.TerminationMessage(pod)
 	if !ok {
 		return false

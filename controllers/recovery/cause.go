@@ -1,7 +1,8 @@
-package controllers
+package recovery
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -27,21 +28,21 @@ import (
 // faulty rank hangs before it dies.
 const rootWindow = time.Minute
 
-// cascadeGrace is how long after the first failure the operator waits for a cause when every
+// CascadeGrace is how long after the first failure the operator waits for a cause when every
 // failure so far is a rank that stopped over a peer.
-const cascadeGrace = 2 * time.Second
+const CascadeGrace = 2 * time.Second
 
-// cascadeWait is how much longer to wait for a cause after a stop over a peer at at. The
+// CascadeWait is how much longer to wait for a cause after a stop over a peer at at. The
 // kubelet writes exit times in whole seconds, cut down: the grace runs from the end of that
 // second. On kind under load, a killed rank's exit reached the API server 2 s after its peer's
 // stop (stamped the same second), and the peer was blamed.
-func cascadeWait(at, now time.Time) time.Duration {
-	return at.Truncate(time.Second).Add(time.Second + cascadeGrace).Sub(now)
+func CascadeWait(at, now time.Time) time.Duration {
+	return at.Truncate(time.Second).Add(time.Second + CascadeGrace).Sub(now)
 }
 
-// evidenceChecks bounds the ranks whose messages are read for one decision (the earliest
+// EvidenceChecks bounds the ranks whose messages are read for one decision (the earliest
 // failures): at 2,048 ranks every peer of a fault fails.
-const evidenceChecks = 64
+const EvidenceChecks = 64
 
 // Evidence strength of a failed rank.
 const (
@@ -68,7 +69,7 @@ func strength(table *attribution.Table, f failedRank) int {
 		return evidenceWeak
 	}
 	if f.exit.ExitCode == trainingv1alpha1.ExitStopped {
-		if silentPeer.MatchString(f.exit.Message) {
+		if SilentPeer.MatchString(f.exit.Message) {
 			return evidenceSilent
 		}
 		return evidenceCascade
@@ -85,6 +86,12 @@ func strength(table *attribution.Table, f failedRank) int {
 		}
 	}
 	return evidenceWeak
+}
+
+// NamesACause reports whether pod's run that ended with exit says more than that it stopped
+// over a peer: a root of its own.
+func NamesACause(table *attribution.Table, pod *corev1.Pod, exit *corev1.ContainerStateTerminated) bool {
+	return strength(table, failedRank{pod: pod, exit: exit}) >= evidenceWeak
 }
 
 // pickRoot sorts failures by time and returns the index of the root among them and how many of
@@ -107,7 +114,7 @@ func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
 	for i, f := range failures {
 		s := evidenceCascade
 		switch {
-		case checked >= evidenceChecks || f.at.Sub(first) > rootWindow:
+		case checked >= EvidenceChecks || f.at.Sub(first) > rootWindow:
 			// Too late, or too many, to be read.
 			if f.exit == nil || f.exit.ExitCode != trainingv1alpha1.ExitStopped {
 				s = evidenceWeak
@@ -123,9 +130,9 @@ func pickRoot(table *attribution.Table, failures []failedRank) (int, int32) {
 	return best, int32(len(failures) - 1)
 }
 
-// rootFailure is the root among the current attempt's failed and deleted pods, and how many
+// RootFailure is the root among the current attempt's failed and deleted pods, and how many
 // others failed with it; nil when none did.
-func rootFailure(g gang.Gang, table *attribution.Table) (*corev1.Pod, int32) {
+func RootFailure(g gang.Gang, table *attribution.Table) (*corev1.Pod, int32) {
 	failures := make([]failedRank, 0, len(g.Failed)+len(g.Disrupted))
 	for _, list := range [][]*corev1.Pod{g.Failed, g.Disrupted} {
 		for _, pod := range list {
@@ -144,16 +151,16 @@ func rootFailure(g gang.Gang, table *attribution.Table) (*corev1.Pod, int32) {
 	return failures[i].pod, cascaded
 }
 
-// inPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
+// InPlaceRoot is the root among the ranks whose last run ended after `after`, with that run's
 // end, and how many others ended with it: the fault that started an in-place restart. A stop
 // over a peer the last restart replaced is that restart's, not a fault.
-func inPlaceRoot(g gang.Gang, table *attribution.Table, after time.Time, counted []int32, gpusPerNode int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
+func InPlaceRoot(g gang.Gang, table *attribution.Table, after time.Time, counted []int32, gpusPerNode int32) (*corev1.Pod, *corev1.ContainerStateTerminated, int32) {
 	var failures []failedRank
 	for r, pod := range g.Ranks {
 		if pod == nil {
 			continue
 		}
-		t := lastExit(pod)
+		t := LastExit(pod)
 		if t == nil || !t.FinishedAt.After(after) {
 			continue
 		}
@@ -173,9 +180,9 @@ func inPlaceRoot(g gang.Gang, table *attribution.Table, after time.Time, counted
 	return failures[i].pod, failures[i].exit, cascaded
 }
 
-// cascadeSince counts the ranks other than root that went down in the in-place restart that
+// CascadeSince counts the ranks other than root that went down in the in-place restart that
 // began at since: their last run ended then or later, or their pod was replaced.
-func cascadeSince(g gang.Gang, since time.Time, root int32) int32 {
+func CascadeSince(g gang.Gang, since time.Time, root int32) int32 {
 	var n int32
 	for r, pod := range g.Ranks {
 		if pod == nil || int32(r) == root {
@@ -185,7 +192,7 @@ func cascadeSince(g gang.Gang, since time.Time, root int32) int32 {
 			n++
 			continue
 		}
-		if t := lastExit(pod); g.Base == nil && t != nil && !t.FinishedAt.Time.Before(since) {
+		if t := LastExit(pod); g.Base == nil && t != nil && !t.FinishedAt.Time.Before(since) {
 			n++
 		}
 	}
@@ -202,15 +209,15 @@ func stopOverReplaced(g gang.Gang, exit *corev1.ContainerStateTerminated, gpusPe
 	if exit.ExitCode != trainingv1alpha1.ExitStopped || exit.StartedAt.IsZero() {
 		return false
 	}
-	rank, _, ok := silentRank(exit.Message, g, gpusPerNode)
+	rank, _, ok := SilentRank(exit.Message, g, gpusPerNode)
 	return ok && exit.StartedAt.Before(&g.Ranks[rank].CreationTimestamp)
 }
 
-// silentRank is the rank of the gang whose pod a stopped rank's message names silent (the
+// SilentRank is the rank of the gang whose pod a stopped rank's message names silent (the
 // reference worker's "lost rank N …: peer silent"; N is a global rank, node rank × gpusPerNode
 // + local), with the words that named it; false when it names none of the gang's live pods.
-func silentRank(msg string, g gang.Gang, gpusPerNode int32) (int32, string, bool) {
-	m := silentPeer.FindStringSubmatch(msg)
+func SilentRank(msg string, g gang.Gang, gpusPerNode int32) (int32, string, bool) {
+	m := SilentPeer.FindStringSubmatch(msg)
 	if m == nil {
 		return 0, "", false
 	}
@@ -225,21 +232,60 @@ func silentRank(msg string, g gang.Gang, gpusPerNode int32) (int32, string, bool
 	return rank, m[0], true
 }
 
-// blameSilentPeer turns a root that only stopped because a peer went silent (exit 75, the
+// BlameSilentPeer turns a root that only stopped because a peer went silent (exit 75, the
 // reference worker's "lost rank N …: peer silent") into that peer's hang: the rank that froze
 // never exits by itself, so it is never among the failures. msg is the stopped rank's
 // termination message.
-func blameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gpusPerNode int32) {
+func BlameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gpusPerNode int32) {
 	if f.ExitCode == nil || *f.ExitCode != trainingv1alpha1.ExitStopped {
 		return
 	}
-	rank, words, ok := silentRank(msg, g, gpusPerNode)
+	rank, words, ok := SilentRank(msg, g, gpusPerNode)
 	if !ok || (f.Rank != nil && *f.Rank == rank) {
 		return
 	}
 	pod := g.Ranks[rank]
 	by := ptr.Deref(f.Rank, -1)
 	f.Rank, f.Node, f.ExitCode = ptr.To(rank), pod.Spec.NodeName, nil
-	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", bounded.Cut(words, maxEvidence)
+	f.Reason, f.Category, f.Rule, f.Evidence = trainingv1alpha1.FailureReasonHang, string(attribution.Hang), "", bounded.Cut(words, MaxEvidence)
 	f.Message = bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) went silent: rank %d lost it (%s)", rank, pod.Name, pod.Spec.NodeName, by, words))
 }
+
+// HungLaggard reports whether rank, left behind by an in-place restart that began at since, still
+// runs the process its peers stopped over, and a peer that came back named it silent (the
+// reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
+// too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
+func HungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bool {
+	s := gang.WorkerStatus(g.Ranks[rank])
+	if s == nil || s.State.Running == nil || g.Renewed[rank] {
+		return false
+	}
+	if g.Base != nil && g.Counts[rank] != g.Base[rank] {
+		return false // restarted since the fault
+	}
+	if g.Base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
+		return false
+	}
+	for r, pod := range g.Ranks {
+		if pod == nil || int32(r) == rank || !g.Back(r, since) {
+			continue
+		}
+		exit := gang.WorkerStatus(pod).LastTerminationState.Terminated
+		if exit == nil || (g.Base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
+			continue // with counts known, a peer that is back ended its last run in this restart
+		}
+		for _, m := range SilentPeer.FindAllStringSubmatch(exit.Message, -1) {
+			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Signalled is how the reference worker says it stopped on its own SIGTERM (its peers say
+// "peer rank N was stopped").
+var Signalled = regexp.MustCompile(`(?m)^zaya: stopped: rank \d+ was signalled at step \d+`)
+
+// SilentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
+var SilentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
