@@ -3,11 +3,12 @@ package recovery
 import (
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // Why it failed: a failure's category, read from what the platform says of the rank (its node
