@@ -25,6 +25,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers"
 	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -37,7 +38,7 @@ func main() {
 		qps                                                                                                                                                   float64
 		progressInterval                                                                                                                                      time.Duration
 		workerProxy                                                                                                                                           string
-		hardwareTaint                                                                                                                                         controllers.HardwareTaintPolicy
+		hardwareTaint                                                                                                                                         nodehealth.HardwareTaintPolicy
 		quarantineTaintMax                                                                                                                                    time.Duration
 		sparePriorityClass                                                                                                                                    string
 	)
@@ -156,7 +157,7 @@ func main() {
 			Recorder: mgr.GetEventRecorder("zaya-operator"), Target: reconciler}))
 	}
 	// Always: taints added before a restart, or by an operator with other flags, expire too.
-	utilruntime.Must(mgr.Add(&controllers.TaintExpiry{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("zaya-operator"),
+	utilruntime.Must(mgr.Add(&nodehealth.TaintExpiry{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("zaya-operator"),
 		QuarantineMax: quarantineTaintMax}))
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))

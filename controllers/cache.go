@@ -88,7 +88,7 @@ func slimPod(o any) (any, error) {
 	return p, nil
 }
 
-// slimNode keeps what nodeProblem and tainting need.
+// slimNode keeps what nodehealth.Problem and tainting need.
 func slimNode(o any) (any, error) {
 	if n, ok := o.(*corev1.Node); ok {
 		n.ManagedFields = nil

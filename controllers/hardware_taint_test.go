@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) {
 	h := newHarness(t, interceptor.Funcs{})
 	h.ensureNode(t, "bad")
-	h.r.HardwareTaint = HardwareTaintPolicy{Namespaces: 3, Window: time.Hour, Expiry: 2 * time.Hour}
+	h.r.HardwareTaint = nodehealth.HardwareTaintPolicy{Namespaces: 3, Window: time.Hour, Expiry: 2 * time.Hour}
 	ctx := context.Background()
 	root := func(ns, category string, at time.Time) {
 		t.Helper()
@@ -53,19 +54,12 @@ func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) 
 	if !tainted() {
 		t.Fatal("not tainted after hardware roots in three namespaces")
 	}
-	expiry := &TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	expiry := &nodehealth.TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
 	if err := expiry.Expire(ctx); err != nil || !tainted() {
 		t.Fatalf("the taint went before it expired (%v)", err)
 	}
 	expiry.Now = func() time.Time { return now.Add(3 * time.Hour) }
 	if err := expiry.Expire(ctx); err != nil || tainted() {
 		t.Fatalf("the taint stayed after it expired (%v)", err)
-	}
-}
-
-func TestHardwareRootsReadNoGarbage(t *testing.T) {
-	got := readHardwareRoots("a=2026-11-21T08:00:00Z,=2026-11-21T08:00:00Z,b=yesterday,c,d=2026-11-21T07:00:00Z", now.Add(-30*time.Minute))
-	if len(got) != 1 || got[0].namespace != "a" {
-		t.Errorf("read %+v, want only a's root", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -80,16 +81,12 @@ func (p *pass) quarantine(ctx context.Context, f *trainingv1alpha1.JobFailure) e
 	return p.taintNode(ctx, f.Node)
 }
 
-// defaultQuarantineTaintMax bounds how long a job's quarantine taint stays on a node when the
-// operator is given no --quarantine-taint-max.
-const defaultQuarantineTaintMax = 24 * time.Hour
-
 // quarantineTaintUntil is when a taint added now expires: the job's expireAfter, within the
 // platform's bound.
 func (p *pass) quarantineTaintUntil() time.Time {
 	limit := p.r.QuarantineTaintMax
 	if limit <= 0 {
-		limit = defaultQuarantineTaintMax
+		limit = nodehealth.DefaultQuarantineTaintMax
 	}
 	return p.now.Add(min(p.job.Spec.FaultTolerance.Quarantine.ExpireAfter.Duration, limit))
 }

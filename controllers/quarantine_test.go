@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -309,7 +310,7 @@ func TestAQuarantineTaintExpiresAndTheOperatorRemovesIt(t *testing.T) {
 		t.Errorf("taint expires %q, want %q (the platform's bound, not the job's year)", got, want)
 	}
 	ctx := context.Background()
-	expiry := &TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	expiry := &nodehealth.TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
 	if err := expiry.Expire(ctx); err != nil || len(nodeTaints(t, h, "n0")) != 1 {
 		t.Fatalf("the taint went before it expired (%v)", err)
 	}

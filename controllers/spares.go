@@ -19,6 +19,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -179,12 +180,12 @@ func (p *pass) spareNodeUnfit(ctx context.Context, name string) string {
 	node := &corev1.Node{}
 	if err := p.r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		if apierrors.IsNotFound(err) {
-			_, msg := nodeProblem(name, nil)
+			_, msg := nodehealth.Problem(name, nil)
 			return msg
 		}
 		return fmt.Sprintf("node %s could not be read: %v", name, err)
 	}
-	if _, msg := nodeProblem(name, node); msg != "" {
+	if _, msg := nodehealth.Problem(name, node); msg != "" {
 		return msg
 	}
 	for _, t := range node.Spec.Taints {

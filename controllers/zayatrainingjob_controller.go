@@ -37,6 +37,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
@@ -67,7 +68,7 @@ type ZayaTrainingJobReconciler struct {
 
 	// HardwareTaint taints nodes cluster-wide that root hardware failures in several
 	// namespaces' jobs; off by default.
-	HardwareTaint HardwareTaintPolicy
+	HardwareTaint nodehealth.HardwareTaintPolicy
 	// QuarantineTaintMax bounds how long a job's quarantine taint stays on a node (0: 24h);
 	// TaintExpiry removes it then.
 	QuarantineTaintMax time.Duration
@@ -462,7 +463,7 @@ func (r *ZayaTrainingJobReconciler) SetupWithManager(mgr ctrl.Manager, concurren
 		For(storedJob()).
 		Watches(&corev1.Pod{}, podEvents{}).
 		Owns(&corev1.Service{}, builder.OnlyMetadata).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeHealthChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodehealth.Changed)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency, RateLimiter: retryRateLimiter()}).
 		Named("zayatrainingjob")
 	b, err := r.gate().Setup(mgr, b)

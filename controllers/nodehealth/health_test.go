@@ -1,4 +1,4 @@
-package controllers
+package nodehealth
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestNodeProblem(t *testing.T) {
@@ -52,9 +53,9 @@ func TestNodeProblem(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			reason, msg := nodeProblem("n1", c.node)
+			reason, msg := Problem("n1", c.node)
 			if reason != c.reason {
-				t.Errorf("nodeProblem = %q (%s), want %q", reason, msg, c.reason)
+				t.Errorf("Problem = %q (%s), want %q", reason, msg, c.reason)
 			}
 		})
 	}
@@ -69,7 +70,7 @@ func TestNodeProblemNamesTheLowestUnhealthyLabel(t *testing.T) {
 		n.Labels[k] = "unhealthy"
 	}
 	for range 20 {
-		if _, msg := nodeProblem("n1", n); msg != "node n1 is labelled metricsexporter.amd.com.gpu.2.state=unhealthy" {
+		if _, msg := Problem("n1", n); msg != "node n1 is labelled metricsexporter.amd.com.gpu.2.state=unhealthy" {
 			t.Fatalf("message %q", msg)
 		}
 	}
@@ -88,8 +89,20 @@ func BenchmarkNodeProblem(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if r, _ := nodeProblem("n1", n); r != "" {
+		if r, _ := Problem("n1", n); r != "" {
 			b.Fatal(r)
 		}
+	}
+}
+
+// healthyNode is an MI300X node all of whose devices are allocatable.
+func healthyNode(name string) *corev1.Node {
+	res := corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{
+			Capacity: res, Allocatable: res.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
 	}
 }
