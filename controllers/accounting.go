@@ -13,6 +13,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // The core's side of accounting (controllers/accounting): the pass lends its ledger the clock,
@@ -86,7 +87,7 @@ func (p *pass) watchProgress(g gang.Gang) {
 		return
 	}
 	poller.Watch(key, liveprogress.Target{UID: p.job.UID, Addr: addr, Nodes: int(p.job.Spec.Nodes),
-		MarginPercent: int(stragglerMargin(&p.job.Spec.FaultTolerance))})
+		MarginPercent: int(recovery.StragglerMargin(&p.job.Spec.FaultTolerance))})
 	if rep, ok := poller.Latest(key, p.job.UID); ok {
 		p.report = &rep
 	}
