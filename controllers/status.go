@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
@@ -190,4 +191,15 @@ func sortConditions(conds []metav1.Condition) {
 		return len(conditionTypes)
 	}
 	slices.SortStableFunc(conds, func(a, b metav1.Condition) int { return rank(a.Type) - rank(b.Type) })
+}
+
+// soonest is the result that requeues first (results that do not requeue lose).
+func soonest(results ...ctrl.Result) ctrl.Result {
+	var out ctrl.Result
+	for _, r := range results {
+		if out.RequeueAfter == 0 || (r.RequeueAfter != 0 && r.RequeueAfter < out.RequeueAfter) {
+			out = r
+		}
+	}
+	return out
 }
