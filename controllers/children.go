@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,18 +75,6 @@ func (p *pass) isOwn(existing, want client.Object) bool {
 		return ref.UID == p.job.UID
 	}
 	return len(want.GetOwnerReferences()) == 0 && existing.GetLabels()[trainingv1alpha1.JobNameLabel] == p.job.Name
-}
-
-// listByName reads the metadata of the core object of kind and name from the API server (a
-// list by name, which the operator may do; it may not get every object), not the cache.
-func (p *pass) listByName(ctx context.Context, kind, name string) (*metav1.PartialObjectMetadataList, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
-	if err := p.r.apiReader().List(ctx, list, client.InNamespace(p.job.Namespace),
-		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)}); err != nil {
-		return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)
-	}
-	return list, nil
 }
 
 // checkTaken reads the object of obj's name from the API server and returns a nameConflict

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,22 +20,6 @@ import (
 // break, they exit 75 (the cascade) and restart too, and the ranks meet again at the
 // rendezvous. The operator writes nothing to pods: it notices the restart from the
 // kubelet-written restartCount, counts it, and closes it once every rank runs again.
-
-// keepCounts records the gang's restart counts as the baseline of the next in-place restart.
-func (p *pass) keepCounts(g gang.Gang) {
-	st := &p.job.Status
-	st.ContainerRestarts = g.ContainerRestarts
-	st.RankRestarts = nil
-	if g.ContainerRestarts > 0 {
-		st.RankRestarts = slices.Clone(g.Counts)
-	}
-}
-
-// inPlaceUnderWay reports whether an in-place restart is under way, and since the fault.
-func (p *pass) inPlaceUnderWay() (time.Time, bool) {
-	since, ok := p.restarting()
-	return since, ok && p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace
-}
 
 // noticeInPlace starts an in-place restart when a worker container of the current attempt
 // exited in a pod that lives on (its restart rules restart it) since the last failure, or was

@@ -23,13 +23,6 @@ import (
 // object is not in the operator's cache, so its deletion brings no event.
 const conflictRecheck = 10 * time.Second
 
-func (r *ZayaTrainingJobReconciler) apiReader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
-
 // blocked handles an error that stops the job from starting its pods: a name conflict is the
 // user's to fix (Running=False, NameConflict, one warning, a recheck later); a namespace being
 // deleted ends the job quietly; anything else is retried, and a refusal by the API server

@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
@@ -131,31 +133,31 @@ type markKeys struct {
 	key *markKey
 }
 
-// podMarkKey is the key pods are marked with: kept in the PodMarkSecret (created on first use),
-// or, without one, made in memory (pods that existed before this process are trusted).
-func (r *ZayaTrainingJobReconciler) podMarkKey(ctx context.Context) (*markKey, error) {
-	r.marks.mu.Lock()
-	defer r.marks.mu.Unlock()
-	if r.marks.key != nil {
-		return r.marks.key, nil
+// get is the key pods are marked with: kept in the Secret name (created through c on first use;
+// read through reader), or, without one, made in memory (pods that existed before this process
+// are trusted).
+func (m *markKeys) get(ctx context.Context, c client.Writer, reader client.Reader, name types.NamespacedName, clk clock.PassiveClock) (*markKey, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.key != nil {
+		return m.key, nil
 	}
-	k, err := r.loadMarkKey(ctx)
+	k, err := loadMarkKey(ctx, c, reader, name, clk)
 	if err != nil {
 		return nil, err
 	}
-	r.marks.key = k
+	m.key = k
 	return k, nil
 }
 
-func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, error) {
-	name := r.PodMarkSecret
+func loadMarkKey(ctx context.Context, c client.Writer, reader client.Reader, name types.NamespacedName, clk clock.PassiveClock) (*markKey, error) {
 	if name.Name == "" {
 		key, err := newMarkKey()
-		return &markKey{key: key, since: r.Clock.Now(), v1Until: r.Clock.Now()}, err
+		return &markKey{key: key, since: clk.Now(), v1Until: clk.Now()}, err
 	}
 	// Read directly: caching Secrets would watch every Secret the operator may see.
 	secret := &corev1.Secret{}
-	err := r.apiReader().Get(ctx, name, secret)
+	err := reader.Get(ctx, name, secret)
 	if apierrors.IsNotFound(err) {
 		key, kerr := newMarkKey()
 		if kerr != nil {
@@ -166,9 +168,9 @@ func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, 
 				Labels: map[string]string{"app.kubernetes.io/name": "zaya-operator", "app.kubernetes.io/component": "pod-mark-key"}},
 			Data: map[string][]byte{markKeyField: key},
 		}
-		err = r.Create(ctx, secret)
+		err = c.Create(ctx, secret)
 		if apierrors.IsAlreadyExists(err) { // another replica made it first
-			err = r.apiReader().Get(ctx, name, secret)
+			err = reader.Get(ctx, name, secret)
 		}
 	}
 	if err != nil {
@@ -178,7 +180,7 @@ func (r *ZayaTrainingJobReconciler) loadMarkKey(ctx context.Context) (*markKey, 
 	if len(key) < markKeyBytes {
 		return nil, fmt.Errorf("the pod-mark key Secret %s holds no %d-byte %q: delete it and the operator makes a new one", name, markKeyBytes, markKeyField)
 	}
-	return &markKey{key: key, since: secret.CreationTimestamp.Time, v1Until: r.Clock.Now()}, nil
+	return &markKey{key: key, since: secret.CreationTimestamp.Time, v1Until: clk.Now()}, nil
 }
 
 func newMarkKey() ([]byte, error) {

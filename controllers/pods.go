@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -156,4 +157,21 @@ func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar
 // podSizeErrors refuses a job whose worker pods would be too large to store.
 func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
 	return workerpod.SizeErrors(newWorkerPod(job, workerpod.NetworkEnv(&job.Spec), job.Spec.Nodes-1), job.Spec.Nodes)
+}
+
+// requireSpareNode keeps a replacement pod to the node of the spare its rank takes.
+func requireSpareNode(job *trainingv1alpha1.ZayaTrainingJob, ps *corev1.PodSpec, rank int32) {
+	if node := spareNodeFor(job, rank); node != "" {
+		workerpod.RequireNode(ps, node)
+	}
+}
+
+// spareNodeFor is the node of the spare rank takes in the restart under way, "" for none.
+func spareNodeFor(job *trainingv1alpha1.ZayaTrainingJob, rank int32) string {
+	for _, r := range job.Status.Replacing {
+		if r.Rank == rank && r.SpareNode != "" && len(validation.IsDNS1123Subdomain(r.SpareNode)) == 0 {
+			return r.SpareNode
+		}
+	}
+	return ""
 }

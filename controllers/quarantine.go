@@ -178,3 +178,8 @@ func taintValue(ns, name string) string {
 	suffix := fmt.Sprintf("-%08x", sum.Sum32())
 	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
 }
+
+// quarantined reports whether the job keeps its ranks off node.
+func (p *pass) quarantined(node string) bool {
+	return slices.ContainsFunc(p.job.Status.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == node })
+}

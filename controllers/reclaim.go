@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -99,4 +101,16 @@ func (p *pass) reclaimRanks(ctx context.Context, g gang.Gang) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// listByName reads the metadata of the core object of kind and name from the API server (a
+// list by name, which the operator may do; it may not get every object), not the cache.
+func (p *pass) listByName(ctx context.Context, kind, name string) (*metav1.PartialObjectMetadataList, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
+	if err := p.r.apiReader().List(ctx, list, client.InNamespace(p.job.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)}); err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)
+	}
+	return list, nil
 }

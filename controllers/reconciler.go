@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,4 +79,16 @@ type ZayaTrainingJobReconciler struct {
 	marks     markKeys
 	rules     rulesSupport                      // whether the API server keeps container restart rules
 	patterns  atomic.Pointer[attribution.Table] // the failure patterns in use; nil: the shipped ones
+}
+
+func (r *ZayaTrainingJobReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// podMarkKey is the key the operator marks its pods with (PodMarkSecret).
+func (r *ZayaTrainingJobReconciler) podMarkKey(ctx context.Context) (*markKey, error) {
+	return r.marks.get(ctx, r.Client, r.apiReader(), r.PodMarkSecret, r.Clock)
 }

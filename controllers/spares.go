@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -139,23 +138,6 @@ func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image, sparePri
 	}
 }
 
-// spareNodeFor is the node of the spare rank takes in the restart under way, "" for none.
-func spareNodeFor(job *trainingv1alpha1.ZayaTrainingJob, rank int32) string {
-	for _, r := range job.Status.Replacing {
-		if r.Rank == rank && r.SpareNode != "" && len(validation.IsDNS1123Subdomain(r.SpareNode)) == 0 {
-			return r.SpareNode
-		}
-	}
-	return ""
-}
-
-// requireSpareNode keeps a replacement pod to the node of the spare its rank takes.
-func requireSpareNode(job *trainingv1alpha1.ZayaTrainingJob, ps *corev1.PodSpec, rank int32) {
-	if node := spareNodeFor(job, rank); node != "" {
-		workerpod.RequireNode(ps, node)
-	}
-}
-
 // takeSpare picks a ready spare for a rank replaced off node failed and returns its node ("":
 // none). The spare is deleted by ensureSpares; it is counted here.
 func (p *pass) takeSpare(ctx context.Context, failed string) string {
@@ -199,11 +181,6 @@ func (p *pass) spareNodeUnfit(ctx context.Context, name string) string {
 // spareRetry is how long a spare the kubelet refused (or that failed) stays before it is made
 // again: a node that refuses it would otherwise see a new one every pass.
 const spareRetry = 30 * time.Second
-
-// quarantined reports whether the job keeps its ranks off node.
-func (p *pass) quarantined(node string) bool {
-	return slices.ContainsFunc(p.job.Status.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == node })
-}
 
 // ensureSpares deletes the spares that cannot serve (taken, surplus, finished, on a
 // quarantined node, or held while a rank waits for room), makes the missing ones once every

@@ -237,3 +237,19 @@ func restartModeWords(m trainingv1alpha1.RestartMode) string {
 	}
 	return "by recreating the gang"
 }
+
+// keepCounts records the gang's restart counts as the baseline of the next in-place restart.
+func (p *pass) keepCounts(g gang.Gang) {
+	st := &p.job.Status
+	st.ContainerRestarts = g.ContainerRestarts
+	st.RankRestarts = nil
+	if g.ContainerRestarts > 0 {
+		st.RankRestarts = slices.Clone(g.Counts)
+	}
+}
+
+// inPlaceUnderWay reports whether an in-place restart is under way, and since the fault.
+func (p *pass) inPlaceUnderWay() (time.Time, bool) {
+	since, ok := p.restarting()
+	return since, ok && p.job.Status.LastRestartMode == trainingv1alpha1.RestartModeInPlace
+}
