@@ -1,8 +1,11 @@
 // Package accounting owns a job's goodput: how much of its started time went to training,
-// what each root cause cost (down time, steps trained again) and when the job trains again.
-// It reads rank 0's live progress (liveprogress) and the ranks' termination messages, and
-// edits status.goodput on the job it is given; the core says when (a start, a failure,
-// training again, a suspension, the end) through a Ledger.
+// what each root cause cost (down time, steps trained again) and when the job trains again;
+// and its resume report: what each restart restored and the corrupt checkpoint steps the
+// workers moved aside. It reads rank 0's live progress (liveprogress) and the ranks'
+// termination messages, and edits status.goodput, status.lastResume and
+// status.corruptCheckpoints on the job it is given; the core says when (a start, a failure,
+// training again, a suspension, the end) through a Ledger, and tells the resume report's news
+// in events.
 package accounting
 
 import (
