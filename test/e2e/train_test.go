@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -287,6 +288,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			_ = k8sClient.Delete(ctx, job)
 		}
 	}()
+	onDisk := map[int64]bool{} // steps whose manifest was on the volume after a fault's resume
 	for i := range nFaults {
 		kind := kinds[i%len(kinds)]
 		if i >= len(kinds) {
@@ -342,6 +344,12 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 			return run.Last > run.Resumed
 		}, 2*time.Minute, 20*time.Millisecond).Should(BeTrue(), "run %+v never trained:\n%s", rec.after, runLog(rec.after))
 		rec.advancing = time.Since(injected)
+		// The manifests on the volume now, the new run's resume point among them (retention
+		// keeps it): rank 0 logs a commit after the manifest's rename, so a rank 0 killed in
+		// between (a lost node) committed a step its log never names.
+		for _, step := range committedOnDisk(t, a.VolumeDir(ns, name)) {
+			onDisk[step] = true
+		}
 		for uid := range podUIDs(g) {
 			if !pods[uid] {
 				rec.podsReplaced++
@@ -377,6 +385,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 
 	// What each run resumed from, and whether that checkpoint had been committed.
 	committed := map[int64]bool{0: true}
+	maps.Copy(committed, onDisk)
 	// Every run of every rank 0 (a gang stopped by the operator saves a last step on SIGTERM,
 	// in a run between the ones a fault record names).
 	logs, _ := filepath.Glob(filepath.Join(filepath.Dir(a.PodDir(ns, records[0].before.pod)), ns+"_"+name+"-*-0_*", "worker.log"))
@@ -587,6 +596,23 @@ func usefulTime(runs []train.Progress) time.Duration {
 		sum += x.d
 	}
 	return sum
+}
+
+// committedOnDisk lists the steps under dir whose manifest is in place: committed, since a
+// manifest is renamed into place only once every rank's shard is written.
+func committedOnDisk(t testing.TB, dir string) []int64 {
+	t.Helper()
+	manifests, err := filepath.Glob(filepath.Join(dir, "step-*", "manifest*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, m := range manifests {
+		if step, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(filepath.Dir(m)), "step-"), 10, 64); err == nil {
+			steps = append(steps, step)
+		}
+	}
+	return steps
 }
 
 // corruptNewestStep flips one byte in the middle of a data shard of the newest committed
