@@ -235,7 +235,7 @@ func (p *pass) escalate(reason, msg string) {
 // it again. A pod that failed on an exit its restart rules cover tells that its kubelet ignored
 // them.
 func (p *pass) recoverFrom(ctx context.Context, v recovery.Verdict, g gang.Gang) error {
-	if p.replaceable(v) && p.replaceRanks(ctx, g, v) {
+	if recovery.Replaceable(v, &p.job.Spec.FaultTolerance) && p.replaceRanks(ctx, g, v) {
 		return nil
 	}
 	if _, ok := p.inPlaceUnderWay(); ok && !v.Fatal {

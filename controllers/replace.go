@@ -36,28 +36,6 @@ const maxReplaced = 256
 // behind than that is not one lost node, and the in-place timeout handles it.
 const leaseChecksPerPass = 8
 
-// replaceable reports whether v's rank can get a new pod while its peers restart in place:
-// its node or pod is gone or unusable. A worker's own exit is the kubelet's to restart; a pod
-// that failed on one its rules cover shows a kubelet without them (InPlaceUnsupported).
-func (p *pass) replaceable(v recovery.Verdict) bool {
-	if v.Fatal || !p.replacesPods() || v.Failure.Rank == nil {
-		return false
-	}
-	switch v.Failure.Reason {
-	case trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy, trainingv1alpha1.FailureReasonEvicted,
-		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected,
-		trainingv1alpha1.FailureReasonStraggler:
-		return true
-	}
-	return v.Pod != nil && v.Failure.ExitCode == nil && v.Pod.Status.Phase == corev1.PodFailed
-}
-
-// replacesPods reports whether the job's ranks restart in place, so one can be replaced alone.
-func (p *pass) replacesPods() bool {
-	ft := &p.job.Spec.FaultTolerance
-	return ft.RestartMode == trainingv1alpha1.RestartModeInPlace && len(recovery.RestartRules(ft)) > 0
-}
-
 // replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
 // not counted again) that gives v's rank, and every other rank on the same failed node, a new
 // pod. It reports false when the ranks do not fit in status.replacing.
@@ -152,7 +130,7 @@ func (p *pass) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time
 		}
 	}
 	st := &p.job.Status
-	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > maxReplaced || !p.replacesPods() {
+	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > maxReplaced || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
 		return false
 	}
 	p.markReplaced(ctx, g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
@@ -169,7 +147,7 @@ func (p *pass) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time
 // It returns when to look again while a laggard's Lease may still lapse.
 func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	since, ok := p.inPlaceUnderWay()
-	if !ok || !p.replacesPods() {
+	if !ok || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
 		return 0, nil
 	}
 	var laggards []int32

@@ -114,3 +114,24 @@ func RestartBackoff(spec trainingv1alpha1.BackoffSpec, k int) time.Duration {
 	}
 	return min(d, limit)
 }
+
+// Replaceable reports whether v's rank can get a new pod while its peers restart in place:
+// its node or pod is gone or unusable. A worker's own exit is the kubelet's to restart; a pod
+// that failed on one its rules cover shows a kubelet without them (InPlaceUnsupported).
+func Replaceable(v Verdict, ft *trainingv1alpha1.FaultToleranceSpec) bool {
+	if v.Fatal || !ReplacesPods(ft) || v.Failure.Rank == nil {
+		return false
+	}
+	switch v.Failure.Reason {
+	case trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy, trainingv1alpha1.FailureReasonEvicted,
+		trainingv1alpha1.FailureReasonPreempted, trainingv1alpha1.FailureReasonPodDeleted, trainingv1alpha1.FailureReasonNodeRejected,
+		trainingv1alpha1.FailureReasonStraggler:
+		return true
+	}
+	return v.Pod != nil && v.Failure.ExitCode == nil && v.Pod.Status.Phase == corev1.PodFailed
+}
+
+// ReplacesPods reports whether the job's ranks restart in place, so one can be replaced alone.
+func ReplacesPods(ft *trainingv1alpha1.FaultToleranceSpec) bool {
+	return ft.RestartMode == trainingv1alpha1.RestartModeInPlace && len(RestartRules(ft)) > 0
+}
