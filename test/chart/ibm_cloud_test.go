@@ -156,3 +156,108 @@ func TestIBMCloudJobsFitTheNodesIKSGives(t *testing.T) {
 		t.Errorf("%d example jobs in %s, want the public-profile one and the Pollara one", jobs, ibmDir)
 	}
 }
+
+// The metrics policy admits each zone's own default address prefix (IBM's table, in
+// docs/ibm-cloud.md): a zone's scrapes come from its workers' subnets.
+func TestTheMetricsPolicyAdmitsTheDefaultPrefixOfEachZone(t *testing.T) {
+	for _, tc := range []struct {
+		zones string
+		want  []string
+	}{
+		{"{us-south-1}", []string{"10.240.0.0/18"}},
+		{"{us-east-1}", []string{"10.241.0.0/18"}},
+		{"{eu-de-1}", []string{"10.243.0.0/18"}},
+		{"{us-east-1,us-east-2,us-east-3}", []string{"10.241.0.0/18", "10.241.64.0/18", "10.241.128.0/18"}},
+		{"{eu-de-3}", []string{"10.243.128.0/18"}},
+	} {
+		t.Run(tc.zones, func(t *testing.T) {
+			objs := mustRender(t, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.vpcZones="+tc.zones)
+			np := typed[networkingv1.NetworkPolicy](t, find(objs, "NetworkPolicy", "zaya-system", ""))
+			if got := policyCIDRs(np); !slices.Equal(got, tc.want) {
+				t.Errorf("admits %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The preset admits the zones its jobs are pinned to.
+	np := typed[networkingv1.NetworkPolicy](t, find(mustRender(t, "-f", ibmValues), "NetworkPolicy", "zaya-system", ""))
+	admitted := policyCIDRs(np)
+	files, _ := filepath.Glob(filepath.Join(ibmDir, "*.yaml"))
+	for _, f := range files {
+		if filepath.Base(f) == "values.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := &trainingv1alpha1.ZayaTrainingJob{}
+		if err := yaml.UnmarshalStrict(b, job); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		zones := jobZones(job)
+		if len(zones) == 0 {
+			t.Errorf("%s pins no zone: the preset's policy cannot know which prefix its workers scrape from", filepath.Base(f))
+		}
+		for _, z := range zones {
+			want := map[string]string{"us-south-1": "10.240.0.0/18", "us-east-1": "10.241.0.0/18", "eu-de-1": "10.243.0.0/18"}[z]
+			if want == "" || !slices.Contains(admitted, want) {
+				t.Errorf("%s runs in %s; the preset's policy admits %v", filepath.Base(f), z, admitted)
+			}
+		}
+	}
+}
+
+// policyCIDRs are the ipBlocks a NetworkPolicy admits, in order.
+func policyCIDRs(np *networkingv1.NetworkPolicy) []string {
+	var out []string
+	for _, rule := range np.Spec.Ingress {
+		for _, from := range rule.From {
+			if from.IPBlock != nil {
+				out = append(out, from.IPBlock.CIDR)
+			}
+		}
+	}
+	return out
+}
+
+// jobZones are the zones a job's pods are required to run in.
+func jobZones(job *trainingv1alpha1.ZayaTrainingJob) []string {
+	var out []string
+	if z, ok := job.Spec.Template.Spec.NodeSelector["topology.kubernetes.io/zone"]; ok {
+		out = append(out, z)
+	}
+	if a := job.Spec.Template.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				if e.Key == "topology.kubernetes.io/zone" && e.Operator == corev1.NodeSelectorOpIn {
+					out = append(out, e.Values...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A zone the chart does not know, or an address that is no CIDR, is refused at install, naming
+// the value.
+func TestTheMetricsPolicyRefusesWhatIsNoZoneOrCIDR(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ values, want string }{
+		"unknown zone":   {"networkPolicy:\n  enabled: true\n  vpcZones: [us-east-4]\n", "/networkPolicy/vpcZones/0"},
+		"region":         {"networkPolicy:\n  enabled: true\n  vpcZones: [us-east]\n", "/networkPolicy/vpcZones/0"},
+		"empty cidr":     {"networkPolicy:\n  enabled: true\n  metricsFrom:\n  - ipBlock:\n      cidr: \"\"\n", "/networkPolicy/metricsFrom/0/ipBlock/cidr"},
+		"no prefix":      {"networkPolicy:\n  enabled: true\n  metricsFrom:\n  - ipBlock:\n      cidr: 10.241.0.0\n", "/networkPolicy/metricsFrom/0/ipBlock/cidr"},
+		"bad octet":      {"networkPolicy:\n  enabled: true\n  metricsFrom:\n  - ipBlock:\n      cidr: 10.256.0.0/18\n", "/networkPolicy/metricsFrom/0/ipBlock/cidr"},
+		"no cidr at all": {"networkPolicy:\n  enabled: true\n  metricsFrom:\n  - ipBlock: {}\n", "/networkPolicy/metricsFrom/0/ipBlock"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+			if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := render(t, "-f", f); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("want an error naming %s, got %v", tc.want, err)
+			}
+		})
+	}
+}

@@ -67,3 +67,63 @@ copied to files/manager-role.yaml: the chart grants exactly what config/rbac gra
 {{- fail "metrics.serviceMonitor.enabled needs metrics.port: the endpoint is off" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The default address prefix of each IBM Cloud VPC zone, as IBM's "Configuring address prefixes"
+page lists them (docs/ibm-cloud.md cites it): the workers' subnets of a VPC made with default
+prefixes lie in their zone's. values.schema.json lists the same zones.
+*/}}
+{{- define "zaya-operator.vpcZonePrefixes" -}}
+us-south-1: 10.240.0.0/18
+us-south-2: 10.240.64.0/18
+us-south-3: 10.240.128.0/18
+us-east-1: 10.241.0.0/18
+us-east-2: 10.241.64.0/18
+us-east-3: 10.241.128.0/18
+eu-gb-1: 10.242.0.0/18
+eu-gb-2: 10.242.64.0/18
+eu-gb-3: 10.242.128.0/18
+eu-de-1: 10.243.0.0/18
+eu-de-2: 10.243.64.0/18
+eu-de-3: 10.243.128.0/18
+jp-tok-1: 10.244.0.0/18
+jp-tok-2: 10.244.64.0/18
+jp-tok-3: 10.244.128.0/18
+au-syd-1: 10.245.0.0/18
+au-syd-2: 10.245.64.0/18
+au-syd-3: 10.245.128.0/18
+jp-osa-1: 10.248.0.0/18
+jp-osa-2: 10.248.64.0/18
+jp-osa-3: 10.248.128.0/18
+eu-es-1: 10.251.0.0/18
+eu-es-2: 10.251.64.0/18
+eu-es-3: 10.251.128.0/18
+ca-mon-1: 10.253.0.0/18
+ca-mon-2: 10.253.64.0/18
+ca-mon-3: 10.253.128.0/18
+in-che-1: 10.254.0.0/18
+in-che-2: 10.254.64.0/18
+in-che-3: 10.254.128.0/18
+in-mum-1: 10.255.0.0/18
+in-mum-2: 10.255.64.0/18
+in-mum-3: 10.255.128.0/18
+{{- end }}
+
+{{/*
+The sources admitted to the metrics port: networkPolicy.metricsFrom, then an ipBlock for each
+of networkPolicy.vpcZones' default address prefixes.
+*/}}
+{{- define "zaya-operator.metricsFrom" -}}
+{{- $prefixes := include "zaya-operator.vpcZonePrefixes" . | fromYaml -}}
+{{- $from := list -}}
+{{- range .Values.networkPolicy.metricsFrom }}{{ $from = append $from . }}{{ end -}}
+{{- range .Values.networkPolicy.vpcZones -}}
+{{- $cidr := get $prefixes . -}}
+{{- if not $cidr -}}
+{{- fail (printf "networkPolicy.vpcZones: %q is no IBM Cloud VPC zone this chart knows the default address prefix of; list your worker subnets in networkPolicy.metricsFrom instead" .) -}}
+{{- end -}}
+{{- $from = append $from (dict "ipBlock" (dict "cidr" $cidr)) -}}
+{{- end -}}
+{{- toYaml $from -}}
+{{- end }}
+
