@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -97,64 +98,71 @@ func TestIBMCloudPresetInstallsWhatIKSRuns(t *testing.T) {
 }
 
 func TestIBMCloudJobsFitTheNodesIKSGives(t *testing.T) {
-	objs := mustRender(t, "-f", ibmValues)
-	sc := typed[storagev1.StorageClass](t, find(objs, "StorageClass", "", ""))
+	sc := typed[storagev1.StorageClass](t, find(mustRender(t, "-f", ibmValues), "StorageClass", "", ""))
 	files, _ := filepath.Glob(filepath.Join(ibmDir, "*.yaml"))
 	var jobs int
 	for _, f := range files {
 		if filepath.Base(f) == "values.yaml" {
 			continue
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		job := &trainingv1alpha1.ZayaTrainingJob{}
-		if err := yaml.UnmarshalStrict(b, job); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		jobs++
-		job.Default()
-		name := filepath.Base(f)
-		ps := job.Spec.Template.Spec
-		labels := map[string]string{}
-		for k, v := range ps.NodeSelector {
-			labels[k] = v
-		}
-		if a := ps.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-			for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-				for _, e := range term.MatchExpressions {
-					for _, v := range e.Values {
-						labels[e.Key] = v
-					}
-				}
-			}
-		}
-		if v, ok := labels[corev1.LabelInstanceTypeStable]; ok && !iksFlavor.MatchString(v) {
-			t.Errorf("%s selects %s=%s: IKS labels nodes with the dotted flavor name, no node has that value", name, corev1.LabelInstanceTypeStable, v)
-		}
-		if labels["ibm-cloud.kubernetes.io/worker-pool-name"] == "" {
-			t.Errorf("%s: no worker pool selected", name)
-		}
-		if job.Spec.Checkpoint.Volume.StorageClassName == nil || *job.Spec.Checkpoint.Volume.StorageClassName != sc.Name {
-			t.Errorf("%s: checkpoint class %v, want %s (the workers' uid/gid; IBM's own classes make root's shares)", name, job.Spec.Checkpoint.Volume, sc.Name)
-		}
-		for _, c := range ps.Containers {
-			if !icrImage.MatchString(c.Image) {
-				t.Errorf("%s: image %q not from IBM Cloud Container Registry", name, c.Image)
-			}
-		}
-		nics := job.Spec.NICsPerNode()
-		// The public gx3d MI300X profile is not cluster-network capable: no amd.com/nic. Only
-		// the job that says it needs Pollara NICs may request them.
-		if needsNICs := strings.Contains(name, "pollara"); (nics > 0) != needsNICs {
-			t.Errorf("%s: profile %s requests %d amd.com/nic per node; the public profile has none, a Pollara build has one per GPU",
-				name, job.Spec.Network.Profile, nics)
+		for _, job := range manifestJobs(t, f) {
+			checkIBMJob(t, filepath.Base(f), job, sc)
+			jobs++
 		}
 	}
 	if jobs < 2 {
 		t.Errorf("%d example jobs in %s, want the public-profile one and the Pollara one", jobs, ibmDir)
 	}
+}
+
+// checkIBMJob checks a job meant for IKS against what IKS gives (docs/ibm-cloud.md): nodes
+// selected by worker pool, never by the VPC profile's dashed name; the checkpoint class the
+// chart makes with the workers' uid/gid (sc); images from ICR; amd.com/nic only in a
+// manifest for workers with Pollara NICs (the public profile has none).
+func checkIBMJob(t *testing.T, name string, job *trainingv1alpha1.ZayaTrainingJob, sc *storagev1.StorageClass) {
+	t.Helper()
+	ps := job.Spec.Template.Spec
+	labels := nodeLabels(job)
+	if v, ok := labels[corev1.LabelInstanceTypeStable]; ok && !iksFlavor.MatchString(v) {
+		t.Errorf("%s selects %s=%s: IKS labels nodes with the dotted flavor name, no node has that value", name, corev1.LabelInstanceTypeStable, v)
+	}
+	if labels["ibm-cloud.kubernetes.io/worker-pool-name"] == "" {
+		t.Errorf("%s: no worker pool selected", name)
+	}
+	if v := job.Spec.Checkpoint.Volume; v.ClaimName == "" && ptr.Deref(v.StorageClassName, "") != sc.Name {
+		t.Errorf("%s: checkpoint class %q, want %s (the workers' uid/gid; IBM's own classes make root's shares)", name, ptr.Deref(v.StorageClassName, "(the default)"), sc.Name)
+	}
+	for _, c := range ps.Containers {
+		if !icrImage.MatchString(c.Image) {
+			t.Errorf("%s: image %q not from IBM Cloud Container Registry", name, c.Image)
+		}
+	}
+	// The public gx3d MI300X profile is not cluster-network capable: no amd.com/nic. Only a
+	// job for workers with Pollara NICs (named so) requests them, one per GPU.
+	if nics, needsNICs := job.Spec.NICsPerNode(), strings.Contains(filepath.Base(name), "pollara"); (nics > 0) != needsNICs {
+		t.Errorf("%s: profile %s requests %d amd.com/nic per node; the public profile has none, a Pollara build has one per GPU",
+			name, job.Spec.Network.Profile, nics)
+	}
+}
+
+// nodeLabels are the node labels a job's pods require: its node selector and the In values
+// of its required node affinity.
+func nodeLabels(job *trainingv1alpha1.ZayaTrainingJob) map[string]string {
+	ps := job.Spec.Template.Spec
+	labels := map[string]string{}
+	for k, v := range ps.NodeSelector {
+		labels[k] = v
+	}
+	if a := ps.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				for _, v := range e.Values {
+					labels[e.Key] = v
+				}
+			}
+		}
+	}
+	return labels
 }
 
 // The metrics policy admits each zone's own default address prefix (IBM's table, in
