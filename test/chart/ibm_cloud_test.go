@@ -55,6 +55,9 @@ func TestIBMCloudPresetInstallsWhatIKSRuns(t *testing.T) {
 	if sc.Provisioner != "vpc.file.csi.ibm.io" || sc.Parameters["profile"] != "dp2" {
 		t.Errorf("StorageClass %s: provisioner %q profile %q, want IBM's VPC file driver with dp2", sc.Name, sc.Provisioner, sc.Parameters["profile"])
 	}
+	if want := []string{"hard", "nfsvers=4.1", "sec=sys"}; !slices.Equal(sc.MountOptions, want) {
+		t.Errorf("StorageClass %s mounts with %v, want %v (IBM's own VPC file classes)", sc.Name, sc.MountOptions, want)
+	}
 	if sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
 		t.Errorf("StorageClass binding %v: the share must be made in the zone of the ranks", sc.VolumeBindingMode)
 	}
