@@ -156,8 +156,9 @@ type GPUNodeSelector string
 const (
 	// GPUNodeSelectorNone adds no selector: the amd.com/gpu request alone places ranks.
 	GPUNodeSelectorNone GPUNodeSelector = "None"
-	// GPUNodeSelectorNFD adds feature.node.kubernetes.io/amd-gpu=true (set by Node Feature
-	// Discovery on AMD GPU nodes).
+	// GPUNodeSelectorNFD requires feature.node.kubernetes.io/amd-gpu=true or
+	// feature.node.kubernetes.io/amd-vgpu=true (set by Node Feature Discovery on AMD GPU nodes:
+	// amd-vgpu where the GPUs are virtual functions passed to a virtual machine).
 	GPUNodeSelectorNFD GPUNodeSelector = "NodeFeatureDiscovery"
 )
 
@@ -171,7 +172,9 @@ type PlacementSpec struct {
 	NodeSharing NodeSharing `json:"nodeSharing,omitempty"`
 
 	// gpuNodeSelector is None (default: the amd.com/gpu request alone places ranks) or
-	// NodeFeatureDiscovery, which adds the node selector feature.node.kubernetes.io/amd-gpu=true.
+	// NodeFeatureDiscovery, which requires Node Feature Discovery's AMD GPU label:
+	// feature.node.kubernetes.io/amd-gpu=true, or amd-vgpu=true where the GPUs are virtual
+	// functions (a cloud's GPU virtual servers), through required node affinity.
 	// +kubebuilder:default=None
 	// +optional
 	GPUNodeSelector GPUNodeSelector `json:"gpuNodeSelector,omitempty"`

@@ -76,3 +76,33 @@ func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement
 func RequireNode(ps *corev1.PodSpec, node string) {
 	requireNodeFields(ps, []corev1.NodeSelectorRequirement{{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}})
 }
+
+// NFD's labels of an AMD GPU node: a physical function, or a virtual function passed to a
+// virtual machine (AMD's NFD rules; a cloud's GPU virtual servers, IBM's among them, show
+// VFs).
+const (
+	LabelAMDGPU  = "feature.node.kubernetes.io/amd-gpu"
+	LabelAMDVGPU = "feature.node.kubernetes.io/amd-vgpu"
+)
+
+// RequireAMDGPU keeps a pod to nodes that NFD labels as AMD GPU nodes, with either label:
+// each required node-affinity term of the pod becomes two, one per label (terms are ORed).
+func RequireAMDGPU(ps *corev1.PodSpec) {
+	na := nodeAffinity(ps)
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		terms = []corev1.NodeSelectorTerm{{}}
+	}
+	out := make([]corev1.NodeSelectorTerm, 0, 2*len(terms))
+	for _, label := range []string{LabelAMDGPU, LabelAMDVGPU} {
+		for _, t := range terms {
+			t = *t.DeepCopy()
+			t.MatchExpressions = append(t.MatchExpressions, corev1.NodeSelectorRequirement{Key: label, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}})
+			out = append(out, t)
+		}
+	}
+	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = out
+}

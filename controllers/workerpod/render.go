@@ -182,10 +182,7 @@ func Render(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank
 	}
 
 	if s.Placement.GPUNodeSelector == trainingv1alpha1.GPUNodeSelectorNFD {
-		if ps.NodeSelector == nil {
-			ps.NodeSelector = map[string]string{}
-		}
-		ps.NodeSelector["feature.node.kubernetes.io/amd-gpu"] = "true"
+		RequireAMDGPU(ps)
 	}
 	if s.Placement.NodeSharing == trainingv1alpha1.NodeSharingExclusive && s.GPUsPerNode < 8 {
 		addRankAntiAffinity(ps, job.Name)

@@ -3,6 +3,7 @@ package workerpod
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -225,9 +226,44 @@ func TestNewWorkerPodVariants(t *testing.T) {
 			j.Spec.Template.Spec.NodeSelector = map[string]string{"ibm-cloud.kubernetes.io/worker-pool-name": "mi300x"}
 			return j
 		}(), func(t *testing.T, p *corev1.Pod) {
-			want := map[string]string{"ibm-cloud.kubernetes.io/worker-pool-name": "mi300x", "feature.node.kubernetes.io/amd-gpu": "true"}
-			if diff := cmp.Diff(want, p.Spec.NodeSelector); diff != "" {
+			if diff := cmp.Diff(map[string]string{"ibm-cloud.kubernetes.io/worker-pool-name": "mi300x"}, p.Spec.NodeSelector); diff != "" {
 				t.Errorf("nodeSelector (-want +got):\n%s", diff)
+			}
+			// A physical function's label or a virtual function's: NFD labels a VM's VFs amd-vgpu.
+			nfd := func(label string) corev1.NodeSelectorTerm {
+				return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: label, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}}
+			}
+			want := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{nfd("feature.node.kubernetes.io/amd-gpu"), nfd("feature.node.kubernetes.io/amd-vgpu")}}
+			if diff := cmp.Diff(want, p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution); diff != "" {
+				t.Errorf("required node affinity (-want +got):\n%s", diff)
+			}
+		}},
+		{"NFD's labels with the template's own required terms: each term, with either label", func() *trainingv1alpha1.ZayaTrainingJob {
+			j := testjob.MakeZayaTrainingJob("j", "ns").Defaulted().Obj()
+			j.Spec.Placement.GPUNodeSelector = trainingv1alpha1.GPUNodeSelectorNFD
+			j.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"us-east-1"}}}},
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+				}}}}
+			return j
+		}(), func(t *testing.T, p *corev1.Pod) {
+			var got []string
+			for _, term := range p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				var keys []string
+				for _, e := range term.MatchExpressions {
+					keys = append(keys, e.Key+"="+strings.Join(e.Values, ","))
+				}
+				got = append(got, strings.Join(keys, " & "))
+			}
+			want := []string{
+				"topology.kubernetes.io/zone=us-east-1 & feature.node.kubernetes.io/amd-gpu=true",
+				"pool=b & feature.node.kubernetes.io/amd-gpu=true",
+				"topology.kubernetes.io/zone=us-east-1 & feature.node.kubernetes.io/amd-vgpu=true",
+				"pool=b & feature.node.kubernetes.io/amd-vgpu=true",
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("required terms (-want +got):\n%s", diff)
 			}
 		}},
 		{"the template may ask for a service-account token", func() *trainingv1alpha1.ZayaTrainingJob {
