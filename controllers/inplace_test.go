@@ -579,3 +579,23 @@ func TestALateCauseReRootsTheInPlaceRestart(t *testing.T) {
 		}
 	})
 }
+
+// A rank that only stopped over a peer is a bystander: however often it stops on one node, the
+// node is not to blame (the soak, seed 1621744479: rank 0's node was lost, rank 1 stopped
+// over it for the third time on its node, and the healthy node was quarantined).
+func TestStopsOverAPeerNeverQuarantineTheStoppedRanksNode(t *testing.T) {
+	h, job := inPlaceGang(t)
+	for k := int32(1); k <= 3; k++ {
+		fault := now.Add(time.Duration(3*k-10) * time.Minute)
+		for r := range int32(3) {
+			h.setPod(t, workerpod.PodName(job, 0, r), restartedInPlace(fmt.Sprintf("n%d", r), k, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second)))
+		}
+		h.mustReconcile(t, job) // notices
+		h.mustReconcile(t, job) // every rank is back
+	}
+	st := h.get(t, job).Status
+	if st.Restarts != 3 || st.InPlaceRestarts != 3 || len(st.QuarantinedNodes) != 0 || st.LastRestartMode != trainingv1alpha1.RestartModeInPlace {
+		t.Errorf("restarts %d, in place %d, quarantined %v, mode %q: want three in-place restarts and no node blamed",
+			st.Restarts, st.InPlaceRestarts, st.QuarantinedNodes, st.LastRestartMode)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,10 +34,13 @@ const repeatedFailuresToQuarantine = 3
 // not restarted in place.
 func (p *pass) quarantineRepeated(ctx context.Context, f trainingv1alpha1.JobFailure) (bool, error) {
 	// A worker's failure counts against its node unless it is the program's own bug, which
-	// would follow the rank to any node (and has its own bound, userCodeRestarts).
+	// would follow the rank to any node (and has its own bound, userCodeRestarts), or a stop
+	// over a peer: a bystander of another rank's fault (its node lost, say, before its Lease
+	// told), which says nothing of its own node (the soak, seed 1621744479: a lost node's
+	// peer, stopped three times in a window, had its healthy node quarantined).
 	workers := func(x trainingv1alpha1.JobFailure) bool {
 		return (x.Reason == trainingv1alpha1.FailureReasonExitCode || x.Reason == trainingv1alpha1.FailureReasonHang) &&
-			x.Category != string(attribution.UserCode)
+			x.Category != string(attribution.UserCode) && ptr.Deref(x.ExitCode, 0) != trainingv1alpha1.ExitStopped
 	}
 	if f.Node == "" || !workers(f) {
 		return false, nil
