@@ -196,7 +196,8 @@ device_plugin() {
 	kubectl label nodes -l '!node-role.kubernetes.io/control-plane' --overwrite >/dev/null \
 		topology.kubernetes.io/zone=us-east-1 topology.kubernetes.io/region=us-east \
 		ibm-cloud.kubernetes.io/worker-pool-name=mi300x ibm-cloud.kubernetes.io/worker-pool-id=pool-mi300x \
-		ibm-cloud.kubernetes.io/zone=us-east-1 ibm-cloud.kubernetes.io/region=us-east
+		ibm-cloud.kubernetes.io/zone=us-east-1 ibm-cloud.kubernetes.io/region=us-east \
+		node.kubernetes.io/instance-type=gx3d.208x1792.8mi300x ibm-cloud.kubernetes.io/machine-type=gx3d.208x1792.8mi300x
 	kubectl apply -f "$root/test/fakedeviceplugin/deploy/daemonset.yaml" >/dev/null
 	kubectl -n kube-system rollout status daemonset/amd-fake-device-plugin --timeout=180s >/dev/null
 	local i short

@@ -27,6 +27,9 @@ func TestFakeNodesLookLikeMI300XWorkers(t *testing.T) {
 		g.Expect(n.Labels).To(HaveKeyWithValue("feature.node.kubernetes.io/amd-gpu", "true"))
 		g.Expect(n.Labels).To(HaveKey("ibm-cloud.kubernetes.io/worker-pool-name"))
 		g.Expect(n.Labels).To(HaveKey("topology.kubernetes.io/zone"))
+		// IKS labels a worker's instance type with its flavor, whose name has dots; the VPC
+		// profile's dashed name is on no IKS node (docs/ibm-cloud.md).
+		g.Expect(n.Labels).To(HaveKeyWithValue(corev1.LabelInstanceTypeStable, MatchRegexp(`^[a-z0-9]+\.[0-9]+x[0-9]+(\.[a-z0-9]+)*$`)), n.Name)
 		ready := false
 		for _, c := range n.Status.Conditions {
 			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)

@@ -227,7 +227,8 @@ func (a *Agent) register(ctx context.Context, name string) error {
 		"kubernetes.io/hostname":                   name,
 		"kubernetes.io/os":                         "linux",
 		"kubernetes.io/arch":                       "amd64",
-		"node.kubernetes.io/instance-type":         "gx3d-208x1792x8mi300x",
+		"node.kubernetes.io/instance-type":         "gx3d.208x1792.8mi300x", // IKS's flavor form: dots
+		"ibm-cloud.kubernetes.io/machine-type":     "gx3d.208x1792.8mi300x",
 		"amd.com/gpu.product-name":                 "AMD_Instinct_MI300X_OAM",
 		"amd.com/gpu.device-id":                    "74a1",
 		"amd.com/gpu.family":                       "AI",
