@@ -32,7 +32,7 @@ func TestRank0SuccessCompletesTheJobAndCleansUp(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
 	h := newHarness(t, interceptor.Funcs{}, job)
 	h.mustReconcile(t, job)
-	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-successGrace)))
+	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-recovery.SuccessGrace)))
 	h.setPod(t, "llm-0-1", running("n1"))
 	h.setPod(t, "llm-0-2", running("n2"))
 	h.mustReconcile(t, job)
@@ -88,7 +88,7 @@ func TestSuccessSurvivesAFailedStatusWrite(t *testing.T) {
 		running("n1")(p)
 		p.Finalizers = []string{"test/keep"} // a kubelet takes its time: the pod stays Terminating
 	})
-	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-successGrace)))
+	h.setPod(t, "llm-0-0", exited("n0", 0, now.Add(-recovery.SuccessGrace)))
 	failWrite = true
 	if _, err := h.reconcile(t, job); err == nil {
 		t.Fatal("the injected write failure was not reported")
@@ -111,10 +111,10 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 		want  string        // Succeeded, Restarting or "" (still waiting)
 	}{
 		{"peer still running within the grace", running("n1"), time.Second, ""},
-		{"peer still running after the grace", running("n1"), successGrace, "Succeeded"},
+		{"peer still running after the grace", running("n1"), recovery.SuccessGrace, "Succeeded"},
 		{"peer finished too", exited("n1", 0, now), time.Second, "Succeeded"},
 		{"peer failed before rank 0 exited", exited("n1", 143, now.Add(-time.Minute)), time.Second, "Restarting"},
-		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), successGrace, "Restarting"},
+		{"peer failed after rank 0 exited", exited("n1", 143, now.Add(time.Minute)), recovery.SuccessGrace, "Restarting"},
 		{"peer stopped because another was (exit 75)", func(p *corev1.Pod) {
 			// Long enough ago that no cause of its own is still to come (recovery.CascadeGrace).
 			exited("n1", trainingv1alpha1.ExitStopped, now.Add(-recovery.CascadeGrace-time.Second))(p)
@@ -123,7 +123,7 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 		{"peer being stopped (evicted)", func(p *corev1.Pod) {
 			running("n1")(p)
 			p.Finalizers = []string{"test/keep"} // so the fake client keeps it while deleting
-		}, successGrace, "Restarting"},
+		}, recovery.SuccessGrace, "Restarting"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Generation(1).Defaulted().Obj()
@@ -140,7 +140,7 @@ func TestRank0SuccessWaitsForItsPeers(t *testing.T) {
 			got := h.get(t, job)
 			switch tc.want {
 			case "":
-				if condition(got, "Succeeded") != nil || got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > successGrace {
+				if condition(got, "Succeeded") != nil || got.Status.Restarts != 0 || res.RequeueAfter <= 0 || res.RequeueAfter > recovery.SuccessGrace {
 					t.Errorf("want a wait: succeeded %v, restarts %d, requeue %v", condition(got, "Succeeded"), got.Status.Restarts, res.RequeueAfter)
 				}
 			case "Succeeded":

@@ -214,7 +214,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, nil
 	}
 	if settling > 0 {
-		// Rank 0 is done; the others have successGrace to finish or fail.
+		// Rank 0 is done; the others have recovery.SuccessGrace to finish or fail.
 		return soonest(ctrl.Result{RequeueAfter: settling}, p.requeueForDeadline()), nil
 	}
 	v, wait, err := p.firstFailure(ctx, g)
