@@ -3,13 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,42 +12,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
-// repeatedFailuresToQuarantine is how many worker failures on one node within restartWindow
-// (the current one included) quarantine it: a GPU that corrupts results or a flaky NIC can
-// crash a rank again and again while every health signal stays green, and restarting in place
-// on it would only repeat the crash.
-const repeatedFailuresToQuarantine = 3
-
 // quarantineRepeated quarantines the node of a worker failure that is the third rooted there
-// within restartWindow, and reports whether it did: the gang must then be recreated elsewhere,
-// not restarted in place.
+// within restartWindow (recovery.RepeatedOnNode), and reports whether it did: the gang must then
+// be recreated elsewhere, not restarted in place.
 func (p *pass) quarantineRepeated(ctx context.Context, f trainingv1alpha1.JobFailure) (bool, error) {
-	// A worker's failure counts against its node unless it is the program's own bug, which
-	// would follow the rank to any node (and has its own bound, userCodeRestarts), or a stop
-	// over a peer: a bystander of another rank's fault (its node lost, say, before its Lease
-	// told), which says nothing of its own node (the soak, seed 1621744479: a lost node's
-	// peer, stopped three times in a window, had its healthy node quarantined).
-	workers := func(x trainingv1alpha1.JobFailure) bool {
-		return (x.Reason == trainingv1alpha1.FailureReasonExitCode || x.Reason == trainingv1alpha1.FailureReasonHang) &&
-			x.Category != string(attribution.UserCode) && ptr.Deref(x.ExitCode, 0) != trainingv1alpha1.ExitStopped
-	}
-	if f.Node == "" || !workers(f) {
-		return false, nil
-	}
-	since := p.now.Add(-p.job.Spec.FaultTolerance.RestartWindow.Duration)
-	n := 1
-	for _, r := range p.job.Status.RecentFailures {
-		if r.Node == f.Node && workers(r) && r.Time.After(since) {
-			n++
-		}
-	}
-	if n < repeatedFailuresToQuarantine {
+	n := recovery.RepeatedOnNode(f, p.job.Status.RecentFailures, p.now.Add(-p.job.Spec.FaultTolerance.RestartWindow.Duration))
+	if n < recovery.RepeatedFailuresToQuarantine {
 		return false, nil
 	}
 	q := f
@@ -115,7 +85,7 @@ func (p *pass) taintNode(ctx context.Context, name string) error {
 	node.Annotations[trainingv1alpha1.QuarantineTaintUntilAnnotation] = until.UTC().Format(time.RFC3339)
 	if !tainted {
 		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{
-			Key: trainingv1alpha1.QuarantineTaintKey, Value: taintValue(p.job.Namespace, p.job.Name), Effect: corev1.TaintEffectNoSchedule,
+			Key: trainingv1alpha1.QuarantineTaintKey, Value: recovery.TaintValue(p.job.Namespace, p.job.Name), Effect: corev1.TaintEffectNoSchedule,
 		})
 	}
 	if err := p.r.Patch(ctx, node, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -136,25 +106,13 @@ func (p *pass) taintNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// expireQuarantine releases nodes quarantined longer than quarantine.expireAfter, so a repaired
-// node can come back, and returns when the next one is due (0 for none).
+// expireQuarantine releases nodes quarantined longer than quarantine.expireAfter
+// (recovery.ExpireQuarantine), and returns when the next one is due (0 for none).
 func (p *pass) expireQuarantine() time.Duration {
 	after := p.job.Spec.FaultTolerance.Quarantine.ExpireAfter.Duration
-	var next time.Duration
-	kept := p.job.Status.QuarantinedNodes[:0:0]
-	for _, q := range p.job.Status.QuarantinedNodes {
-		due := q.Since.Add(after).Sub(p.now)
-		if due <= 0 {
-			p.normal(trainingv1alpha1.ReasonNodeReleased, "Quarantine", "released node %s from quarantine after %s", q.Name, after)
-			continue
-		}
-		if next == 0 || due < next {
-			next = due
-		}
-		kept = append(kept, q)
-	}
-	if len(kept) != len(p.job.Status.QuarantinedNodes) {
-		p.job.Status.QuarantinedNodes = kept
+	released, next := recovery.ExpireQuarantine(&p.job.Status, after, p.now)
+	for _, q := range released {
+		p.normal(trainingv1alpha1.ReasonNodeReleased, "Quarantine", "released node %s from quarantine after %s", q.Name, after)
 	}
 	return next
 }
@@ -168,19 +126,6 @@ func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.Quarant
 		names[i] = q.Name
 	}
 	workerpod.AvoidNodes(ps, names)
-}
-
-// taintValue names the job in the quarantine taint: <namespace>.<name>, shortened with a hash
-// when longer than the 63 characters a taint value may hold (a namespace alone may be 63).
-func taintValue(ns, name string) string {
-	v := ns + "." + name
-	if len(v) <= validation.LabelValueMaxLength {
-		return v
-	}
-	sum := fnv.New32a()
-	_, _ = sum.Write([]byte(v))
-	suffix := fmt.Sprintf("-%08x", sum.Sum32())
-	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
 }
 
 // quarantined reports whether the job keeps its ranks off node.

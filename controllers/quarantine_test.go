@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -172,22 +170,6 @@ func TestQuarantineJoinsEveryTemplateAffinityTerm(t *testing.T) {
 		if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 2 {
 			t.Errorf("term %d = %+v, want its own expression and both exclusions", i, term)
 		}
-	}
-}
-
-func TestTaintValueIsAValidLabelValue(t *testing.T) {
-	long := strings.Repeat("n", 63)
-	for _, tc := range []struct{ ns, name string }{{"ns", "llm"}, {long, strings.Repeat("j", 50)}, {long[:60] + "-ab", "x"}} {
-		v := taintValue(tc.ns, tc.name)
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			t.Errorf("taintValue(%q, %q) = %q: %v", tc.ns, tc.name, v, errs)
-		}
-	}
-	if a, b := taintValue(long, "a"+strings.Repeat("j", 49)), taintValue(long, "b"+strings.Repeat("j", 49)); a == b {
-		t.Errorf("two jobs share the taint value %q", a)
-	}
-	if got := taintValue("ns", "llm"); got != "ns.llm" {
-		t.Errorf("short value = %q, want ns.llm", got)
 	}
 }
 
