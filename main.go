@@ -26,6 +26,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -53,7 +54,7 @@ func main() {
 	flag.StringVar(&podMarkSecret, "pod-mark-secret", "", "namespace/name of the Secret (created on first use) keeping the key the operator marks its pods with, so a pod forged with a job's labels and owner is never a rank; empty keeps the key in memory, trusting the pods that existed before the process started")
 	flag.StringVar(&sparePriorityClass, "spare-priority-class", "", "priority class of the warm spare pods (faultTolerance.spares); empty: none (the cluster's default). Never the template's: an idle spare must not preempt others; name a low class whose preemptionPolicy is Never")
 	flag.StringVar(&supervisorImage, "supervisor-image", "", "image holding zaya-supervisor at "+trainingv1alpha1.SupervisorImagePath+" (the worker image does), copied by an init container in front of each worker command (faultTolerance.supervisor Inject); empty: commands run as written")
-	flag.StringVar(&spareImage, "spare-image", controllers.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
+	flag.StringVar(&spareImage, "spare-image", recovery.DefaultSpareImage, "image of the warm spare pods (faultTolerance.spares): it only holds a node, like a pause container")
 	flag.StringVar(&failurePatterns, "failure-patterns", "", "namespace/name of a ConfigMap whose "+controllers.FailurePatternsKey+" adds failure patterns to the shipped ones (read every 30s; a bad version is refused with an event on it); empty: the shipped ones alone")
 	flag.DurationVar(&progressInterval, "progress-poll-interval", 10*time.Second, "how often rank 0 of each running job is asked for its live progress (when it trains again, stragglers); 0 disables it")
 	flag.StringVar(&workerProxy, "worker-proxy", "", "HTTP proxy URL through which the operator reaches worker pods' progress endpoints, where it runs outside the pod network; empty: directly")

@@ -16,6 +16,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -135,8 +136,8 @@ func (p *pass) Shape() (rank, spare *corev1.Pod, spares int32) {
 	base := &trainingv1alpha1.ZayaTrainingJob{ObjectMeta: p.job.ObjectMeta, Spec: p.job.Spec}
 	rank = newWorkerPod(base, nil, 0) // the environment is left out anyway
 	workerpod.InjectSupervisor(base, rank, p.r.SupervisorImage)
-	if spares = wantedSpares(p.job); spares > 0 {
-		spare = newSparePod(base, 0, DefaultSpareImage, "")
+	if spares = recovery.WantedSpares(p.job); spares > 0 {
+		spare = newSparePod(base, 0, recovery.DefaultSpareImage, "")
 	}
 	return rank, spare, spares
 }

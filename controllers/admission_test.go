@@ -3,6 +3,7 @@ package controllers
 import (
 	"testing"
 
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -16,7 +17,7 @@ func TestTheAdmissionSeesTheRanksAndSparesTheJobMakes(t *testing.T) {
 	if len(rank.Spec.InitContainers) != 1 {
 		t.Errorf("rank 0 has init containers %v, want the supervisor's", rank.Spec.InitContainers)
 	}
-	if spares != 2 || spare == nil || spare.Spec.Containers[0].Image != DefaultSpareImage {
+	if spares != 2 || spare == nil || spare.Spec.Containers[0].Image != recovery.DefaultSpareImage {
 		t.Errorf("spares %d (%v), want 2 of the spare image", spares, spare)
 	}
 	job.Spec.FaultTolerance.Spares = 0

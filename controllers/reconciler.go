@@ -37,7 +37,7 @@ type ZayaTrainingJobReconciler struct {
 	// cannot answer (whose is an object the job needs the name of); nil uses Client.
 	APIReader client.Reader
 
-	// SpareImage is the warm spares' container image (default DefaultSpareImage).
+	// SpareImage is the warm spares' container image (default recovery.DefaultSpareImage).
 	SpareImage string
 	// SupervisorImage holds zaya-supervisor for faultTolerance.supervisor Inject ("": none
 	// injected).

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -37,7 +38,7 @@ func TestWarmSparesHoldANodeLikeARank(t *testing.T) {
 	}
 	s := h.pods(t)["llm-spare-1"]
 	c := s.Spec.Containers
-	if len(c) != 1 || c[0].Image != DefaultSpareImage || !c[0].Resources.Limits["amd.com/gpu"].Equal(resource.MustParse("8")) ||
+	if len(c) != 1 || c[0].Image != recovery.DefaultSpareImage || !c[0].Resources.Limits["amd.com/gpu"].Equal(resource.MustParse("8")) ||
 		s.Labels[trainingv1alpha1.RankLabel] != "" || s.Labels[trainingv1alpha1.SpareLabel] != "1" || s.Labels[trainingv1alpha1.JobNameLabel] != "llm" ||
 		s.Spec.AutomountServiceAccountToken == nil || *s.Spec.AutomountServiceAccountToken || s.Spec.RestartPolicy != corev1.RestartPolicyAlways ||
 		s.Spec.SecurityContext == nil || s.Spec.SecurityContext.RunAsNonRoot == nil || !*s.Spec.SecurityContext.RunAsNonRoot {
@@ -168,7 +169,7 @@ func TestASpareNeverPreemptsAndRunsWhereItsRankCould(t *testing.T) {
 		t.Errorf("the rendezvous Service (selector %v) selects the spare, or misses rank 1", svc.Spec.Selector)
 	}
 	h.r.SparePriorityClass = "zaya-spare"
-	if got := newSparePod(h.get(t, job), 0, DefaultSpareImage, h.r.SparePriorityClass); got.Spec.PriorityClassName != "zaya-spare" {
+	if got := newSparePod(h.get(t, job), 0, recovery.DefaultSpareImage, h.r.SparePriorityClass); got.Spec.PriorityClassName != "zaya-spare" {
 		t.Errorf("spare priority class %q, want the platform's zaya-spare", got.Spec.PriorityClassName)
 	}
 }

@@ -190,7 +190,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if _, ok := p.inPlaceUnderWay(); !ok {
 		job.Status.Replacing = nil // left by a restart that ended another way (suspended, say)
 	}
-	ranks, spares := splitSpares(job, pods)
+	ranks, spares := recovery.SplitSpares(job, pods)
 	p.spares = spares
 	g := gang.Of(job, ranks, p.r.gate().Lifted()...)
 	if n, err := p.reclaimRanks(ctx, g); err != nil || n > 0 {
