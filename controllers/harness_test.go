@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +25,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission/kueuegate"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 var now = time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
@@ -138,22 +138,10 @@ func (h *harness) setPod(t testing.TB, name string, mutate func(*corev1.Pod)) {
 	}
 }
 
-// healthyNode is a Ready MI300X node with all 8 GPUs and NICs allocatable.
-func healthyNode(name string) *corev1.Node {
-	res := corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Status: corev1.NodeStatus{
-			Capacity: res, Allocatable: res.DeepCopy(),
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-		},
-	}
-}
-
 // ensureNode creates a healthy node the first time a pod lands on it.
 func (h *harness) ensureNode(t testing.TB, name string) {
 	t.Helper()
-	err := h.r.Create(context.Background(), healthyNode(name))
+	err := h.r.Create(context.Background(), testjob.HealthyNode(name))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

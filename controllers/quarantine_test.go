@@ -325,7 +325,7 @@ func TestAQuarantineTaintExpiresAndTheOperatorRemovesIt(t *testing.T) {
 func TestNewRanksAndSparesKeepOffNodesAlreadyUnhealthy(t *testing.T) {
 	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).GPUsPerNode(1).Generation(1).Defaulted().Obj()
 	job.Spec.FaultTolerance.Spares = 1
-	h := newHarness(t, interceptor.Funcs{}, job, healthyNode("ok"), healthyNode("bad-gpu"), healthyNode("bad-nic"))
+	h := newHarness(t, interceptor.Funcs{}, job, testjob.HealthyNode("ok"), testjob.HealthyNode("bad-gpu"), testjob.HealthyNode("bad-nic"))
 	h.setNode(t, "bad-gpu", func(n *corev1.Node) { n.Status.Allocatable["amd.com/gpu"] = resource.MustParse("7") })
 	h.setNode(t, "bad-nic", func(n *corev1.Node) { n.Status.Allocatable["amd.com/nic"] = resource.MustParse("7") })
 	h.mustReconcile(t, job)

@@ -6,12 +6,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 func TestNodeProblem(t *testing.T) {
 	node := func(mut func(*corev1.Node)) *corev1.Node {
-		n := healthyNode("n1")
+		n := testjob.HealthyNode("n1")
 		mut(n)
 		return n
 	}
@@ -64,7 +65,7 @@ func TestNodeProblem(t *testing.T) {
 // TestNodeProblemNamesTheLowestUnhealthyLabel: the message must not change from one pass to
 // the next (labels are a map), or every pass would rewrite the failure.
 func TestNodeProblemNamesTheLowestUnhealthyLabel(t *testing.T) {
-	n := healthyNode("n1")
+	n := testjob.HealthyNode("n1")
 	n.Labels = map[string]string{"kubernetes.io/hostname": "n1", "metricsexporter.amd.com.gpu.1.state": "healthy"}
 	for _, k := range []string{"metricsexporter.amd.com.gpu.7.state", "metricsexporter.amd.com.gpu.2.state", "metricsexporter.amd.com.nic.0000:05:00.0.state"} {
 		n.Labels[k] = "unhealthy"
@@ -79,7 +80,7 @@ func TestNodeProblemNamesTheLowestUnhealthyLabel(t *testing.T) {
 // BenchmarkNodeProblem is the health check paid for every rank of every pass and twice for
 // every node update, on a healthy node with the labels a real GPU node carries.
 func BenchmarkNodeProblem(b *testing.B) {
-	n := healthyNode("n1")
+	n := testjob.HealthyNode("n1")
 	n.Labels = map[string]string{}
 	for i := range 40 {
 		n.Labels[fmt.Sprintf("feature.node.kubernetes.io/feature-%d", i)] = "true"
@@ -92,17 +93,5 @@ func BenchmarkNodeProblem(b *testing.B) {
 		if r, _ := Problem("n1", n); r != "" {
 			b.Fatal(r)
 		}
-	}
-}
-
-// healthyNode is an MI300X node all of whose devices are allocatable.
-func healthyNode(name string) *corev1.Node {
-	res := corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Status: corev1.NodeStatus{
-			Capacity: res, Allocatable: res.DeepCopy(),
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-		},
 	}
 }

@@ -58,18 +58,24 @@ func requireNodeFields(ps *corev1.PodSpec, reqs []corev1.NodeSelectorRequirement
 	if len(reqs) == 0 {
 		return
 	}
+	required := requiredTerms(ps)
+	for i := range required.NodeSelectorTerms {
+		required.NodeSelectorTerms[i].MatchFields = append(required.NodeSelectorTerms[i].MatchFields, reqs...)
+	}
+}
+
+// requiredTerms is the pod's required node affinity, made with one empty term (any node) if
+// it has no term.
+func requiredTerms(ps *corev1.PodSpec) *corev1.NodeSelector {
 	na := nodeAffinity(ps)
 	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
 	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		terms = []corev1.NodeSelectorTerm{{}}
+	required := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(required.NodeSelectorTerms) == 0 {
+		required.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, reqs...)
-	}
-	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+	return required
 }
 
 // RequireNode keeps a pod to the named node (a spare's, held for the rank).
@@ -88,14 +94,8 @@ const (
 // RequireAMDGPU keeps a pod to nodes that NFD labels as AMD GPU nodes, with either label:
 // each required node-affinity term of the pod becomes two, one per label (terms are ORed).
 func RequireAMDGPU(ps *corev1.PodSpec) {
-	na := nodeAffinity(ps)
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		terms = []corev1.NodeSelectorTerm{{}}
-	}
+	required := requiredTerms(ps)
+	terms := required.NodeSelectorTerms
 	out := make([]corev1.NodeSelectorTerm, 0, 2*len(terms))
 	for _, label := range []string{LabelAMDGPU, LabelAMDVGPU} {
 		for _, t := range terms {
@@ -104,5 +104,5 @@ func RequireAMDGPU(ps *corev1.PodSpec) {
 			out = append(out, t)
 		}
 	}
-	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = out
+	required.NodeSelectorTerms = out
 }

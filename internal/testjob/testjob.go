@@ -125,3 +125,15 @@ func (w *Wrapper) WorkerCommand(command []string, args ...string) *Wrapper {
 	c.Command, c.Args = command, args
 	return w
 }
+
+// HealthyNode is a Ready MI300X node, all 8 of its GPUs and NICs allocatable.
+func HealthyNode(name string) *corev1.Node {
+	res := corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{
+			Capacity: res, Allocatable: res.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
