@@ -186,14 +186,7 @@ func (p *pass) inPlaceOverdue(ctx context.Context, g gang.Gang) (time.Duration, 
 		return 0, false
 	}
 	timeout := p.job.Spec.FaultTolerance.InPlaceTimeout.Duration
-	// Each rung gets its own inPlaceTimeout: replacing a laggard's pod restarts its clock.
-	from := since
-	for _, r := range p.job.Status.Replacing {
-		if r.Since.After(from) {
-			from = r.Since.Time
-		}
-	}
-	if due := from.Add(timeout).Sub(p.now); due > 0 {
+	if due := recovery.InPlaceDue(&p.job.Status, since, timeout, p.now); due > 0 {
 		return due, false
 	}
 	if len(p.job.Status.Replacing) == 0 && p.replaceLaggards(ctx, g, since, timeout) {

@@ -28,14 +28,6 @@ import (
 // other rank restarts in place and waits at the rendezvous for it. It is one in-place restart:
 // the attempt stays, the ranks listed in status.replacing are the only pods written.
 
-// maxReplaced bounds status.replacing (the CRD's MaxItems): more lost ranks than that
-// recreate the gang.
-const maxReplaced = 256
-
-// leaseChecksPerPass bounds the Lease reads of one pass: a fault that leaves more ranks
-// behind than that is not one lost node, and the in-place timeout handles it.
-const leaseChecksPerPass = 8
-
 // replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
 // not counted again) that gives v's rank, and every other rank on the same failed node, a new
 // pod. It reports false when the ranks do not fit in status.replacing.
@@ -48,7 +40,7 @@ func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Verdict
 			}
 		}
 	}
-	if len(p.job.Status.Replacing)+len(ranks) > maxReplaced {
+	if len(p.job.Status.Replacing)+len(ranks) > recovery.MaxReplaced {
 		return false
 	}
 	if _, ok := p.inPlaceUnderWay(); ok {
@@ -123,14 +115,9 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang.Gang) error {
 // rank back within inPlaceTimeout replaces the pods of the ranks that are not back, once. It
 // reports false when that was done already (or cannot be), so the gang must be recreated.
 func (p *pass) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time, timeout time.Duration) bool {
-	var laggards []int32
-	for r, pod := range g.Ranks {
-		if pod != nil && !g.Back(r, since) {
-			laggards = append(laggards, int32(r))
-		}
-	}
+	laggards := recovery.Laggards(g, since)
 	st := &p.job.Status
-	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > maxReplaced || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
+	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > recovery.MaxReplaced || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
 		return false
 	}
 	p.markReplaced(ctx, g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
@@ -150,18 +137,8 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 	if !ok || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
 		return 0, nil
 	}
-	var laggards []int32
-	back := 0
-	for r, pod := range g.Ranks {
-		switch {
-		case pod == nil:
-		case g.Back(r, since):
-			back++
-		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
-			laggards = append(laggards, int32(r))
-		}
-	}
-	if len(laggards) == 0 || len(laggards) > leaseChecksPerPass || 2*back < len(g.Ranks) {
+	laggards := recovery.LostNodeSuspects(g, since)
+	if len(laggards) == 0 {
 		return 0, nil
 	}
 	var next time.Duration
@@ -232,7 +209,7 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 		}
 		left = append(left, int32(r))
 	}
-	if len(left) == 0 || len(left) > leaseChecksPerPass {
+	if len(left) == 0 || len(left) > recovery.LeaseChecksPerPass {
 		return nil, 0, nil
 	}
 	// Exit times are whole seconds, cut down: a renewal in the stop's own second may have come
