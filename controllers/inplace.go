@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -39,50 +38,18 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 	}
 	seen, baseline := st.ContainerRestarts, st.RankRestarts
 	p.keepCounts(g) // falls when pods are replaced: nothing to count
-	// Exits up to the last failure, or up to the end of the restart that followed it (the
-	// cascade's), are accounted for.
-	var after time.Time
-	if st.LastFailure != nil {
-		after = st.LastFailure.Time.Time
+	fault, pod, wait := recovery.InPlaceFault(p.job, g, seen, baseline, p.r.failurePatterns(), p.r.gate().Stopped, p.now)
+	if wait > 0 {
+		st.ContainerRestarts, st.RankRestarts = seen, baseline
+		return false, wait, nil
 	}
-	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.LastTransitionTime.After(after) {
-		after = c.LastTransitionTime.Time
-	}
-	if after.After(p.now) {
-		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
-	}
-	table := p.r.failurePatterns()
-	pod, exit, cascaded := recovery.InPlaceRoot(g, table, after, nil, p.job.Spec.GPUsPerNode)
-	if pod == nil && g.ContainerRestarts > seen {
-		// A restart whose exit is no newer than the last failure (times are whole seconds):
-		// the ranks whose counts rose since the last restart's are the news, where the counts
-		// are known; an older exit of another rank, in the same second, is not.
-		pod, exit, cascaded = recovery.InPlaceRoot(g, table, time.Time{}, gang.RestartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.Ranks))), p.job.Spec.GPUsPerNode)
-	}
-	if pod == nil {
+	if fault == nil {
 		return false, 0, nil
 	}
-	if exit.ExitCode == trainingv1alpha1.ExitStopped {
-		// The ranks restart themselves either way: waiting costs the gang nothing, and the
-		// peer's own exit, which its kubelet may report seconds later, names the cause.
-		if wait := recovery.CascadeWait(exit.FinishedAt.Time, p.now); wait > 0 {
-			st.ContainerRestarts, st.RankRestarts = seen, baseline
-			return false, wait, nil
-		}
-	}
+	v := *fault
 	// The restart is over once every rank's count rose past what it was before the fault
 	// (spelt out: containerRestarts no longer says they were all 0).
 	st.RankRestarts = g.Base
-	v := recovery.Judge(&p.job.Spec, recovery.Ended(pod, exit), p.now, st.Restarts, p.r.gate().Stopped)
-	p.attribute(&v.Failure, recovery.Ended(pod, exit))
-	recovery.BlameSilentPeer(&v.Failure, exit.Message, g, p.job.Spec.GPUsPerNode)
-	v.Failure.Cascaded = cascaded
-	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
-	at := exit.FinishedAt.Time
-	if at.IsZero() || at.After(p.now) {
-		at = p.now
-	}
-	v.Failure.Time = metav1.Time{Time: at}
 	if recovery.HardwareRoot(v.Failure) && !v.Fatal {
 		// The rank's node is at fault: keep the gang off it. Its process has already restarted
 		// in place there and rejoined its peers, so replacing only its pod would tear the
@@ -113,40 +80,18 @@ func (p *pass) noticeInPlace(ctx context.Context, g gang.Gang) (bool, time.Durat
 	return true, 0, nil
 }
 
-// rerootLate names the cause of an in-place restart that began on a stop over a peer, once the
-// peer's own exit shows: stamped in the stop's second or later, it can reach the API server
-// after recovery.CascadeGrace ran out (a soak on kind: a GPU fault's exit came after its peer's 75 had
-// been blamed, and the faulty node was never quarantined). The cause replaces the bystander's
-// record; a hardware cause, or a node failing again and again, has the node quarantined and
-// the gang recreated away from it. It reports whether the gang is recreated.
+// rerootLate records the cause of an in-place restart that began on a stop over a peer once the
+// peer's own exit shows (recovery.LateCause): it can reach the API server after
+// recovery.CascadeGrace ran out (a soak on kind: a GPU fault's exit came after its peer's 75
+// had been blamed, and the faulty node was never quarantined). The cause replaces the
+// bystander's record; a hardware cause, or a node failing again and again, has the node
+// quarantined and the gang recreated away from it. It reports whether the gang is recreated.
 func (p *pass) rerootLate(ctx context.Context, g gang.Gang, since time.Time) (bool, error) {
 	st := &p.job.Status
 	last := st.LastFailure
-	if last == nil || last.ExitCode == nil || *last.ExitCode != trainingv1alpha1.ExitStopped || len(st.Replacing) > 0 {
+	v := recovery.LateCause(p.job, g, since, p.r.failurePatterns(), p.r.gate().Stopped, p.now)
+	if v == nil {
 		return false, nil
-	}
-	// Exits of the restart, by ranks that restarted since: from the stop's second on, or the
-	// second before where the counts tell which runs ended in this restart.
-	after := since.Truncate(time.Second).Add(-time.Nanosecond)
-	if g.Base != nil {
-		after = after.Add(-time.Second)
-	}
-	table := p.r.failurePatterns()
-	pod, exit, _ := recovery.InPlaceRoot(g, table, after, g.Base, p.job.Spec.GPUsPerNode)
-	if pod == nil || !recovery.NamesACause(table, pod, exit) {
-		return false, nil // still no cause of its own
-	}
-	if r, _ := gang.Rank(pod); last.Rank != nil && *last.Rank == r {
-		return false, nil
-	}
-	v := recovery.Judge(&p.job.Spec, recovery.Ended(pod, exit), p.now, last.Attempt, p.r.gate().Stopped)
-	if v.Fatal {
-		return false, nil // its pod fails: the failure path ends the job
-	}
-	p.attribute(&v.Failure, recovery.Ended(pod, exit))
-	v.Failure.Cascaded = last.Cascaded
-	if at := exit.FinishedAt.Time; !at.IsZero() && !at.After(p.now) {
-		v.Failure.Time = metav1.Time{Time: at}
 	}
 	f := v.Failure
 	p.ledger().Reroot(f)

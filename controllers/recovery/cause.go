@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -289,3 +291,89 @@ var Signalled = regexp.MustCompile(`(?m)^zaya: stopped: rank \d+ was signalled a
 
 // SilentPeer is the reference worker's report of a peer it found silent (docs/worker-contract.md).
 var SilentPeer = regexp.MustCompile(`lost rank (\d+)\b[^\n]*: peer silent`)
+
+// InPlaceFault is the fault that starts an in-place restart, read from the gang of job: the
+// root among the ranks' exits since the last failure or the end of the restart that followed
+// it, or, where whole-second times cannot tell (a restart in the last failure's second), among
+// the ranks whose restart counts rose past seen and baseline (status.containerRestarts and
+// rankRestarts as the last restart left them). It is judged and named with table and the
+// admission's word (stopped), and timed from the fault as the kubelet saw it. It returns the
+// verdict and the root rank's live pod; no verdict and how long to wait while every exit so
+// far is a stop over a peer (the ranks restart themselves either way: waiting costs the gang
+// nothing, and the peer's own exit, which its kubelet may report seconds later, names the
+// cause); nothing when no rank restarted.
+func InPlaceFault(job *trainingv1alpha1.ZayaTrainingJob, g gang.Gang, seen int64, baseline []int32, table *attribution.Table, stopped Stopped, now time.Time) (*Verdict, *corev1.Pod, time.Duration) {
+	st := &job.Status
+	var after time.Time
+	if st.LastFailure != nil {
+		after = st.LastFailure.Time.Time
+	}
+	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.LastTransitionTime.After(after) {
+		after = c.LastTransitionTime.Time
+	}
+	if after.After(now) {
+		after = time.Time{} // not the operator's: it never writes a time ahead of its clock
+	}
+	pod, exit, cascaded := InPlaceRoot(g, table, after, nil, job.Spec.GPUsPerNode)
+	if pod == nil && g.ContainerRestarts > seen {
+		// A restart whose exit is no newer than the last failure (times are whole seconds):
+		// the ranks whose counts rose since the last restart's are the news, where the counts
+		// are known; an older exit of another rank, in the same second, is not.
+		pod, exit, cascaded = InPlaceRoot(g, table, time.Time{}, gang.RestartBaseline(&trainingv1alpha1.ZayaTrainingJobStatus{RankRestarts: baseline, ContainerRestarts: seen}, int32(len(g.Ranks))), job.Spec.GPUsPerNode)
+	}
+	if pod == nil {
+		return nil, nil, 0
+	}
+	if exit.ExitCode == trainingv1alpha1.ExitStopped {
+		if wait := CascadeWait(exit.FinishedAt.Time, now); wait > 0 {
+			return nil, nil, wait
+		}
+	}
+	v := Judge(&job.Spec, Ended(pod, exit), now, st.Restarts, stopped)
+	Attribute(table, &v.Failure, Ended(pod, exit))
+	BlameSilentPeer(&v.Failure, exit.Message, g, job.Spec.GPUsPerNode)
+	v.Failure.Cascaded = cascaded
+	// The restart is timed from the fault itself, as the kubelet saw it, not from this pass.
+	at := exit.FinishedAt.Time
+	if at.IsZero() || at.After(now) {
+		at = now
+	}
+	v.Failure.Time = metav1.Time{Time: at}
+	return &v, pod, 0
+}
+
+// LateCause is the cause of an in-place restart of job that began at since on a stop over a
+// peer (status.lastFailure), once the peer's own exit shows: an exit of the restart (stamped
+// in the stop's second or later, or the second before where the restart counts tell which runs
+// ended in it) that names a cause of its own, from another rank, judged and named with table
+// and the admission's word (stopped). Nil while there is none, when the last failure is no
+// such stop, while ranks are being replaced, or when the cause is fatal (its pod fails: the
+// failure path ends the job).
+func LateCause(job *trainingv1alpha1.ZayaTrainingJob, g gang.Gang, since time.Time, table *attribution.Table, stopped Stopped, now time.Time) *Verdict {
+	st := &job.Status
+	last := st.LastFailure
+	if last == nil || last.ExitCode == nil || *last.ExitCode != trainingv1alpha1.ExitStopped || len(st.Replacing) > 0 {
+		return nil
+	}
+	after := since.Truncate(time.Second).Add(-time.Nanosecond)
+	if g.Base != nil {
+		after = after.Add(-time.Second)
+	}
+	pod, exit, _ := InPlaceRoot(g, table, after, g.Base, job.Spec.GPUsPerNode)
+	if pod == nil || !NamesACause(table, pod, exit) {
+		return nil // still no cause of its own
+	}
+	if r, _ := gang.Rank(pod); last.Rank != nil && *last.Rank == r {
+		return nil
+	}
+	v := Judge(&job.Spec, Ended(pod, exit), now, last.Attempt, stopped)
+	if v.Fatal {
+		return nil
+	}
+	Attribute(table, &v.Failure, Ended(pod, exit))
+	v.Failure.Cascaded = last.Cascaded
+	if at := exit.FinishedAt.Time; !at.IsZero() && !at.After(now) {
+		v.Failure.Time = metav1.Time{Time: at}
+	}
+	return &v
+}
