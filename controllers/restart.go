@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/controllers/attribution"
-	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
@@ -47,40 +45,10 @@ func (p *pass) recover(ctx context.Context, v recovery.Verdict, mode trainingv1a
 		failuresTotal.WithLabelValues(category, "root").Inc()
 		failuresTotal.WithLabelValues(category, "cascade").Add(cascaded)
 	})
-	if v.Fatal {
-		p.fail(trainingv1alpha1.ReasonFatalFailure, f.Message)
-		return
-	}
-
-	ft := &job.Spec.FaultTolerance
-	since := p.now.Add(-ft.RestartWindow.Duration)
-	if f.Category == string(attribution.UserCode) {
-		// recentFailures (8) holds every one userCodeRestarts (at most 7) can allow.
-		n := 0
-		for _, r := range st.RecentFailures {
-			if r.Category == f.Category && !r.Time.Time.Before(since) {
-				n++
-			}
-		}
-		if limit := ptr.Deref(ft.UserCodeRestarts, trainingv1alpha1.DefaultUserCodeRestarts); n > int(limit) {
-			p.fail(trainingv1alpha1.ReasonUserCodeError, bounded.Message(fmt.Sprintf(
-				"%d failures of the program's own within %s (userCodeRestarts %d): a restart will not fix it; last: %s: %s",
-				n, ft.RestartWindow.Duration, limit, f.Message, f.Evidence)))
-			return
-		}
-	}
-	recent := slices.DeleteFunc(slices.Clone(st.RestartTimes), func(t metav1.Time) bool { return t.Time.Before(since) })
-	if v.Counted {
-		if int32(len(recent)) >= *ft.MaxRestarts {
-			p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf(
-				"%d restarts within %s (maxRestarts %d); last failures: %s",
-				len(recent), ft.RestartWindow.Duration, *ft.MaxRestarts, recentFailureSummary(st.RecentFailures)))
-			return
-		}
-		recent = append(recent, metav1.Time{Time: p.now})
-	}
-	if st.Restarts >= trainingv1alpha1.MaxStatusCount { // a hand-written status: no next attempt number the schema takes
-		p.fail(trainingv1alpha1.ReasonRestartBudgetExceeded, fmt.Sprintf("status.restarts is %d, the most an attempt number can be", st.Restarts))
+	v.Failure = f // as named
+	recent, reason, why := recovery.Budget(job, v, p.now)
+	if reason != "" {
+		p.fail(reason, why)
 		return
 	}
 	st.RestartTimes = recent
@@ -121,17 +89,6 @@ func (p *pass) recordFailure(f trainingv1alpha1.JobFailure) {
 	if len(st.RecentFailures) > maxRecentFailures {
 		st.RecentFailures = st.RecentFailures[:maxRecentFailures]
 	}
-}
-
-func recentFailureSummary(fs []trainingv1alpha1.JobFailure) string {
-	parts := make([]string, 0, 3)
-	for i, f := range fs {
-		if i == 3 {
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", f.Message, f.Reason))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // restarting reports whether a gang restart is under way and since when.
