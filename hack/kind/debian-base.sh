@@ -19,6 +19,17 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 	echo "$image"
 	exit 0
 fi
+# One build at a time: hack/kind/e2e.sh builds the PyTorch image beside the node image, and
+# both start here. Without the lock, on a machine without debootstrap, the second one's
+# apt-get update found the first one's lock on /var/lib/apt/lists (which DPkg::Lock::Timeout
+# does not wait for) and ran debootstrap before it was installed (a cold CI run, 2026-11-29).
+mkdir -p "$bin/kind-image"
+exec 9>"$bin/kind-image/debian-base.lock"
+flock 9
+if docker image inspect "$image" >/dev/null 2>&1; then
+	echo "$image" # the other one built it
+	exit 0
+fi
 
 [ "$(id -u)" = 0 ] || { log "debootstrap needs root"; exit 1; }
 if ! command -v debootstrap >/dev/null || [ ! -e /usr/share/keyrings/debian-archive-keyring.gpg ]; then
