@@ -15,6 +15,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
@@ -47,7 +48,7 @@ func (p *pass) admitted(ctx context.Context, pods []corev1.Pod) (bool, ctrl.Resu
 		return false, ctrl.Result{}, nil
 	}
 	if !wasHeld && ran {
-		p.job.Status.Restarts = addCount(p.job.Status.Restarts, 1) // the next admission starts a new attempt, as a resume does
+		p.job.Status.Restarts = bounded.Count(p.job.Status.Restarts, 1) // the next admission starts a new attempt, as a resume does
 	}
 	if err := p.stopGang(ctx, pods); err != nil {
 		return false, ctrl.Result{}, err

@@ -1,10 +1,10 @@
 package controllers
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // fail marks the job Failed.
@@ -32,6 +32,5 @@ func (p *pass) complete() {
 
 // finished reports whether the job reached Succeeded or Failed.
 func finished(job *trainingv1alpha1.ZayaTrainingJob) bool {
-	return meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
-		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
+	return recovery.Finished(job)
 }

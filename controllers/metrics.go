@@ -14,9 +14,9 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 )
 
-// The operator's own metrics, registered with controller-runtime's registry when the package
-// loads. Decisions (restarts, recoveries, first runs) are counted only once the status that
-// records them is stored: see pass.whenStored.
+// The core's metrics (the restarts' are controllers/restart's), registered with
+// controller-runtime's registry when the package loads. Decisions (first runs, losses) are
+// counted only once the status that records them is stored: see pass.whenStored.
 var (
 	podsCreated = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "zaya_worker_pods_created_total",
@@ -27,35 +27,14 @@ var (
 		Help:    "Seconds from a job's creation to all of its ranks running for the first time.",
 		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14), // 0.5 s .. ~68 min
 	})
-	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "zaya_gang_restarts_total",
-		Help: "Whole-gang restarts, by failure reason, by mode (InPlace, Recreate) and by mechanism (RestartRules, Supervisor, Recreate).",
-	}, []string{"reason", "mode", "mechanism"})
-	recoverySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "zaya_gang_recovery_seconds",
-		Help:    "Seconds from a failure (for in-place restarts: the fault itself) to every rank running again, by the mode the restart ended in.",
-		Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
-	}, []string{"mode"})
-	escalationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "zaya_gang_restart_escalations_total",
-		Help: "In-place restarts turned into a recreate of the gang, by why.",
-	}, []string{"reason"})
-	failuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "zaya_failures_total",
-		Help: "Rank failures that restarted or failed a job, by category (of the root cause) and role: root (the cause) or cascade (ranks that failed with it).",
-	}, []string{"category", "role"})
 	lostSecondsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "zaya_lost_seconds_total",
 		Help: "Seconds of jobs' time that went to no training (status.goodput), by category (of the failure; Startup for starts) and kind: down (until training again) or recompute (steps trained again).",
 	}, []string{"category", "kind"})
-	podsReplacedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "zaya_gang_pods_replaced_total",
-		Help: "Worker pods replaced during in-place restarts (the other ranks restarted in place), by why.",
-	}, []string{"reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(podsCreated, timeToRunning, restartsTotal, recoverySeconds, escalationsTotal, podsReplacedTotal, failuresTotal, lostSecondsTotal)
+	metrics.Registry.MustRegister(podsCreated, timeToRunning, lostSecondsTotal)
 }
 
 // jobsDesc describes the gauge of jobs by True condition.

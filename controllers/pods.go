@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -26,10 +29,6 @@ import (
 
 // defaultCreateParallelism bounds concurrent pod creations and deletions of one job.
 const defaultCreateParallelism = 128
-
-// restartGracePeriod caps how long the pods of a failed gang may take to stop: its workers
-// are stuck in collectives and cannot checkpoint anyway.
-const restartGracePeriod = 10 * time.Second
 
 func (r *ZayaTrainingJobReconciler) createParallelism() int {
 	if r.CreateParallelism > 0 {
@@ -140,8 +139,47 @@ func (p *pass) deletePods(ctx context.Context, pods []*corev1.Pod, maxGrace *int
 	return eg.Wait()
 }
 
-// briefly is the grace period for the pods of a broken gang.
-func briefly() *int64 { return ptr.To(int64(restartGracePeriod.Seconds())) }
+// clearStuck force-deletes pods of old attempts that have been terminating longer than
+// terminatingTimeout (a dead node's kubelet never confirms), so a restart never waits on them.
+// It returns how long until the next one is due, or 0.
+func (p *pass) clearStuck(ctx context.Context, draining []*corev1.Pod) (time.Duration, error) {
+	timeout := p.job.Spec.FaultTolerance.TerminatingTimeout.Duration
+	var next time.Duration
+	var stuck []*corev1.Pod
+	for _, pod := range draining {
+		if due := pod.DeletionTimestamp.Add(timeout).Sub(p.now); due > 0 {
+			if next == 0 || due < next {
+				next = due
+			}
+			continue
+		}
+		stuck = append(stuck, pod)
+	}
+	// A force delete removes nothing while finalizers remain: say who holds the pod instead
+	// of claiming a delete that did not happen.
+	if err := p.deletePods(ctx, stuck, ptr.To[int64](0)); err != nil {
+		return 0, err
+	}
+	held := slices.DeleteFunc(slices.Clone(stuck), func(pod *corev1.Pod) bool { return len(pod.Finalizers) == 0 })
+	stuck = slices.DeleteFunc(stuck, func(pod *corev1.Pod) bool { return len(pod.Finalizers) > 0 })
+	for _, pod := range stuck {
+		p.acted(corev1.EventTypeWarning, trainingv1alpha1.ReasonForceDeleted, "Delete",
+			"force-deleted pod %s on %s: terminating for more than %s", pod.Name, pod.Spec.NodeName, timeout)
+	}
+	if len(held) > 0 {
+		pod := held[0]
+		msg := fmt.Sprintf("waiting for pod %s, terminating for more than %s and held by finalizers %s the operator does not own: "+
+			"remove them (kubectl patch pod %s -n %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}') once whatever added them is done",
+			pod.Name, timeout, strings.Join(pod.Finalizers, ", "), pod.Name, pod.Namespace)
+		if len(held) > 1 {
+			msg += fmt.Sprintf(" (and %d more pods)", len(held)-1)
+		}
+		if p.setCondition(trainingv1alpha1.ConditionRunning, metav1.ConditionFalse, trainingv1alpha1.ReasonBlockedByFinalizer, msg) {
+			p.warning(trainingv1alpha1.ReasonBlockedByFinalizer, "Delete", "%s", msg)
+		}
+	}
+	return next, nil
+}
 
 // newWorkerPod is rank's pod of the job's current attempt, with what the operator's other
 // concerns place on it: the restart mechanism, the quarantined nodes it avoids and the
@@ -174,4 +212,15 @@ func spareNodeFor(job *trainingv1alpha1.ZayaTrainingJob, rank int32) string {
 		}
 	}
 	return ""
+}
+
+// avoidQuarantined keeps a pod off the job's quarantined nodes: a NotIn on each node's name
+// (the apiserver allows one value per node-name field requirement) is added to every required
+// node-affinity term of the template (terms are ORed, so each needs them).
+func avoidQuarantined(ps *corev1.PodSpec, quarantined []trainingv1alpha1.QuarantinedNode) {
+	names := make([]string, len(quarantined))
+	for i, q := range quarantined {
+		names[i] = q.Name
+	}
+	workerpod.AvoidNodes(ps, names)
 }

@@ -10,6 +10,7 @@ import (
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // capacityGrace is how long the scheduler must have found no room for a rank before the job
@@ -33,11 +34,11 @@ func (p *pass) updateProgress(g gang.Gang) ctrl.Result {
 	n := job.Spec.Nodes
 	job.Status.ReadyNodes = g.Ready
 	running := g.Ready == n
-	if since, ok := p.inPlaceUnderWay(); ok && !g.RestartedSince(since) {
+	if since, ok := recovery.InPlaceUnderWay(&job.Status); ok && !g.RestartedSince(since) {
 		running = false // a rank the cascade has not reached yet still runs the old process
 	}
 	if running {
-		p.finishRecovery(g)
+		p.restarts.Finish(g)
 		p.ledger().Ran()
 		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
 			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())

@@ -18,6 +18,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
+	"github.com/zaya-operator/zaya-operator/controllers/restart"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -239,7 +240,7 @@ func TestAHungRankOnALiveNodeIsReplacedAlone(t *testing.T) {
 	}{
 		{"named silent, kubelet alive", silent, now.Add(-time.Second), true, 0},
 		{"lost no one in particular", eof, now.Add(-time.Second), false, 19 * time.Second},
-		{"named silent, kubelet not heard from since", silent, fault.Add(-time.Second), false, hungRecheck},
+		{"named silent, kubelet not heard from since", silent, fault.Add(-time.Second), false, restart.HungRecheck},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, job := inPlaceGang(t)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +30,7 @@ func recreateGang(t *testing.T) (*harness, *trainingv1alpha1.ZayaTrainingJob) {
 // later: the fault is the root, the timeout its cascade.
 func TestTheRankThatNamesAFaultIsTheRootNotTheFirstToFail(t *testing.T) {
 	h, job := recreateGang(t)
-	roots, cascades := testutil.ToFloat64(failuresTotal.WithLabelValues("GPUHardware", "root")), testutil.ToFloat64(failuresTotal.WithLabelValues("GPUHardware", "cascade"))
+	roots, cascades := scraped(t, "zaya_failures_total", "category", "GPUHardware", "role", "root"), scraped(t, "zaya_failures_total", "category", "GPUHardware", "role", "cascade")
 	h.setPod(t, "llm-0-0", exitedSaying("n0", 1, now, "", watchdogLine))
 	h.setPod(t, "llm-0-2", exitedSaying("n2", 134, now.Add(2*time.Second), "", gpuFaultLine))
 	h.mustReconcile(t, job)
@@ -39,7 +38,7 @@ func TestTheRankThatNamesAFaultIsTheRootNotTheFirstToFail(t *testing.T) {
 	if f == nil || *f.Rank != 2 || f.Category != "GPUHardware" || f.Cascaded != 1 {
 		t.Fatalf("lastFailure %+v: want rank 2's GPU fault as the root, rank 0's timeout its cascade", f)
 	}
-	if r, c := testutil.ToFloat64(failuresTotal.WithLabelValues("GPUHardware", "root"))-roots, testutil.ToFloat64(failuresTotal.WithLabelValues("GPUHardware", "cascade"))-cascades; r != 1 || c != 1 {
+	if r, c := scraped(t, "zaya_failures_total", "category", "GPUHardware", "role", "root")-roots, scraped(t, "zaya_failures_total", "category", "GPUHardware", "role", "cascade")-cascades; r != 1 || c != 1 {
 		t.Errorf("zaya_failures_total rose by %v root, %v cascade; want 1 and 1", r, c)
 	}
 }

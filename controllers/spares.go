@@ -2,154 +2,33 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
-	"github.com/zaya-operator/zaya-operator/controllers/bounded"
-	"github.com/zaya-operator/zaya-operator/controllers/gang"
-	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
-// Warm spares (faultTolerance.spares). A spare is a pod that holds a node as a rank would (the
-// template's placement, the worker container's resources, GPUs and NICs) and runs nothing but
-// a pause container. When an in-place restart replaces a rank's pod, the rank takes a ready
-// spare's node: the spare is deleted and the new pod requires that node, so it neither waits
-// for room nor competes for it. The gang always comes first: no spare is made until every
-// rank is placed, and none is held while a rank waits for room.
+// The core's side of warm spares (controllers/restart keeps them): it renders, places and
+// marks a spare's pod as it does every pod it makes.
 
-// takeSpare picks a ready spare for a rank replaced off node failed and returns its node ("":
-// none). The spare is deleted by ensureSpares; it is counted here.
-func (p *pass) takeSpare(ctx context.Context, failed string) string {
-	st := &p.job.Status
-	for _, s := range p.spares {
-		node := s.Spec.NodeName
-		if !s.DeletionTimestamp.IsZero() || !gang.Ready(s) || node == "" || node == failed || p.quarantined(node) ||
-			slices.ContainsFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool { return r.SpareNode == node }) ||
-			p.spareNodeUnfit(ctx, node) != "" {
-			continue
-		}
-		st.SparesTaken = addCount(st.SparesTaken, 1)
-		return node
-	}
-	return ""
-}
+// Spares is how many warm spares the admission allows of want.
+func (p *pass) Spares(want int32) int32 { return p.admission.Spares(want) }
 
-// spareNodeUnfit says why a spare's node can no longer take a rank ("" if it can): it went
-// unhealthy or was lost since the spare came up, or a job or the platform tainted it (the
-// spare was placed before the taint; the rank would sit on a node everyone else avoids).
-func (p *pass) spareNodeUnfit(ctx context.Context, name string) string {
-	node := &corev1.Node{}
-	if err := p.r.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		if apierrors.IsNotFound(err) {
-			_, msg := nodehealth.Problem(name, nil)
-			return msg
-		}
-		return fmt.Sprintf("node %s could not be read: %v", name, err)
-	}
-	if _, msg := nodehealth.Problem(name, node); msg != "" {
-		return msg
-	}
-	for _, t := range node.Spec.Taints {
-		if t.Key == trainingv1alpha1.QuarantineTaintKey || t.Key == trainingv1alpha1.HardwareSuspectTaintKey {
-			return fmt.Sprintf("node %s is tainted %s", name, t.Key)
-		}
-	}
-	return ""
-}
-
-// spareRetry is how long a spare the kubelet refused (or that failed) stays before it is made
-// again: a node that refuses it would otherwise see a new one every pass.
-const spareRetry = 30 * time.Second
-
-// ensureSpares deletes the spares that cannot serve (taken, surplus, finished, on a
-// quarantined node, or held while a rank waits for room), makes the missing ones once every
-// rank is placed, and reports how many are ready.
-func (p *pass) ensureSpares(ctx context.Context, g gang.Gang) (time.Duration, error) {
+// CreateSpare makes the job's spare i, kept off unhealthy nodes, and returns its name.
+func (p *pass) CreateSpare(ctx context.Context, i int32) (string, error) {
 	job := p.job
-	want := p.admission.Spares(recovery.WantedSpares(job))
-	if g.Unschedulable > 0 {
-		want = 0 // the gang first
+	pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
+	unhealthy, err := p.unhealthyNodes(ctx)
+	if err != nil {
+		return pod.Name, err
 	}
-	taken := map[string]bool{}
-	for _, r := range job.Status.Replacing {
-		if r.SpareNode != "" {
-			taken[r.SpareNode] = true
-		}
-	}
-	var drop []*corev1.Pod
-	var retry time.Duration
-	have := map[int32]bool{}
-	var ready int32
-	for _, s := range p.spares {
-		i, _ := recovery.SpareIndex(job, s)
-		have[i] = true // a name still in use, deleting or not
-		if !s.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if gang.Finished(s) && i < want && p.now.Sub(s.CreationTimestamp.Time) < spareRetry {
-			// Refused or failed: kept (its name held) until spareRetry has passed since it was made.
-			if left := spareRetry - p.now.Sub(s.CreationTimestamp.Time); retry == 0 || left < retry {
-				retry = left
-			}
-			continue
-		}
-		if i >= want || gang.Finished(s) || taken[s.Spec.NodeName] || (s.Spec.NodeName != "" && p.quarantined(s.Spec.NodeName)) ||
-			(s.Spec.NodeName != "" && gang.Ready(s) && p.spareNodeUnfit(ctx, s.Spec.NodeName) != "") {
-			drop = append(drop, s)
-			continue
-		}
-		if gang.Ready(s) {
-			ready++
-		}
-	}
-	job.Status.ReadySpares = ready
-	if err := p.deletePods(ctx, drop, ptr.To[int64](recovery.SpareGrace)); err != nil {
-		return 0, err
-	}
-	if g.Scheduled < job.Spec.Nodes {
-		return retry, nil // a rank's pod is still to be made or placed
-	}
-	var made []string
-	var unhealthy []string
-	listed := false
-	for i := range want {
-		if have[i] {
-			continue
-		}
-		if !listed {
-			var err error
-			if unhealthy, err = p.unhealthyNodes(ctx); err != nil {
-				return 0, err
-			}
-			listed = true
-		}
-		pod := newSparePod(job, i, p.r.spareImage(), p.r.SparePriorityClass)
-		workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
-		p.admission.Place(pod, admission.Spares)
-		p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
-		if err := p.r.Create(ctx, pod); err != nil {
-			// A spare is a convenience: a quota, a webhook or a name taken by another pod
-			// costs the job its spare, never its ranks.
-			p.warning(trainingv1alpha1.ReasonSpareUnavailable, "Create", "warm spare %s: %s", pod.Name, bounded.Message(err.Error()))
-			continue
-		}
-		made = append(made, pod.Name)
-	}
-	if len(made) > 0 {
-		p.acted(corev1.EventTypeNormal, trainingv1alpha1.ReasonSparesCreated, "Create", "created warm spares %s", strings.Join(made, ", "))
-	}
-	return retry, nil
+	workerpod.PreferOtherNodes(&pod.Spec, unhealthy)
+	p.admission.Place(pod, admission.Spares)
+	p.marks.stamp(job, pod, p.r.Clock.Now()) // at the send: see markWindow
+	return pod.Name, p.r.Create(ctx, pod)
 }
 
 // spareImage is the spares' container image.

@@ -13,6 +13,7 @@ import (
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
+	"github.com/zaya-operator/zaya-operator/controllers/restart"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
@@ -198,7 +199,7 @@ func TestASpareOnANodeGoneBadIsNotTaken(t *testing.T) {
 	}
 }
 
-// A spare the kubelet refused is made again no sooner than spareRetry after it was made, not
+// A spare the kubelet refused is made again no sooner than restart.SpareRetry after it was made, not
 // on every pass.
 func TestARefusedSpareIsRetriedAfterABackoff(t *testing.T) {
 	h, job := inPlaceGang(t, withSpares(1))
@@ -215,13 +216,13 @@ func TestARefusedSpareIsRetriedAfterABackoff(t *testing.T) {
 	if got := h.pods(t)["llm-spare-0"]; got == nil || got.UID != first.UID {
 		t.Fatalf("the refused spare was replaced at once")
 	}
-	if res.RequeueAfter <= 0 || res.RequeueAfter > spareRetry {
-		t.Errorf("requeue after %v, want within %v", res.RequeueAfter, spareRetry)
+	if res.RequeueAfter <= 0 || res.RequeueAfter > restart.SpareRetry {
+		t.Errorf("requeue after %v, want within %v", res.RequeueAfter, restart.SpareRetry)
 	}
-	h.r.Clock.(interface{ SetTime(time.Time) }).SetTime(now.Add(spareRetry))
+	h.r.Clock.(interface{ SetTime(time.Time) }).SetTime(now.Add(restart.SpareRetry))
 	h.mustReconcile(t, job)
 	h.mustReconcile(t, job)
 	if got := h.pods(t)["llm-spare-0"]; got != nil && got.UID == first.UID {
-		t.Errorf("the refused spare was not made again after %v", spareRetry)
+		t.Errorf("the refused spare was not made again after %v", restart.SpareRetry)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/restart"
 )
 
 // pass is one reconcile of one job: its steps change job.Status in memory and queue what to
@@ -26,8 +27,9 @@ type pass struct {
 	job   *trainingv1alpha1.ZayaTrainingJob
 	now   time.Time
 	marks *markKey // signs the pods the pass creates
-	// spares are the job's warm spare pods, by name.
-	spares []*corev1.Pod
+	// restarts carries recovery's verdicts out (controllers/restart), once the pass knows the
+	// gang.
+	restarts *restart.Executor
 	// report is rank 0's latest live progress (nil: none); progressAddrs where ranks 0 and 1
 	// serve theirs now.
 	report        *liveprogress.Report

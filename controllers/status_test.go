@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
@@ -36,13 +34,36 @@ func flakyStatus(failing *atomic.Bool, err error) interceptor.Funcs {
 	}
 }
 
-func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+// scraped is what the operator's registry reports for the metric name with labels (label,
+// value, ...): a counter's value, a histogram's count of samples; 0 when none was recorded.
+func scraped(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	m := &dto.Metric{}
-	if err := h.Write(m); err != nil {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m.GetHistogram().GetSampleCount()
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // countEvents counts the events whose text starts with prefix.
@@ -74,20 +95,23 @@ func TestDecisionsAreCountedOnceTheirStatusIsStored(t *testing.T) {
 			h.setPod(t, "llm-0-1", exited("n1", 1, now))
 			h.drainEvents()
 
-			restarts := restartsTotal.WithLabelValues(trainingv1alpha1.FailureReasonExitCode, string(trainingv1alpha1.RestartModeRecreate), string(trainingv1alpha1.RestartMechanismRecreate))
-			before := testutil.ToFloat64(restarts)
+			restarts := func() float64 {
+				return scraped(t, "zaya_gang_restarts_total", "reason", trainingv1alpha1.FailureReasonExitCode,
+					"mode", string(trainingv1alpha1.RestartModeRecreate), "mechanism", string(trainingv1alpha1.RestartMechanismRecreate))
+			}
+			before := restarts()
 			// The restart is decided three times over, but stored only by the last pass.
 			failing.Store(true)
 			for range 2 {
 				_, _ = h.reconcile(t, job)
 			}
-			if got := testutil.ToFloat64(restarts) - before; got != 0 {
+			if got := restarts() - before; got != 0 {
 				t.Errorf("restarts counted %v times before any status recorded one", got)
 			}
 			failing.Store(false)
 			h.mustReconcile(t, job)
 			h.mustReconcile(t, job) // and a later pass sees it stored: nothing to count
-			if got := testutil.ToFloat64(restarts) - before; got != 1 {
+			if got := restarts() - before; got != 1 {
 				t.Errorf("one stored restart counted %v times", got)
 			}
 			if n := countEvents(h.drainEvents(), "Warning Restarting"); n != 1 {
@@ -98,17 +122,17 @@ func TestDecisionsAreCountedOnceTheirStatusIsStored(t *testing.T) {
 			h.r.Clock = clockAt(now.Add(2 * time.Second))
 			h.mustReconcile(t, job)
 			h.runAll(t)
-			recoveries := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram))
+			recoveries := scraped(t, "zaya_gang_recovery_seconds", "mode", string(trainingv1alpha1.RestartModeRecreate))
 			failing.Store(true)
 			_, _ = h.reconcile(t, job)
-			if got := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram)) - recoveries; got != 0 {
-				t.Errorf("recovery observed %d times before its status was stored", got)
+			if got := scraped(t, "zaya_gang_recovery_seconds", "mode", string(trainingv1alpha1.RestartModeRecreate)) - recoveries; got != 0 {
+				t.Errorf("recovery observed %v times before its status was stored", got)
 			}
 			failing.Store(false)
 			h.mustReconcile(t, job)
 			h.mustReconcile(t, job)
-			if got := histogramCount(t, recoverySeconds.WithLabelValues(string(trainingv1alpha1.RestartModeRecreate)).(prometheus.Histogram)) - recoveries; got != 1 {
-				t.Errorf("one stored recovery observed %d times", got)
+			if got := scraped(t, "zaya_gang_recovery_seconds", "mode", string(trainingv1alpha1.RestartModeRecreate)) - recoveries; got != 1 {
+				t.Errorf("one stored recovery observed %v times", got)
 			}
 			if n := countEvents(h.drainEvents(), "Normal Recovered"); n != 1 {
 				t.Errorf("%d Recovered events for one stored recovery", n)

@@ -16,11 +16,6 @@ import (
 // maxConditions is the schema's bound on status.conditions.
 const maxConditions = 16
 
-// addCount adds n to a status counter, staying within [0, MaxStatusCount] whatever was stored.
-func addCount(c int32, n int) int32 {
-	return int32(min(max(int64(c), 0)+int64(max(n, 0)), trainingv1alpha1.MaxStatusCount))
-}
-
 // boundStatus drops what the schema would refuse in the status the pass computed and says
 // what it dropped: conditions past the bound that are not the operator's (sorted last).
 func (p *pass) boundStatus() {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/bounded"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 )
 
@@ -23,7 +24,7 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 		// write lost a conflict with the edit that suspended the job).
 		if ran {
 			// Resuming starts a new attempt, so the pods being deleted now never pass for it.
-			p.job.Status.Restarts = addCount(p.job.Status.Restarts, 1)
+			p.job.Status.Restarts = bounded.Count(p.job.Status.Restarts, 1)
 		}
 	}
 	p.clearCondition(trainingv1alpha1.ConditionQueued, trainingv1alpha1.ReasonSuspended, "the job is suspended")

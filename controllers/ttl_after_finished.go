@@ -24,7 +24,7 @@ func (p *pass) finish(ctx context.Context, pods []corev1.Pod) (ctrl.Result, erro
 		own[i] = &pods[i]
 	}
 	p.ledger().Final(gang.ExitMessages(own, recovery.EvidenceChecks))
-	if err := p.deletePods(ctx, gang.Active(pods), briefly()); err != nil {
+	if err := p.deletePods(ctx, gang.Active(pods), recovery.Briefly()); err != nil {
 		return ctrl.Result{}, err
 	}
 	ttl := p.job.Spec.TTLSecondsAfterFinished

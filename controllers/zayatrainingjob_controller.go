@@ -186,12 +186,12 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.finish(ctx, pods)
 	}
 
-	releaseIn := p.expireQuarantine()
-	if _, ok := p.inPlaceUnderWay(); !ok {
+	ranks, spares := recovery.SplitSpares(job, pods)
+	p.restarts = p.restarter(spares)
+	releaseIn := p.restarts.ExpireQuarantine()
+	if _, ok := recovery.InPlaceUnderWay(&job.Status); !ok {
 		job.Status.Replacing = nil // left by a restart that ended another way (suspended, say)
 	}
-	ranks, spares := recovery.SplitSpares(job, pods)
-	p.spares = spares
 	g := gang.Of(job, ranks, p.r.gate().Lifted()...)
 	if n, err := p.reclaimRanks(ctx, g); err != nil || n > 0 {
 		return ctrl.Result{}, err // relabelled: the pods' return to the cache brings the next pass
@@ -217,30 +217,21 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		// Rank 0 is done; the others have recovery.SuccessGrace to finish or fail.
 		return soonest(ctrl.Result{RequeueAfter: settling}, p.requeueForDeadline()), nil
 	}
-	v, wait, err := p.firstFailure(ctx, g)
+	v, wait, err := p.restarts.FirstFailure(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil // the cause may still show: see recovery.CascadeGrace
 	}
-	if _, restarting := p.restarting(); v == nil && !restarting {
+	if v == nil && !p.restarting() {
 		v = p.judgeStragglers(g)
 	}
 	if v != nil {
 		if p.namespaceGoing(ctx) {
 			return ctrl.Result{}, nil // the job goes with it: nothing to restart or report
 		}
-		if recovery.Quarantines(v.Failure.Reason) {
-			if err := p.quarantine(ctx, &v.Failure); err != nil {
-				return ctrl.Result{}, err
-			}
-		} else if recovery.HardwareRoot(v.Failure) && !v.Fatal {
-			if err := p.quarantine(ctx, recovery.QuarantinedFor(v.Failure)); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		if err := p.recoverFrom(ctx, *v, g); err != nil {
+		if err := p.restarts.Act(ctx, *v, g); err != nil {
 			return ctrl.Result{}, err
 		}
 		if finished(job) {
@@ -248,7 +239,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil // the status write brings the next pass
 	}
-	started, causeDue, err := p.noticeInPlace(ctx, g)
+	started, causeDue, err := p.restarts.NoticeInPlace(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -258,28 +249,27 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
-	leaseDue, err := p.lostNodes(ctx, g)
+	leaseDue, err := p.restarts.LostNodes(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	inPlaceDue, escalated := p.inPlaceOverdue(ctx, g)
+	inPlaceDue, escalated := p.restarts.InPlaceOverdue(ctx, g)
 	if escalated {
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
-	if err := p.deleteReplaced(ctx, g); err != nil {
+	if err := p.restarts.DeleteReplaced(ctx, g); err != nil {
 		return ctrl.Result{}, err
 	}
-	spareDue, err := p.ensureSpares(ctx, g)
+	spareDue, err := p.restarts.EnsureSpares(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	// A new attempt starts only once the old one is gone: its pods hold the GPUs and answer
 	// to the same hostnames.
-	_, restarting := p.restarting()
 	var grace *int64
-	if restarting {
-		grace = briefly()
+	if p.restarting() {
+		grace = recovery.Briefly()
 	}
 	if err := p.deletePods(ctx, g.Stale, grace); err != nil {
 		return ctrl.Result{}, err
@@ -288,7 +278,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		next, err := p.clearStuck(ctx, g.Draining)
 		return soonest(ctrl.Result{RequeueAfter: next}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: causeDue}), err
 	}
-	if wait := p.backoffLeft(); wait > 0 {
+	if wait := recovery.BackoffLeft(job, p.now); wait > 0 {
 		return soonest(ctrl.Result{RequeueAfter: wait}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: causeDue}), nil
 	}
 	recheck, err := p.createMissing(ctx, g)
@@ -299,58 +289,6 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	return soonest(progress, ctrl.Result{RequeueAfter: p.ledger().Settle(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue},
 		ctrl.Result{RequeueAfter: causeDue}), nil
-}
-
-// firstFailure is the failure that ends the current attempt: a failed or deleted pod, else a
-// rank on a node that lost its health (the device plugin never evicts those pods).
-func (p *pass) firstFailure(ctx context.Context, g gang.Gang) (*recovery.Verdict, time.Duration, error) {
-	if pod, cascaded := recovery.RootFailure(g, p.r.failurePatterns()); pod != nil {
-		if gang.StoppedByPeer(pod) {
-			// Only ranks that stopped over a peer: a rank on a node that is gone or unhealthy
-			// (its pod not yet failed: its kubelet is the one gone) is what they stopped over.
-			f, err := p.unhealthyRank(ctx, g)
-			if err != nil {
-				return nil, 0, err
-			}
-			if f == nil {
-				// A lost node's Node stays Ready for the node lifecycle controller's grace
-				// period (50 s by default), but its kubelet renews no Lease from the moment
-				// it is gone: judged on a Ready node alone, the new gang would be placed on it.
-				var wait time.Duration
-				if f, wait, err = p.lapsedRank(ctx, g, gang.FailedAt(pod)); err != nil {
-					return nil, 0, err
-				} else if f == nil && wait > 0 {
-					return nil, wait, nil
-				}
-			}
-			if f != nil {
-				p.attribute(f, nil)
-				f.Cascaded = cascaded + 1
-				return &recovery.Verdict{Failure: *f, Counted: true}, 0, nil
-			}
-		}
-		v := recovery.Judge(&p.job.Spec, pod, p.now, p.job.Status.Restarts, p.r.gate().Stopped)
-		p.attribute(&v.Failure, pod)
-		if s := gang.WorkerStatus(pod); s != nil && s.State.Terminated != nil {
-			recovery.BlameSilentPeer(&v.Failure, s.State.Terminated.Message, g, p.job.Spec.GPUsPerNode)
-		}
-		if gang.StoppedByPeer(pod) && v.Failure.Reason != trainingv1alpha1.FailureReasonHang {
-			// Nothing but stops over a peer yet: the peer's own failure, its node's loss or a
-			// stop naming it silent is moments behind. The gang is broken either way; a
-			// moment's wait names the cause instead of a bystander.
-			if wait := recovery.CascadeWait(gang.FailedAt(pod), p.now); wait > 0 {
-				return nil, wait, nil
-			}
-		}
-		v.Failure.Cascaded = cascaded
-		v.Pod = pod
-		return &v, 0, nil
-	}
-	f, err := p.unhealthyRank(ctx, g)
-	if f == nil || err != nil {
-		return nil, 0, err
-	}
-	return &recovery.Verdict{Failure: *f, Counted: true}, 0, nil
 }
 
 // statusConflictRecheck is how soon a job whose status write conflicted is looked at again if no

@@ -1,9 +1,19 @@
 // Package bounded cuts the words status and events carry (a worker's termination message, a
 // rule's match, the operator's own messages naming a user's pods) to the schema's bounds, on a
-// rune boundary: whatever a tenant writes, the status stays one the CRD accepts.
+// rune boundary, and the counters status keeps to the schema's bound (Count): whatever a
+// tenant writes, the status stays one the CRD accepts.
 package bounded
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+)
+
+// Count adds n to a status counter, staying within [0, MaxStatusCount] whatever was stored.
+func Count(c int32, n int) int32 {
+	return int32(min(max(int64(c), 0)+int64(max(n, 0)), trainingv1alpha1.MaxStatusCount))
+}
 
 // MessageLength bounds condition and failure messages (the API allows 32768; status stays
 // small).

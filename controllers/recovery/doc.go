@@ -4,6 +4,6 @@
 // (RootFailure, InPlaceRoot, CascadeWait), what a failure was (Attribute), which failures keep
 // a job off a node (Quarantines, HardwareRoot), and how a worker restarts in its pod (the
 // container restart rules or the supervisor's rule: RestartRules, SetInPlace, PodRestartRules,
-// SupervisorExits). The core carries the verdicts out: it writes status, quarantines nodes and
-// deletes or creates pods.
+// SupervisorExits). controllers/restart carries the verdicts out: it writes status, quarantines
+// nodes and has pods deleted or created.
 package recovery

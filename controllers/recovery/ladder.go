@@ -1,7 +1,11 @@
 package recovery
 
 import (
+	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
@@ -62,4 +66,39 @@ func LostNodeSuspects(g gang.Gang, since time.Time) []int32 {
 		return nil
 	}
 	return left
+}
+
+// Restarting reports whether a gang restart is under way and since when (its Restarting
+// condition; an in-place one's is the fault's time).
+func Restarting(st *trainingv1alpha1.ZayaTrainingJobStatus) (time.Time, bool) {
+	c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return time.Time{}, false
+	}
+	return c.LastTransitionTime.Time, true
+}
+
+// InPlaceUnderWay reports whether an in-place restart is under way, and since the fault.
+func InPlaceUnderWay(st *trainingv1alpha1.ZayaTrainingJobStatus) (time.Time, bool) {
+	since, ok := Restarting(st)
+	return since, ok && st.LastRestartMode == trainingv1alpha1.RestartModeInPlace
+}
+
+// BackoffLeft is how long the new attempt must still wait: initial * 2^(k-1), capped at max,
+// for the k-th restart counted within the window.
+func BackoffLeft(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) time.Duration {
+	since, ok := Restarting(&job.Status)
+	if !ok {
+		return 0
+	}
+	return since.Add(RestartBackoff(job.Spec.FaultTolerance.Backoff, len(job.Status.RestartTimes))).Sub(now)
+}
+
+// KeepCounts records the gang's restart counts as the baseline of the next in-place restart.
+func KeepCounts(st *trainingv1alpha1.ZayaTrainingJobStatus, g gang.Gang) {
+	st.ContainerRestarts = g.ContainerRestarts
+	st.RankRestarts = nil
+	if g.ContainerRestarts > 0 {
+		st.RankRestarts = slices.Clone(g.Counts)
+	}
 }

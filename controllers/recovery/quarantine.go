@@ -3,6 +3,7 @@ package recovery
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,4 +78,9 @@ func TaintValue(ns, name string) string {
 	_, _ = sum.Write([]byte(v))
 	suffix := fmt.Sprintf("-%08x", sum.Sum32())
 	return strings.TrimRight(v[:validation.LabelValueMaxLength-len(suffix)], "-_.") + suffix
+}
+
+// Quarantined reports whether the job keeps its ranks off node.
+func Quarantined(st *trainingv1alpha1.ZayaTrainingJobStatus, node string) bool {
+	return slices.ContainsFunc(st.QuarantinedNodes, func(q trainingv1alpha1.QuarantinedNode) bool { return q.Name == node })
 }

@@ -72,7 +72,7 @@ func SplitSpares(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) ([]co
 // WantedSpares is how many spares the job holds: only ranks that restart in place are ever
 // replaced alone.
 func WantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
-	// (The admission may allow fewer: see ensureSpares.)
+	// (The admission may allow fewer: see restart.Executor.EnsureSpares.)
 	if WantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
 		return 0
 	}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
@@ -14,6 +16,19 @@ import (
 // verdict does not depend on which exit the operator saw first; ranks still running after it
 // are deleted (a rank stuck in a final barrier must not hold the job).
 const SuccessGrace = 30 * time.Second
+
+// Finished reports whether the job is over: Succeeded or Failed.
+func Finished(job *trainingv1alpha1.ZayaTrainingJob) bool {
+	return meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionSucceeded) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionFailed)
+}
+
+// RestartGrace caps how long the pods of a failed gang may take to stop: its workers are
+// stuck in collectives and cannot checkpoint anyway.
+const RestartGrace = 10 * time.Second
+
+// Briefly is the grace period, in seconds, for the pods of a broken gang.
+func Briefly() *int64 { return ptr.To(int64(RestartGrace.Seconds())) }
 
 // Succeeded applies the success policy to the gang. An attempt with a failed or stopped rank
 // never succeeds, whatever rank 0 says: the worker contract's exit 0 means the run is complete,

@@ -1,4 +1,4 @@
-package controllers
+package restart
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
@@ -20,22 +21,22 @@ import (
 // same tenant's jobs alone, a cascade's category or an expired root never taint it; the taint
 // goes when it expires.
 func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) {
-	h := newHarness(t, interceptor.Funcs{})
-	h.ensureNode(t, "bad")
-	h.r.HardwareTaint = nodehealth.HardwareTaintPolicy{Namespaces: 3, Window: time.Hour, Expiry: 2 * time.Hour}
+	c := fake.NewClientBuilder().WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad"}}).Build()
+	policy := nodehealth.HardwareTaintPolicy{Namespaces: 3, Window: time.Hour, Expiry: 2 * time.Hour}
 	ctx := context.Background()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	root := func(ns, category string, at time.Time) {
 		t.Helper()
 		job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).Defaulted().Obj()
-		p := &pass{r: h.r, job: job, now: at}
+		e := &Executor{Job: job, Now: at, Host: &host{}, Cluster: c, HardwareTaint: policy}
 		f := trainingv1alpha1.JobFailure{Node: "bad", Category: category, Rank: ptr.To[int32](0), Reason: category}
-		if err := p.quarantine(ctx, &f); err != nil {
+		if err := e.quarantine(ctx, &f); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tainted := func() bool {
 		node := &corev1.Node{}
-		if err := h.r.Get(ctx, client.ObjectKey{Name: "bad"}, node); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: "bad"}, node); err != nil {
 			t.Fatal(err)
 		}
 		return slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool {
@@ -54,7 +55,7 @@ func TestANodeRootingHardwareFailuresInSeveralNamespacesIsTainted(t *testing.T) 
 	if !tainted() {
 		t.Fatal("not tainted after hardware roots in three namespaces")
 	}
-	expiry := &nodehealth.TaintExpiry{Client: h.r.Client, Now: func() time.Time { return now.Add(time.Hour) }}
+	expiry := &nodehealth.TaintExpiry{Client: c, Now: func() time.Time { return now.Add(time.Hour) }}
 	if err := expiry.Expire(ctx); err != nil || !tainted() {
 		t.Fatalf("the taint went before it expired (%v)", err)
 	}

@@ -1,4 +1,4 @@
-package controllers
+package restart
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 // replaceRanks opens an in-place restart (unless one is under way: then the failure joins it,
 // not counted again) that gives v's rank, and every other rank on the same failed node, a new
 // pod. It reports false when the ranks do not fit in status.replacing.
-func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Verdict) bool {
+func (e *Executor) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Verdict) bool {
 	ranks := []int32{*v.Failure.Rank}
 	if v.Pod == nil && v.Failure.Node != "" { // a node fault takes every rank there
 		for r, pod := range g.Ranks {
@@ -40,26 +40,26 @@ func (p *pass) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Verdict
 			}
 		}
 	}
-	if len(p.job.Status.Replacing)+len(ranks) > recovery.MaxReplaced {
+	if len(e.Job.Status.Replacing)+len(ranks) > recovery.MaxReplaced {
 		return false
 	}
-	if _, ok := p.inPlaceUnderWay(); ok {
-		p.ledger().Reroot(v.Failure)
-		p.recordFailure(v.Failure)
+	if _, ok := recovery.InPlaceUnderWay(&e.Job.Status); ok {
+		e.Host.Loss().Reroot(v.Failure)
+		e.recordFailure(v.Failure)
 	} else {
-		p.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
-		if finished(p.job) {
+		e.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
+		if recovery.Finished(e.Job) {
 			return true
 		}
 	}
-	p.markReplaced(ctx, g, ranks, v.Failure.Reason, v.Failure.Message)
+	e.markReplaced(ctx, g, ranks, v.Failure.Reason, v.Failure.Message)
 	return true
 }
 
 // markReplaced lists ranks in status.replacing: the next pass deletes their pods (a crash in
 // between loses nothing) and creates new ones once the old are gone.
-func (p *pass) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, reason, why string) {
-	st := &p.job.Status
+func (e *Executor) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, reason, why string) {
+	st := &e.Job.Status
 	var names []string
 	for _, r := range ranks {
 		pod := g.Ranks[r]
@@ -69,9 +69,9 @@ func (p *pass) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, rea
 		if pod == nil || slices.ContainsFunc(st.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.Rank == r }) {
 			continue
 		}
-		spare := p.takeSpare(ctx, pod.Spec.NodeName)
+		spare := e.takeSpare(ctx, pod.Spec.NodeName)
 		st.Replacing = append(st.Replacing, trainingv1alpha1.ReplacedPod{
-			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: p.now}, SpareNode: spare,
+			Rank: r, UID: string(pod.UID), Node: pod.Spec.NodeName, Reason: reason, Since: metav1.Time{Time: e.Now}, SpareNode: spare,
 		})
 		name := fmt.Sprintf("rank %d (pod %s on %s)", r, pod.Name, pod.Spec.NodeName)
 		if spare != "" {
@@ -82,13 +82,13 @@ func (p *pass) markReplaced(ctx context.Context, g gang.Gang, ranks []int32, rea
 	if len(names) == 0 {
 		return
 	}
-	p.ledger().Broken()
+	e.Host.Loss().Broken()
 	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
-	st.PodsReplaced = addCount(st.PodsReplaced, len(names))
-	p.warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
+	st.PodsReplaced = bounded.Count(st.PodsReplaced, len(names))
+	e.Host.Warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",
 		strings.Join(names, ", "), why)
 	n := len(names)
-	p.whenStored(func() { podsReplacedTotal.WithLabelValues(reason).Add(float64(n)) })
+	e.Host.WhenStored(func() { podsReplacedTotal.WithLabelValues(reason).Add(float64(n)) })
 }
 
 // replacedGrace is how long a replaced pod may take to stop: none when its node is lost (no
@@ -97,14 +97,14 @@ func replacedGrace(reason string) *int64 {
 	if reason == trainingv1alpha1.FailureReasonNodeLost {
 		return ptr.To[int64](0)
 	}
-	return briefly()
+	return recovery.Briefly()
 }
 
-// deleteReplaced deletes the pods status.replacing names, each as its reason allows.
-func (p *pass) deleteReplaced(ctx context.Context, g gang.Gang) error {
+// DeleteReplaced deletes the pods status.replacing names, each as its reason allows.
+func (e *Executor) DeleteReplaced(ctx context.Context, g gang.Gang) error {
 	for _, pod := range g.Replaced {
-		i := slices.IndexFunc(p.job.Status.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.UID == string(pod.UID) })
-		if err := p.deletePods(ctx, []*corev1.Pod{pod}, replacedGrace(p.job.Status.Replacing[i].Reason)); err != nil {
+		i := slices.IndexFunc(e.Job.Status.Replacing, func(x trainingv1alpha1.ReplacedPod) bool { return x.UID == string(pod.UID) })
+		if err := e.Host.DeletePods(ctx, []*corev1.Pod{pod}, replacedGrace(e.Job.Status.Replacing[i].Reason)); err != nil {
 			return err
 		}
 	}
@@ -114,27 +114,27 @@ func (p *pass) deleteReplaced(ctx context.Context, g gang.Gang) error {
 // replaceLaggards is the ladder's middle rung: an in-place restart that did not bring every
 // rank back within inPlaceTimeout replaces the pods of the ranks that are not back, once. It
 // reports false when that was done already (or cannot be), so the gang must be recreated.
-func (p *pass) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time, timeout time.Duration) bool {
+func (e *Executor) replaceLaggards(ctx context.Context, g gang.Gang, since time.Time, timeout time.Duration) bool {
 	laggards := recovery.Laggards(g, since)
-	st := &p.job.Status
-	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > recovery.MaxReplaced || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
+	st := &e.Job.Status
+	if len(laggards) == 0 || len(st.Replacing)+len(laggards) > recovery.MaxReplaced || !recovery.ReplacesPods(&e.Job.Spec.FaultTolerance) {
 		return false
 	}
-	p.markReplaced(ctx, g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
+	e.markReplaced(ctx, g, laggards, trainingv1alpha1.ReasonInPlaceTimedOut,
 		fmt.Sprintf("not back within inPlaceTimeout (%s) of the in-place restart", timeout))
 	return true
 }
 
-// lostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
+// LostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
 // most ranks have come back from, a rank that did not restart with its peers, on a node whose
 // kubelet stopped renewing its Lease, is lost with its node. Either sign alone is not enough:
 // a slow rank on a live node rejoins, and a kubelet's Lease lapses while its processes run.
 // On a node whose kubelet renewed its Lease since the restart began, such a rank that still
 // runs its old process and that its peers found silent is hung, and is replaced alone.
 // It returns when to look again while a laggard's Lease may still lapse.
-func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
-	since, ok := p.inPlaceUnderWay()
-	if !ok || !recovery.ReplacesPods(&p.job.Spec.FaultTolerance) {
+func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
+	since, ok := recovery.InPlaceUnderWay(&e.Job.Status)
+	if !ok || !recovery.ReplacesPods(&e.Job.Spec.FaultTolerance) {
 		return 0, nil
 	}
 	laggards := recovery.LostNodeSuspects(g, since)
@@ -142,10 +142,10 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		return 0, nil
 	}
 	var next time.Duration
-	going := sync.OnceValue(func() bool { return p.namespaceGoing(ctx) }) // read once, and only to act
+	going := sync.OnceValue(func() bool { return e.Host.NamespaceGoing(ctx) }) // read once, and only to act
 	for _, r := range laggards {
 		pod := g.Ranks[r]
-		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
+		age, stale, err := e.leaseAge(ctx, pod.Spec.NodeName)
 		if err != nil {
 			return 0, err
 		}
@@ -154,15 +154,15 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		}
 		if age < stale {
 			due := stale - age
-			if recovery.HungLaggard(g, r, since, p.job.Spec.GPUsPerNode) {
-				if p.now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
+			if recovery.HungLaggard(g, r, since, e.Job.Spec.GPUsPerNode) {
+				if e.Now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
 					if going() {
 						return 0, nil // the job goes with its namespace: nothing to replace
 					}
-					p.replaceHung(ctx, g, r)
+					e.replaceHung(ctx, g, r)
 					continue
 				}
-				due = min(due, hungRecheck) // its next renewal tells a hung rank from a lost node
+				due = min(due, HungRecheck) // its next renewal tells a hung rank from a lost node
 			}
 			if next == 0 || due < next {
 				next = due
@@ -170,7 +170,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 			continue
 		}
 		f := trainingv1alpha1.JobFailure{
-			Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
+			Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: e.Job.Status.Restarts,
 			Node: pod.Spec.NodeName, Rank: ptr.To(r),
 			Message: bounded.Message(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
 				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
@@ -178,12 +178,12 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 		if going() {
 			return 0, nil
 		}
-		if err := p.quarantine(ctx, &f); err != nil {
+		if err := e.quarantine(ctx, &f); err != nil {
 			return 0, err
 		}
-		p.ledger().Reroot(f)
-		p.recordFailure(f)
-		p.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
+		e.Host.Loss().Reroot(f)
+		e.recordFailure(f)
+		e.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
 	}
 	return next, nil
 }
@@ -195,7 +195,7 @@ func (p *pass) lostNodes(ctx context.Context, g gang.Gang) (time.Duration, error
 // says until the node lifecycle controller's grace period ends. While a Lease not renewed
 // since the stop may still lapse, it returns how long to wait; a rank whose kubelet renewed
 // since is on a live node. Too many such ranks is not one lost node: nothing.
-func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*trainingv1alpha1.JobFailure, time.Duration, error) {
+func (e *Executor) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*trainingv1alpha1.JobFailure, time.Duration, error) {
 	var left []int32
 	for r, pod := range g.Ranks {
 		if pod == nil || pod.Spec.NodeName == "" || !pod.DeletionTimestamp.IsZero() {
@@ -218,16 +218,16 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 	var wait time.Duration
 	for _, r := range left {
 		pod := g.Ranks[r]
-		age, stale, err := p.leaseAge(ctx, pod.Spec.NodeName)
+		age, stale, err := e.leaseAge(ctx, pod.Spec.NodeName)
 		if err != nil {
 			return nil, 0, err
 		}
 		switch {
-		case age < 0 || p.now.Sub(since) > age:
+		case age < 0 || e.Now.Sub(since) > age:
 			continue // no Lease to judge by, or renewed since the peers stopped
 		case age >= stale:
 			return &trainingv1alpha1.JobFailure{
-				Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: p.job.Status.Restarts,
+				Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: e.Job.Status.Restarts,
 				Node: pod.Spec.NodeName, Rank: ptr.To(r),
 				Message: bounded.Message(fmt.Sprintf("rank %d (pod %s): its peers lost it and node %s stopped renewing its Lease (last renewed %s ago)",
 					r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
@@ -240,38 +240,38 @@ func (p *pass) lapsedRank(ctx context.Context, g gang.Gang, since time.Time) (*t
 	return nil, wait, nil
 }
 
-// hungRecheck is how often a rank that looks hung is looked at again until its node's Lease
+// HungRecheck is how often a rank that looks hung is looked at again until its node's Lease
 // says whether the node is alive.
-const hungRecheck = 2 * time.Second
+const HungRecheck = 2 * time.Second
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
 // since the restart began), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (p *pass) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
+func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
 	pod := g.Ranks[rank]
 	f := trainingv1alpha1.JobFailure{
-		Time: metav1.Time{Time: p.now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: p.job.Status.Restarts,
+		Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: e.Job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
 		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
 			rank, pod.Name, pod.Spec.NodeName)),
 	}
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
 	// (each would count against the node, and three quarantine it).
-	if last := p.job.Status.LastFailure; last == nil || last.Reason != f.Reason || ptr.Deref(last.Rank, -1) != rank || last.Node != f.Node {
-		p.ledger().Reroot(f)
-		p.recordFailure(f)
+	if last := e.Job.Status.LastFailure; last == nil || last.Reason != f.Reason || ptr.Deref(last.Rank, -1) != rank || last.Node != f.Node {
+		e.Host.Loss().Reroot(f)
+		e.recordFailure(f)
 	}
-	p.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)
+	e.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)
 }
 
 // leaseAge is how long ago node's kubelet last renewed its Lease, and after how long that
 // means it stopped: two renewals missed (a kubelet renews every quarter of the Lease's
 // duration). A negative age means there is no Lease to judge by. Read live, for the few nodes
 // of ranks left behind, rather than watching every node's Lease.
-func (p *pass) leaseAge(ctx context.Context, node string) (age, stale time.Duration, err error) {
+func (e *Executor) leaseAge(ctx context.Context, node string) (age, stale time.Duration, err error) {
 	l := &coordinationv1.Lease{}
-	if err := p.r.apiReader().Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
+	if err := e.Live.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			log.FromContext(ctx).V(1).Info("no node Lease to judge by", "node", node, "error", err.Error())
 			return -1, 0, nil
@@ -285,5 +285,5 @@ func (p *pass) leaseAge(ctx context.Context, node string) (age, stale time.Durat
 	if d := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); d > 0 {
 		duration = time.Duration(d) * time.Second
 	}
-	return max(p.now.Sub(l.Spec.RenewTime.Time), 0), duration / 2, nil
+	return max(e.Now.Sub(l.Spec.RenewTime.Time), 0), duration / 2, nil
 }
