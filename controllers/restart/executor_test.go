@@ -1,0 +1,110 @@
+package restart
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
+)
+
+var at = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// executor is an Executor for a fresh two-rank job whose Host records what it is asked.
+func executor(t *testing.T, edit func(*trainingv1alpha1.ZayaTrainingJob)) (*Executor, *host) {
+	t.Helper()
+	job := testjob.MakeZayaTrainingJob("llm", "team-a").Nodes(2).Defaulted().Obj()
+	if edit != nil {
+		edit(job)
+	}
+	h := &host{job: job}
+	c := fake.NewClientBuilder().WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}).Build()
+	return &Executor{Job: job, Now: at, Host: h, Cluster: c, Live: c, Patterns: attribution.Default()}, h
+}
+
+func exitVerdict(code int32, fatal bool) recovery.Verdict {
+	return recovery.Verdict{Fatal: fatal, Counted: true, Failure: trainingv1alpha1.JobFailure{
+		Time: metav1.Time{Time: at}, Reason: trainingv1alpha1.FailureReasonExitCode, ExitCode: ptr.To(code),
+		Rank: ptr.To[int32](1), Node: "n1", Message: "rank 1 exited",
+	}}
+}
+
+// A retryable exit restarts the gang as the next attempt, once, in status alone; a fatal one
+// fails the job and counts no restart.
+func TestActRecreatesTheGangOrFailsTheJob(t *testing.T) {
+	e, h := executor(t, nil)
+	if err := e.Act(context.Background(), exitVerdict(1, false), gang.Gang{}); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Job.Status
+	if st.Restarts != 1 || st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || st.LastFailure == nil || *st.LastFailure.Rank != 1 ||
+		!meta.IsStatusConditionTrue(st.Conditions, trainingv1alpha1.ConditionRestarting) || h.failed != "" {
+		t.Fatalf("status after a retryable exit: restarts %d, mode %q, last failure %+v, failed %q", st.Restarts, st.LastRestartMode, st.LastFailure, h.failed)
+	}
+	if !slices.ContainsFunc(h.events, func(s string) bool {
+		return strings.HasPrefix(s, "Warning Restarting restarting the whole gang as attempt 1")
+	}) {
+		t.Errorf("events %q: want the restart's warning", h.events)
+	}
+
+	e, h = executor(t, nil)
+	if err := e.Act(context.Background(), exitVerdict(2, true), gang.Gang{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Job.Status.Restarts != 0 || h.failed == "" {
+		t.Fatalf("a fatal exit: restarts %d, failed %q; want none and the job failed", e.Job.Status.Restarts, h.failed)
+	}
+}
+
+// The third failure on one node within the window quarantines it, and the gang restarts away
+// from it; a quarantine past its expiry is released with an event.
+func TestRepeatedFailuresQuarantineTheNodeUntilTheyExpire(t *testing.T) {
+	e, h := executor(t, nil)
+	for i := range 3 {
+		e.Now = at.Add(time.Duration(i) * time.Minute)
+		v := exitVerdict(1, false)
+		v.Failure.Time = metav1.Time{Time: e.Now}
+		if err := e.Act(context.Background(), v, gang.Gang{}); err != nil {
+			t.Fatal(err)
+		}
+		if q := recovery.Quarantined(&e.Job.Status, "n1"); q != (i == 2) {
+			t.Fatalf("after failure %d on n1: quarantined %v", i+1, q)
+		}
+	}
+	e.Now = at.Add(2*time.Minute + e.Job.Spec.FaultTolerance.Quarantine.ExpireAfter.Duration + time.Second)
+	if e.ExpireQuarantine(); recovery.Quarantined(&e.Job.Status, "n1") {
+		t.Fatal("the quarantine stayed past expireAfter")
+	}
+	if !slices.ContainsFunc(h.events, func(s string) bool { return strings.HasPrefix(s, "Normal "+trainingv1alpha1.ReasonNodeReleased) }) {
+		t.Errorf("events %q: want the release", h.events)
+	}
+}
+
+// Spares are made only once every rank is placed, as many as wanted, through the Host.
+func TestSparesAreMadeOnceTheGangIsPlaced(t *testing.T) {
+	e, h := executor(t, func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
+		j.Spec.FaultTolerance.Spares = 2
+	})
+	if _, err := e.EnsureSpares(context.Background(), gang.Gang{Scheduled: 1}); err != nil || len(h.events) != 0 {
+		t.Fatalf("with a rank unplaced: %v, events %q; want no spare", err, h.events)
+	}
+	if _, err := e.EnsureSpares(context.Background(), gang.Gang{Scheduled: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Normal " + trainingv1alpha1.ReasonSparesCreated + " created warm spares spare-0, spare-1"; !slices.Contains(h.events, want) {
+		t.Errorf("events %q: want %q", h.events, want)
+	}
+}
