@@ -914,7 +914,24 @@ type JobFailure struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Cascaded int32 `json:"cascaded,omitempty"`
+	// action is what the operator did about it: InPlace (the gang restarted in place),
+	// ReplacedPods (the failed ranks got new pods while the others restarted in place),
+	// Recreated (the whole gang was made again) or FailedJob (the job failed).
+	// +optional
+	Action FailureAction `json:"action,omitempty"`
 }
+
+// FailureAction is what the operator did about a failure.
+// +kubebuilder:validation:Enum=InPlace;ReplacedPods;Recreated;FailedJob
+type FailureAction string
+
+// What the operator does about a failure.
+const (
+	FailureActionInPlace      FailureAction = "InPlace"
+	FailureActionReplacedPods FailureAction = "ReplacedPods"
+	FailureActionRecreated    FailureAction = "Recreated"
+	FailureActionFailedJob    FailureAction = "FailedJob"
+)
 
 // GoodputStatus is how much of a job's time went to training (docs/recovery.md, "Goodput").
 // Times are milliseconds: a chaos test's restarts take seconds.
@@ -956,6 +973,32 @@ type GoodputStatus struct {
 	// trainingSince is when the job last began training again (after its start or a failure).
 	// +optional
 	TrainingSince *metav1.MicroTime `json:"trainingSince,omitempty"`
+	// history is the job's latest starts and losses, closed, oldest first (the newest
+	// MaxGoodputHistory): the time between them trained. `kubectl zaya goodput` draws it.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	History []GoodputSpan `json:"history,omitempty"`
+}
+
+// MaxGoodputHistory bounds status.goodput.history.
+const MaxGoodputHistory = 32
+
+// GoodputSpan is one start or loss, from when training last advanced (the start, for a start)
+// until the job trained again.
+type GoodputSpan struct {
+	// category is the failure's category; empty for a start.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Category string `json:"category,omitempty"`
+	// since is when it began.
+	Since metav1.MicroTime `json:"since"`
+	// until is when the job trained again.
+	Until metav1.MicroTime `json:"until"`
+	// recomputeMilliseconds is what the steps trained again after it cost.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RecomputeMilliseconds int64 `json:"recomputeMilliseconds,omitempty"`
 }
 
 // GoodputOpen is a start or a failure whose cost is still running.

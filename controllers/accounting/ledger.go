@@ -325,6 +325,8 @@ func (l *Ledger) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, res
 		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at
+	span := trainingv1alpha1.GoodputSpan{Category: o.Category, Since: micro(since), Until: at}
+	defer func() { remember(g, span) }()
 	if o.Category == "" {
 		g.StartupMilliseconds = addMillis(g.StartupMilliseconds, down)
 		l.lost("Startup", "down", max(down.Seconds(), 0))
@@ -352,9 +354,18 @@ func (l *Ledger) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, res
 		}
 		recompute := time.Duration(min(float64(reached-resumed)*pace, trained.Seconds()) * float64(time.Second))
 		loss.RecomputeMilliseconds = addMillis(loss.RecomputeMilliseconds, recompute)
+		span.RecomputeMilliseconds = addMillis(0, recompute)
 		l.lost(category, "recompute", recompute.Seconds())
 	}
 	l.Refresh()
+}
+
+// remember adds a closed start or loss to the history, the oldest going past its bound.
+func remember(g *trainingv1alpha1.GoodputStatus, span trainingv1alpha1.GoodputSpan) {
+	g.History = append(g.History, span)
+	if over := len(g.History) - trainingv1alpha1.MaxGoodputHistory; over > 0 {
+		g.History = slices.Delete(g.History, 0, over)
+	}
 }
 
 // Reroot moves the restart under way from the category of the root first taken for it

@@ -52,3 +52,33 @@ func TestStepsAfterAReportNeverWrap(t *testing.T) {
 		t.Errorf("reached %d from a report at step %d", n, rep.Step)
 	}
 }
+
+// Each start and loss that closes joins the history, with what its steps trained again cost;
+// the oldest go past the bound.
+func TestClosedLossesJoinTheBoundedHistory(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Obj()
+	job.Status.StartTime = &metav1.Time{Time: now}
+	at := micro(now)
+	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{AsOf: at, TrainingSince: &at,
+		Open: &trainingv1alpha1.GoodputOpen{Category: "GPUHardware", Since: micro(now.Add(time.Minute)), ReachedStep: 50, CheckpointStep: 40, StepMicroseconds: 500000}}
+	for i := range trainingv1alpha1.MaxGoodputHistory - 1 {
+		job.Status.Goodput.History = append(job.Status.Goodput.History, trainingv1alpha1.GoodputSpan{Category: "Old", Since: micro(now.Add(time.Duration(i) * time.Millisecond))})
+	}
+	ran := micro(now.Add(90 * time.Second))
+	job.Status.Goodput.Open.RanAt = &ran
+	l := &Ledger{Job: job, Now: now.Add(2 * time.Minute)}
+	l.Settle(nil)
+	h := job.Status.Goodput.History
+	want := trainingv1alpha1.GoodputSpan{Category: "GPUHardware", Since: micro(now.Add(time.Minute)), Until: ran, RecomputeMilliseconds: 5000}
+	if len(h) != trainingv1alpha1.MaxGoodputHistory || !cmp.Equal(h[len(h)-1], want) {
+		t.Fatalf("history of %d, last %+v; want %d, last %+v", len(h), h[len(h)-1], trainingv1alpha1.MaxGoodputHistory, want)
+	}
+	ran = micro(l.Now.Add(time.Second))
+	job.Status.Goodput.Open = &trainingv1alpha1.GoodputOpen{Since: micro(l.Now), RanAt: &ran} // a start (a resume)
+	l.Now = l.Now.Add(time.Minute)
+	l.Settle(nil)
+	h = job.Status.Goodput.History
+	if len(h) != trainingv1alpha1.MaxGoodputHistory || !h[0].Since.Time.Equal(now.Add(time.Millisecond)) || h[len(h)-1].Category != "" {
+		t.Fatalf("history of %d from %v ending %+v: want the oldest gone and the start last", len(h), h[0].Since, h[len(h)-1])
+	}
+}

@@ -63,8 +63,8 @@ func TestActRecreatesTheGangOrFailsTheJob(t *testing.T) {
 	if err := e.Act(context.Background(), exitVerdict(2, true), gang.Gang{}); err != nil {
 		t.Fatal(err)
 	}
-	if e.Job.Status.Restarts != 0 || h.failed == "" {
-		t.Fatalf("a fatal exit: restarts %d, failed %q; want none and the job failed", e.Job.Status.Restarts, h.failed)
+	if e.Job.Status.Restarts != 0 || h.failed == "" || e.Job.Status.LastFailure.Action != trainingv1alpha1.FailureActionFailedJob {
+		t.Fatalf("a fatal exit: restarts %d, failed %q, action %q; want none, the job failed, FailedJob", e.Job.Status.Restarts, h.failed, e.Job.Status.LastFailure.Action)
 	}
 }
 

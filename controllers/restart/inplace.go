@@ -99,7 +99,9 @@ func (e *Executor) rerootLate(ctx context.Context, g gang.Gang, since time.Time)
 	if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
 		st.RecentFailures = st.RecentFailures[1:]
 	}
+	action := last.Action // the restart goes on as it was, unless the node must go
 	e.recordFailure(f)
+	e.did(action)
 	moved := false
 	if recovery.HardwareRoot(f) {
 		if err := e.quarantine(ctx, recovery.QuarantinedFor(f)); err != nil {
@@ -153,6 +155,7 @@ func (e *Executor) InPlaceOverdue(ctx context.Context, g gang.Gang) (time.Durati
 func (e *Executor) escalate(reason, msg string) {
 	e.Host.Loss().Broken()
 	st := &e.Job.Status
+	e.did(trainingv1alpha1.FailureActionRecreated)
 	st.InPlaceRestarts = max(st.InPlaceRestarts-1, 0)
 	st.Replacing = nil // the whole gang goes
 	st.LastRestartMode = trainingv1alpha1.RestartModeRecreate

@@ -83,6 +83,7 @@ func (e *Executor) markReplaced(ctx context.Context, g gang.Gang, ranks []int32,
 		return
 	}
 	e.Host.Loss().Broken()
+	e.did(trainingv1alpha1.FailureActionReplacedPods)
 	slices.SortFunc(st.Replacing, func(a, b trainingv1alpha1.ReplacedPod) int { return int(a.Rank) - int(b.Rank) })
 	st.PodsReplaced = bounded.Count(st.PodsReplaced, len(names))
 	e.Host.Warning(trainingv1alpha1.ReasonReplacingPods, "Restart", "replacing %s: %s; the other ranks restart in place",

@@ -121,8 +121,14 @@ func (e *Executor) recover(ctx context.Context, v recovery.Verdict, mode trainin
 	v.Failure = f // as named
 	recent, reason, why := recovery.Budget(job, v, e.Now)
 	if reason != "" {
+		e.did(trainingv1alpha1.FailureActionFailedJob)
 		e.Host.Fail(reason, why)
 		return
+	}
+	if mode == trainingv1alpha1.RestartModeInPlace {
+		e.did(trainingv1alpha1.FailureActionInPlace)
+	} else {
+		e.did(trainingv1alpha1.FailureActionRecreated)
 	}
 	st.RestartTimes = recent
 	st.Restarts = bounded.Count(st.Restarts, 1)
@@ -161,6 +167,19 @@ func (e *Executor) recordFailure(f trainingv1alpha1.JobFailure) {
 	st.RecentFailures = append([]trainingv1alpha1.JobFailure{f}, st.RecentFailures...)
 	if len(st.RecentFailures) > maxRecentFailures {
 		st.RecentFailures = st.RecentFailures[:maxRecentFailures]
+	}
+}
+
+// did records what the operator did about the last failure, on both its records.
+func (e *Executor) did(a trainingv1alpha1.FailureAction) {
+	st := &e.Job.Status
+	last := st.LastFailure
+	if last == nil {
+		return
+	}
+	last.Action = a
+	if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
+		st.RecentFailures[0].Action = a
 	}
 }
 
