@@ -51,8 +51,9 @@ generate: ## Generate DeepCopy methods.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./...
 
 .PHONY: build
-build: ## Build the operator binary.
+build: ## Build the operator binary and the kubectl plugin (bin/kubectl-zaya).
 	go build -trimpath -o $(BIN)/zaya-operator .
+	go build -trimpath -o $(BIN)/kubectl-zaya ./cmd/kubectl-zaya
 
 .PHONY: images
 images: ## Build the operator, worker and fake device plugin images with no registry (hack/images.sh; needs Docker).
