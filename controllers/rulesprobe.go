@@ -2,17 +2,13 @@ package controllers
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // rulesSupport is the API server's answer on restart rules, shared by every job: whether a
@@ -41,8 +37,8 @@ func (s *rulesSupport) kept(ctx context.Context, c client.Writer, now time.Time,
 		return !s.known || s.isKept
 	}
 	s.asked = now
-	probe := rulesProbe(namespace)
-	if err := c.Create(ctx, probe, client.DryRunAll); refusesRestartRules(err) {
+	probe := recovery.RulesProbe(namespace)
+	if err := c.Create(ctx, probe, client.DryRunAll); recovery.RefusesRestartRules(err) {
 		// Before 1.34 the API server knows restartPolicy on init containers (sidecars) only,
 		// and refuses it on others: an answer, not an error.
 		s.known, s.checked, s.isKept = true, now, false
@@ -53,47 +49,6 @@ func (s *rulesSupport) kept(ctx context.Context, c client.Writer, now time.Time,
 		return true
 	}
 	s.known, s.checked = true, now
-	s.isKept = len(probe.Spec.Containers[0].RestartPolicyRules) > 0
+	s.isKept = recovery.RulesKept(probe)
 	return s.isKept
-}
-
-// refusesRestartRules says whether err is the API server refusing a container's restart
-// policy or rules as fields it does not allow.
-func refusesRestartRules(err error) bool {
-	var status apierrors.APIStatus
-	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, c := range status.Status().Details.Causes {
-		if strings.HasPrefix(c.Field, "spec.containers[0].restartPolicy") {
-			return true
-		}
-	}
-	return false
-}
-
-// rulesProbe is the dry-run pod that asks: never stored, never scheduled. It passes the
-// restricted Pod Security level so a namespace enforcing it does not refuse the question.
-func rulesProbe(namespace string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "zaya-restart-rules-probe-", Namespace: namespace},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name: "probe", Image: "zaya.invalid/restart-rules-probe",
-				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever),
-				RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
-					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{75}}}},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
 }

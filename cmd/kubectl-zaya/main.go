@@ -1,5 +1,5 @@
 // Command kubectl-zaya is the kubectl plugin of ZayaTrainingJobs: `kubectl zaya status JOB`,
-// `why`, `goodput` and `logs`. Install it with
+// `why`, `goodput`, `logs` and `preflight`. Install it with
 // `go install github.com/zaya-operator/zaya-operator/cmd/kubectl-zaya@latest`.
 package main
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -56,7 +57,7 @@ func root(out, errs io.Writer) *cobra.Command {
 	flags.StringVar(&s.loading.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file")
 	clientcmd.BindOverrideFlags(&s.overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
 	flags.StringVarP(&s.output, "output", "o", "", "output format: text (default), json or yaml")
-	cmd.AddCommand(s.statusCmd(), s.whyCmd(), s.goodputCmd(), s.logsCmd())
+	cmd.AddCommand(s.statusCmd(), s.whyCmd(), s.goodputCmd(), s.logsCmd(), s.preflightCmd())
 	return cmd
 }
 
@@ -78,8 +79,8 @@ func (s *session) namespace() (string, error) {
 	return ns, err
 }
 
-// reader is a client of the objects the reports read.
-func (s *session) reader() (client.Reader, error) {
+// reader is a client of the objects the reports read (and of preflight's dry-run pod).
+func (s *session) reader() (client.Client, error) {
 	cfg, err := s.rest()
 	if err != nil {
 		return nil, err
@@ -89,6 +90,9 @@ func (s *session) reader() (client.Reader, error) {
 		return nil, err
 	}
 	if err := trainingv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})

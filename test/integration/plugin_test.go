@@ -9,12 +9,19 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 	"github.com/zaya-operator/zaya-operator/internal/zayactl"
 )
@@ -117,4 +124,63 @@ func TestKubectlZayaTellsWhatTheOperatorRecorded(t *testing.T) {
 	stderr.Reset()
 	g.Expect(zayactl.Main(context.Background(), []string{"why", "llm", "--kubeconfig", flags[1], "-n", ns, "-o", "xml"}, &stdout, &stderr)).To(Equal(1))
 	g.Expect(stderr.String()).To(ContainSubstring(`--output "xml"`))
+}
+
+// preflight passes on a cluster that has what jobs need, and fails on one whose API server
+// drops container restart rules: this suite's API server keeps them, the oldest supported
+// one's (make test-min-kube) does not, and the verdict follows the API server's own answer.
+func TestPreflightFollowsTheClustersAnswers(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	opNS := newNamespace(t)
+	// What a real cluster has and envtest does not: GPU nodes, the operator, a file class.
+	for _, name := range []string{"mi300x-0", "mi300x-1"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"feature.node.kubernetes.io/amd-gpu": "true"}}}
+		g.Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		t.Cleanup(func() { _ = k8sClient.Delete(ctx, node) })
+		node.Status.Allocatable = corev1.ResourceList{"amd.com/gpu": resource.MustParse("8"), "amd.com/nic": resource.MustParse("8")}
+		node.Status.Capacity = node.Status.Allocatable
+		g.Expect(k8sClient.Status().Update(ctx, node)).To(Succeed())
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "zaya-operator"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "zaya-operator", Namespace: opNS, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "zaya-operator:dev"}}}}}}
+	g.Expect(k8sClient.Create(ctx, dep)).To(Succeed())
+	dep.Status.Replicas, dep.Status.ReadyReplicas = 1, 1
+	g.Expect(k8sClient.Status().Update(ctx, dep)).To(Succeed())
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "zaya-preflight-file"}, Provisioner: "nfs.csi.k8s.io"}
+	g.Expect(k8sClient.Create(ctx, class)).To(Succeed())
+	t.Cleanup(func() { _ = k8sClient.Delete(ctx, class) })
+
+	probe := recovery.RulesProbe(ns)
+	err := k8sClient.Create(ctx, probe, client.DryRunAll)
+	kept := err == nil && recovery.RulesKept(probe)
+	g.Expect(err == nil || recovery.RefusesRestartRules(err)).To(BeTrue(), "the probe: %v", err)
+	t.Logf("the API server keeps container restart rules: %v", kept)
+
+	var stdout, stderr bytes.Buffer
+	code := zayactl.Main(ctx, []string{"preflight", "--kubeconfig", kubeconfig(t), "-n", ns, "-o", "json"}, &stdout, &stderr)
+	var p zayactl.Preflight
+	g.Expect(json.Unmarshal(stdout.Bytes(), &p)).To(Succeed(), stdout.String())
+	results := map[string]string{}
+	for _, c := range p.Checks {
+		results[c.Name] = c.Result
+	}
+	g.Expect(results).To(HaveKeyWithValue("CRD", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("Operator", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("AMD GPUs", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("AMD NICs", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("Checkpoint storage", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("Pod Security", "ok"))
+	if kept {
+		g.Expect(results).To(HaveKeyWithValue("In-place restart", "ok"))
+		g.Expect(code).To(Equal(0), "%s\n%s", stdout.String(), stderr.String())
+		g.Expect(p.Ready).To(BeTrue())
+	} else {
+		g.Expect(results).To(HaveKeyWithValue("In-place restart", "fail"))
+		g.Expect(code).To(Equal(1))
+		g.Expect(stderr.String()).To(ContainSubstring("a job could not run here"))
+	}
 }
