@@ -292,10 +292,10 @@ func gpuChecks(f facts) (gpus, nics Check) {
 		gpus.Detail += fmt.Sprintf("; %d lack NFD's %s=true (or amd-vgpu): jobs with gpuNodeSelector NodeFeatureDiscovery keep off them", unlabelled, nfdGPU)
 		gpus.Fix = "install Node Feature Discovery with AMD's rules (the GPU operator does), or use gpuNodeSelector: None"
 	}
-	switch {
-	case fitting == gpuNodes:
+	switch fitting {
+	case gpuNodes:
 		nics = Check{Name: "AMD NICs", Result: ok, Detail: fmt.Sprintf("every GPU node offers one %s per GPU: the PollaraAINIC profile (the default) fits", nicResource)}
-	case fitting == 0:
+	case 0:
 		nics = Check{Name: "AMD NICs", Result: warn, Detail: fmt.Sprintf("no GPU node offers one %s per GPU: jobs with the default PollaraAINIC profile would never be placed", nicResource),
 			Fix: "set spec.network.profile: Socket (TCP) or RoCE with nicsPerNode, or install AMD's network operator (docs/rccl-profile.md)"}
 	default:
