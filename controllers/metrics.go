@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,9 +52,20 @@ var goodputDesc = prometheus.NewDesc("zaya_job_effective_training_ratio",
 	"Each started job's training time over its wall time (status.goodput), carried on to the scrape while it runs.",
 	[]string{"namespace", "name"}, nil)
 
+// quarantinedDesc describes each job's quarantined nodes (status.quarantinedNodes).
+var quarantinedDesc = prometheus.NewDesc("zaya_job_quarantined_nodes",
+	"Nodes each job keeps its ranks off (status.quarantinedNodes).", []string{"namespace", "name"}, nil)
+
+// taintedDesc describes the nodes carrying the operator's taints.
+var taintedDesc = prometheus.NewDesc("zaya_nodes_tainted",
+	"Nodes tainted by the operator: quarantined (a job's quarantine, nodeTaint NoSchedule) or hardware-suspect (hardware failures rooted there in several namespaces' jobs).",
+	[]string{"taint"}, nil)
+
 func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
 	ch <- goodputDesc
+	ch <- quarantinedDesc
+	ch <- taintedDesc
 }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -84,6 +96,23 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		if ratio, ok := goodputRatio(jobs.Items[i].Object, running, now); ok {
 			ch <- prometheus.MustNewConstMetric(goodputDesc, prometheus.GaugeValue, ratio, jobs.Items[i].GetNamespace(), jobs.Items[i].GetName())
 		}
+		quarantined, _, _ := unstructured.NestedSlice(jobs.Items[i].Object, "status", "quarantinedNodes")
+		ch <- prometheus.MustNewConstMetric(quarantinedDesc, prometheus.GaugeValue, float64(len(quarantined)), jobs.Items[i].GetNamespace(), jobs.Items[i].GetName())
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		ch <- prometheus.NewInvalidMetric(taintedDesc, err)
+	} else {
+		tainted := map[string]int{trainingv1alpha1.QuarantineTaintKey: 0, trainingv1alpha1.HardwareSuspectTaintKey: 0}
+		for i := range nodes.Items {
+			for _, t := range nodes.Items[i].Spec.Taints {
+				if _, ours := tainted[t.Key]; ours {
+					tainted[t.Key]++
+				}
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(taintedDesc, prometheus.GaugeValue, float64(tainted[trainingv1alpha1.QuarantineTaintKey]), "quarantined")
+		ch <- prometheus.MustNewConstMetric(taintedDesc, prometheus.GaugeValue, float64(tainted[trainingv1alpha1.HardwareSuspectTaintKey]), "hardware-suspect")
 	}
 	for t, n := range counts {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), t)

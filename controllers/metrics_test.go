@@ -8,9 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
@@ -23,7 +25,29 @@ func TestJobsCollectorCountsTrueConditions(t *testing.T) {
 		reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(running, failed).Build(),
 	}
 	want := jobsGauge(map[string]int{"Created": 2, "Failed": 1, "Running": 1})
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "zaya_jobs"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Each job's quarantined nodes and the nodes carrying the operator's taints are gauges.
+func TestQuarantinedAndTaintedNodesAreCounted(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("a", "ns").Defaulted().Obj()
+	job.Status.QuarantinedNodes = []trainingv1alpha1.QuarantinedNode{{Name: "n0"}, {Name: "n1"}}
+	taint := func(name, key string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: key, Effect: corev1.TaintEffectNoSchedule}}}}
+	}
+	c := &jobsCollector{reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(job,
+		taint("n0", trainingv1alpha1.QuarantineTaintKey), taint("n2", trainingv1alpha1.HardwareSuspectTaintKey), taint("n3", "other")).Build()}
+	want := `# HELP zaya_job_quarantined_nodes Nodes each job keeps its ranks off (status.quarantinedNodes).
+# TYPE zaya_job_quarantined_nodes gauge
+zaya_job_quarantined_nodes{name="a",namespace="ns"} 2
+# HELP zaya_nodes_tainted Nodes tainted by the operator: quarantined (a job's quarantine, nodeTaint NoSchedule) or hardware-suspect (hardware failures rooted there in several namespaces' jobs).
+# TYPE zaya_nodes_tainted gauge
+zaya_nodes_tainted{taint="hardware-suspect"} 1
+zaya_nodes_tainted{taint="quarantined"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "zaya_job_quarantined_nodes", "zaya_nodes_tainted"); err != nil {
 		t.Error(err)
 	}
 }
