@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // The core's metrics (the restarts' are controllers/restart's), registered with
@@ -56,6 +57,17 @@ var goodputDesc = prometheus.NewDesc("zaya_job_effective_training_ratio",
 var quarantinedDesc = prometheus.NewDesc("zaya_job_quarantined_nodes",
 	"Nodes each job keeps its ranks off (status.quarantinedNodes).", []string{"namespace", "name"}, nil)
 
+// notTrainingDesc and restartsLeftDesc describe each unfinished, started job's time since it
+// last trained (0 while it trains) and its restart budget left: what the alerts watch.
+var (
+	notTrainingDesc = prometheus.NewDesc("zaya_job_not_training_seconds",
+		"Each started, unfinished job's seconds since it stopped training (status.goodput.open: a start or a failure not yet over); 0 while it trains.",
+		[]string{"namespace", "name"}, nil)
+	restartsLeftDesc = prometheus.NewDesc("zaya_job_restarts_left",
+		"Each unfinished job's counted restarts left within its restart window (faultTolerance.maxRestarts less the restarts within restartWindow).",
+		[]string{"namespace", "name"}, nil)
+)
+
 // taintedDesc describes the nodes carrying the operator's taints.
 var taintedDesc = prometheus.NewDesc("zaya_nodes_tainted",
 	"Nodes tainted by the operator: quarantined (a job's quarantine, nodeTaint NoSchedule) or hardware-suspect (hardware failures rooted there in several namespaces' jobs).",
@@ -66,6 +78,8 @@ func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- goodputDesc
 	ch <- quarantinedDesc
 	ch <- taintedDesc
+	ch <- notTrainingDesc
+	ch <- restartsLeftDesc
 }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -98,6 +112,9 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		quarantined, _, _ := unstructured.NestedSlice(jobs.Items[i].Object, "status", "quarantinedNodes")
 		ch <- prometheus.MustNewConstMetric(quarantinedDesc, prometheus.GaugeValue, float64(len(quarantined)), jobs.Items[i].GetNamespace(), jobs.Items[i].GetName())
+		if job, _, err := decodeJob(&jobs.Items[i]); err == nil && !finished(job) {
+			jobGauges(ch, job, now)
+		}
 	}
 	nodes := &corev1.NodeList{}
 	if err := c.reader.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
@@ -117,6 +134,21 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	for t, n := range counts {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), t)
 	}
+}
+
+// jobGauges reports an unfinished job's time since it trained and its restart budget left.
+func jobGauges(ch chan<- prometheus.Metric, job *trainingv1alpha1.ZayaTrainingJob, now time.Time) {
+	ns, name := job.Namespace, job.Name
+	ch <- prometheus.MustNewConstMetric(restartsLeftDesc, prometheus.GaugeValue, float64(recovery.RestartsLeft(job, now)), ns, name)
+	g := job.Status.Goodput
+	if g == nil || job.Spec.Suspend {
+		return // not started, or suspended: not meant to train
+	}
+	idle := 0.0
+	if g.Open != nil {
+		idle = max(now.Sub(g.Open.Since.Time).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(notTrainingDesc, prometheus.GaugeValue, idle, ns, name)
 }
 
 // registerJobsCollector makes reg's jobs gauge read from reader, replacing the collector of

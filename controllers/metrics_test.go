@@ -5,11 +5,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -27,6 +30,43 @@ func TestJobsCollectorCountsTrueConditions(t *testing.T) {
 	want := jobsGauge(map[string]int{"Created": 2, "Failed": 1, "Running": 1})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "zaya_jobs"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A job's time since it trained and its restart budget left are gauges, while it runs.
+func TestAJobsIdleTimeAndBudgetLeftAreGauges(t *testing.T) {
+	idle := testjob.MakeZayaTrainingJob("idle", "ns").Defaulted().Obj()
+	idle.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](5)
+	idle.Status.RestartTimes = []metav1.Time{metav1.Now()}
+	idle.Status.Goodput = &trainingv1alpha1.GoodputStatus{Open: &trainingv1alpha1.GoodputOpen{Category: "NodeLost", Since: metav1.NewMicroTime(time.Now().Add(-time.Hour))}}
+	done := testjob.MakeZayaTrainingJob("done", "ns").Defaulted().Obj()
+	done.Status.Conditions = []metav1.Condition{{Type: trainingv1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue}}
+	c := &jobsCollector{reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(idle, done).Build()}
+	got := map[string]float64{}
+	ch := make(chan prometheus.Metric, 64)
+	c.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		name := m.Desc().String()
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "name" {
+				name = strings.SplitN(strings.SplitN(name, "fqName: \"", 2)[1], "\"", 2)[0] + "/" + l.GetValue()
+			}
+		}
+		got[name] = d.GetGauge().GetValue()
+	}
+	if v := got["zaya_job_not_training_seconds/idle"]; v < 3599 || v > 3700 {
+		t.Errorf("idle for %v s: want an hour", v)
+	}
+	if got["zaya_job_restarts_left/idle"] != 4 {
+		t.Errorf("restarts left %v: want 4", got["zaya_job_restarts_left/idle"])
+	}
+	if _, ok := got["zaya_job_restarts_left/done"]; ok {
+		t.Error("a finished job's budget is reported")
 	}
 }
 

@@ -67,3 +67,20 @@ func recentFailureSummary(fs []trainingv1alpha1.JobFailure) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// RestartsLeft is how many more counted restarts the job's budget allows now: maxRestarts
+// less the restarts within restartWindow (never below 0).
+func RestartsLeft(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) int32 {
+	ft := &job.Spec.FaultTolerance
+	if ft.MaxRestarts == nil || ft.RestartWindow == nil {
+		return 0 // not defaulted: no budget to tell
+	}
+	since := now.Add(-ft.RestartWindow.Duration)
+	n := int32(0)
+	for _, t := range job.Status.RestartTimes {
+		if !t.Time.Before(since) {
+			n++
+		}
+	}
+	return max(*ft.MaxRestarts-n, 0)
+}

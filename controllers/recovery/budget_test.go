@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 func TestTheRestartBudget(t *testing.T) {
@@ -56,5 +57,21 @@ func TestTheRestartBudget(t *testing.T) {
 	j.Status.Restarts = trainingv1alpha1.MaxStatusCount
 	if _, reason, _ := Budget(j, free, now); reason != trainingv1alpha1.ReasonRestartBudgetExceeded {
 		t.Errorf("refused %q: no next attempt number", reason)
+	}
+}
+
+// The budget left counts only the restarts within the window.
+func TestRestartsLeftCountsTheWindowOnly(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Defaulted().Obj()
+	job.Spec.FaultTolerance.MaxRestarts = ptr.To[int32](3)
+	job.Spec.FaultTolerance.RestartWindow = &metav1.Duration{Duration: time.Hour}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	job.Status.RestartTimes = []metav1.Time{{Time: now.Add(-2 * time.Hour)}, {Time: now.Add(-30 * time.Minute)}, {Time: now.Add(-time.Minute)}}
+	if got := RestartsLeft(job, now); got != 1 {
+		t.Errorf("restarts left %d: want 1 (two of three within the hour)", got)
+	}
+	job.Status.RestartTimes = append(job.Status.RestartTimes, metav1.Time{Time: now}, metav1.Time{Time: now})
+	if got := RestartsLeft(job, now); got != 0 {
+		t.Errorf("restarts left %d past the budget: want 0", got)
 	}
 }
