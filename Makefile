@@ -28,10 +28,10 @@ tools: ## Build every pinned tool and control-plane binary into bin/ (cached).
 
 .PHONY: tools-ci
 tools-ci: ## Build the tools make test uses.
-	hack/tools.sh controller-gen golangci-lint helm cluster
+	hack/tools.sh controller-gen golangci-lint helm promtool cluster
 
 .PHONY: manifests
-manifests: ## Generate the CRD and RBAC (config/, the chart), docs/api-reference.md and the chart's README.
+manifests: ## Generate the CRD and RBAC (config/, the chart), the Grafana dashboard, docs/api-reference.md and the chart's README.
 	hack/tools.sh controller-gen
 	@# CRDs of our API only: internal/kueue mirrors a few of Kueue's types, never installed by us.
 	$(BIN)/controller-gen crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd/bases
@@ -42,6 +42,8 @@ manifests: ## Generate the CRD and RBAC (config/, the chart), docs/api-reference
 	cp config/crd/bases/*.yaml charts/zaya-operator/crds/
 	cp config/rbac/role.yaml charts/zaya-operator/files/manager-role.yaml
 	go run ./hack/apidocs -crd config/crd/bases/training.zaya.dev_zayatrainingjobs.yaml -out docs/api-reference.md
+	@# The Grafana dashboard, typed code with Grafana's foundation SDK (hack/dashboard).
+	go run ./hack/dashboard -out charts/zaya-operator/files/dashboards/zaya-operator.json
 	@# The chart's README (helm show readme) from its values and their comments.
 	go run ./hack/chartdocs -chart charts/zaya-operator
 
@@ -85,8 +87,8 @@ lint: ## go vet and golangci-lint.
 	$(BIN)/golangci-lint run --build-tags e2e ./test/...
 
 .PHONY: test-unit
-test-unit: ## Unit tests (the chart's need helm and kubectl).
-	hack/tools.sh helm k8s
+test-unit: ## Unit tests (the chart's need helm, kubectl and promtool).
+	hack/tools.sh helm k8s promtool
 	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 	go test -race -tags rocm $(GO_TEST_FLAGS) ./workers/rocm/... ./workers/train/...
 

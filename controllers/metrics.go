@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
@@ -37,6 +38,18 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(podsCreated, timeToRunning, lostSecondsTotal)
+	for _, c := range append([]string{"Startup"}, categoryNames()...) { // 0 before the first loss (restart/metrics.go)
+		lostSecondsTotal.WithLabelValues(c, "down")
+		lostSecondsTotal.WithLabelValues(c, "recompute")
+	}
+}
+
+func categoryNames() []string {
+	out := make([]string, len(attribution.Categories))
+	for i, c := range attribution.Categories {
+		out[i] = string(c)
+	}
+	return out
 }
 
 // jobsDesc describes the gauge of jobs by True condition.
@@ -112,7 +125,7 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		quarantined, _, _ := unstructured.NestedSlice(jobs.Items[i].Object, "status", "quarantinedNodes")
 		ch <- prometheus.MustNewConstMetric(quarantinedDesc, prometheus.GaugeValue, float64(len(quarantined)), jobs.Items[i].GetNamespace(), jobs.Items[i].GetName())
-		if job, _, err := decodeJob(&jobs.Items[i]); err == nil && !finished(job) {
+		if job, _, err := decodeJob(&jobs.Items[i]); err == nil && !recovery.Finished(job) {
 			jobGauges(ch, job, now)
 		}
 	}

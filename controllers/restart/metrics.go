@@ -3,6 +3,9 @@ package restart
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
+	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 )
 
 // The restarts' metrics, registered with controller-runtime's registry when the package loads.
@@ -33,4 +36,23 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(restartsTotal, recoverySeconds, escalationsTotal, failuresTotal, podsReplacedTotal)
+	// Every series a fault can raise starts at 0, so a rate over it is 0, not "no data", and a
+	// dashboard finds it before the first fault.
+	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {
+		recoverySeconds.WithLabelValues(string(mode))
+	}
+	for _, reason := range []string{trainingv1alpha1.ReasonInPlaceTimedOut, trainingv1alpha1.ReasonInPlaceFailed} {
+		escalationsTotal.WithLabelValues(reason)
+		podsReplacedTotal.WithLabelValues(reason)
+	}
+	for _, c := range attribution.Categories {
+		failuresTotal.WithLabelValues(string(c), "root")
+		failuresTotal.WithLabelValues(string(c), "cascade")
+	}
+	for _, reason := range []string{trainingv1alpha1.FailureReasonExitCode, trainingv1alpha1.FailureReasonNodeLost, trainingv1alpha1.FailureReasonDeviceUnhealthy,
+		trainingv1alpha1.FailureReasonHang, trainingv1alpha1.FailureReasonEvicted, trainingv1alpha1.FailureReasonPreempted} {
+		restartsTotal.WithLabelValues(reason, string(trainingv1alpha1.RestartModeInPlace), string(trainingv1alpha1.RestartMechanismRestartRules))
+		restartsTotal.WithLabelValues(reason, string(trainingv1alpha1.RestartModeRecreate), string(trainingv1alpha1.RestartMechanismRecreate))
+		podsReplacedTotal.WithLabelValues(reason)
+	}
 }

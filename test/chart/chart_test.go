@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -350,6 +351,20 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			if e := ep[0].(map[string]any); e["scheme"] != "https" || e["bearerTokenFile"] == nil {
 				t.Errorf("ServiceMonitor endpoint %v: want https with Prometheus's token", e)
 			}
+			// The dashboard, for Grafana's sidecar where it looks, and the alerts with their values.
+			cm := typed[corev1.ConfigMap](t, find(objs, "ConfigMap", "monitoring", "zaya-operator-dashboard"))
+			if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "Training" || !json.Valid([]byte(cm.Data["zaya-operator.json"])) {
+				t.Errorf("dashboard ConfigMap labels %v, annotations %v, valid JSON %v", cm.Labels, cm.Annotations, json.Valid([]byte(cm.Data["zaya-operator.json"])))
+			}
+			rule := find(objs, "PrometheusRule", "zaya-system", "zaya-operator")
+			if rule == nil || rule.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Fatalf("PrometheusRule %v", rule)
+			}
+			groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+			first := groups[0].(map[string]any)["rules"].([]any)[0].(map[string]any)
+			if first["alert"] != "ZayaJobNotTraining" || first["expr"] != "zaya_job_not_training_seconds > 1800" {
+				t.Errorf("first alert %v: want ZayaJobNotTraining after 30 minutes", first)
+			}
 			crb := typed[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding", "", "zaya-operator-metrics-reader"))
 			if crb.RoleRef.Name != "zaya-operator-metrics-reader" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "prometheus-k8s" || crb.Subjects[0].Namespace != "monitoring" {
 				t.Errorf("metrics readers binding %+v", crb)
@@ -447,7 +462,7 @@ func TestChartRendersEachValueSet(t *testing.T) {
 			objs := mustRender(t, tc.args...)
 			for _, o := range objs {
 				if o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "StorageClass" && o.GetNamespace() != "zaya-system" &&
-					o.GetKind() != "Role" && o.GetKind() != "RoleBinding" {
+					o.GetKind() != "Role" && o.GetKind() != "RoleBinding" && o.GetName() != "zaya-operator-dashboard" { // the dashboard goes where Grafana's sidecar looks
 					t.Errorf("%s %s is not in the release namespace", o.GetKind(), o.GetName())
 				}
 				if o.GetLabels()["app.kubernetes.io/managed-by"] != "Helm" {
