@@ -433,6 +433,7 @@ func chaosRun(t testing.TB, a *nodeagent.Agent, ns string, v restartVariant, ste
 	}
 
 	right, goodput := checkAttribution(t, v, records, final, rank0Runs(t, a, ns, name))
+	pluginAgrees(t, final)
 	// Only roots quarantine: every node the job keeps off had a fault played on it.
 	for _, q := range final.Status.QuarantinedNodes {
 		if !slices.ContainsFunc(records, func(r faultRecord) bool { return r.node == q.Name }) {
