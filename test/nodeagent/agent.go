@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -153,7 +154,7 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 		runs:    map[string]*run{},
 		down:    map[string]bool{},
 		gpus:    map[string]int64{},
-		nextIP:  1,
+		nextIP:  firstIP(),
 		hostsID: newHostsID(),
 	}
 	for _, n := range opts.Nodes {
@@ -491,6 +492,13 @@ func (a *Agent) resolve(self *corev1.Pod, selfIP, ns, host, sub string) string {
 	}
 	return ""
 }
+
+// firstIP is where an agent's addresses begin: a random block of 127.1.0.0/16, so that two
+// agents on one machine (two e2e suites at once: a soak beside CI) do not hand out the same
+// address, whose ports the other's processes then find taken (seen: "bind: address already in
+// use" on 127.1.0.15, both agents having begun at 127.1.0.1). A block is 250 addresses; a
+// run of the suite uses a few hundred, and 56 blocks stay above the highest start.
+func firstIP() uint32 { return 250 * uint32(rand.IntN(200)) }
 
 // Pods report 10.244.x.y (the API refuses loopback endpoints for their Service); their
 // processes use 127.1.x.y, which the downward API and pod DNS hand out.
