@@ -94,20 +94,24 @@ func quarantinedFor(st *trainingv1alpha1.ZayaTrainingJobStatus, i int) bool {
 }
 
 // lostTo is what failure f cost: the closed loss of its category that spans its time, or the
-// open one that began before it.
+// open one that began before it. A failure's time keeps whole seconds, cut down, and its loss
+// begins at the gang's last step, which the ranks' exits may place a moment after that: hence
+// the slack. A loss of another category is another failure's (seen on a chaos run: a user's
+// bug found the hang's loss still open a second before its own began).
 func lostTo(g *trainingv1alpha1.GoodputStatus, f trainingv1alpha1.JobFailure) (*float64, bool) {
 	if g == nil {
 		return nil, false
 	}
+	const slack = 2 * time.Second
 	at := f.Time.Time
 	for i := len(g.History) - 1; i >= 0; i-- {
 		h := g.History[i]
-		if h.Category == "" || h.Since.Add(-time.Second).After(at) || h.Until.Time.Before(at.Add(-time.Second)) {
+		if h.Category == "" || h.Category != f.Category || h.Since.Add(-slack).After(at) || h.Until.Time.Before(at.Add(-slack)) {
 			continue
 		}
 		return ptr.To(h.Until.Sub(h.Since.Time).Seconds() + float64(h.RecomputeMilliseconds)/1000), false
 	}
-	if o := g.Open; o != nil && o.Category != "" && !o.Since.Add(-time.Second).After(at) {
+	if o := g.Open; o != nil && o.Category == f.Category && !o.Since.Add(-slack).After(at) {
 		return nil, true
 	}
 	return nil, false

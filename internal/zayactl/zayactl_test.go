@@ -135,3 +135,13 @@ func TestStatusShowsTheCurrentAttemptsRanksAndSpares(t *testing.T) {
 		t.Errorf("quarantined %+v, attempt %d", st.Quarantined, st.Attempt)
 	}
 }
+
+// A failure's cost is its own category's loss, not a neighbour's still open around its time.
+func TestAFailureCostsItsOwnLossNotANeighbours(t *testing.T) {
+	j := job()
+	j.Status.Goodput.History = []trainingv1alpha1.GoodputSpan{span("Hang", 100, 113), span("UserCode", 114, 116)}
+	j.Status.RecentFailures = []trainingv1alpha1.JobFailure{{Time: metav1.NewTime(at(112)), Reason: "ExitCode", Category: "UserCode", Rank: ptr.To[int32](7)}}
+	if f := whyOf(j).Failures[0]; f.LostSeconds == nil || *f.LostSeconds != 2 {
+		t.Errorf("the user's bug at 112 s cost %v: want its own loss's 2 s, not the hang's 13", f.LostSeconds)
+	}
+}
