@@ -15,9 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
-	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 // The metric names a query can use, and what selects or groups by a label.
@@ -109,13 +106,7 @@ func TestTheDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	startManager(t)
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).RestartMode(trainingv1alpha1.RestartModeRecreate).Obj()
-	pods := runGang(g, job, 2)
-	setPodStatus(g, pods["llm-0-1"], failedWith(1))
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "llm")
-		g.Expect(pods).To(HaveKey("llm-1-1"))
-	}, timeout, interval).Should(Succeed())
+	recreatedOnce(g, ns)
 
 	leader, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		LeaderElection: true, LeaderElectionID: "zaya-dashboard-check", LeaderElectionNamespace: ns})

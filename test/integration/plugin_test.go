@@ -26,6 +26,22 @@ import (
 	"github.com/zaya-operator/zaya-operator/internal/zayactl"
 )
 
+// recreatedOnce runs a 2-rank job "llm" whose rank 1 fails, until the gang the operator made
+// again runs.
+func recreatedOnce(g Gomega, ns string) *trainingv1alpha1.ZayaTrainingJob {
+	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).RestartMode(trainingv1alpha1.RestartModeRecreate).Obj()
+	pods := runGang(g, job, 2)
+	setPodStatus(g, pods["llm-0-1"], failedWith(1))
+	g.Eventually(func(g Gomega) {
+		pods = jobPods(g, ns, "llm")
+		g.Expect(pods).To(HaveKey("llm-1-0"))
+		g.Expect(pods).To(HaveKey("llm-1-1"))
+	}, timeout, interval).Should(Succeed())
+	setPodStatus(g, pods["llm-1-0"], runningReady)
+	setPodStatus(g, pods["llm-1-1"], runningReady)
+	return job
+}
+
 // kubeconfig writes a kubeconfig of the test's API server, as a user would have one.
 func kubeconfig(t *testing.T) string {
 	t.Helper()
@@ -61,16 +77,7 @@ func TestKubectlZayaTellsWhatTheOperatorRecorded(t *testing.T) {
 	explainOnFailure(t, ns, "llm")
 	startManager(t)
 
-	job := testjob.MakeZayaTrainingJob("llm", ns).Nodes(2).RestartMode(trainingv1alpha1.RestartModeRecreate).Obj()
-	pods := runGang(g, job, 2)
-	setPodStatus(g, pods["llm-0-1"], failedWith(1))
-	g.Eventually(func(g Gomega) {
-		pods = jobPods(g, ns, "llm")
-		g.Expect(pods).To(HaveKey("llm-1-0"))
-		g.Expect(pods).To(HaveKey("llm-1-1"))
-	}, timeout, interval).Should(Succeed())
-	setPodStatus(g, pods["llm-1-0"], runningReady)
-	setPodStatus(g, pods["llm-1-1"], runningReady)
+	job := recreatedOnce(g, ns)
 	var stored *trainingv1alpha1.ZayaTrainingJob
 	g.Eventually(func(g Gomega) {
 		stored = getJob(g, job)
