@@ -2,6 +2,7 @@ package restart
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -106,5 +108,32 @@ func TestSparesAreMadeOnceTheGangIsPlaced(t *testing.T) {
 	}
 	if want := "Normal " + trainingv1alpha1.ReasonSparesCreated + " created warm spares spare-0, spare-1"; !slices.Contains(h.events, want) {
 		t.Errorf("events %q: want %q", h.events, want)
+	}
+}
+
+// A lost node found during the in-place restart a bystander's stop began takes that stop's
+// record: one fault, one failure, and the node's rank is replaced.
+func TestALostNodeTakesTheBystandersRecord(t *testing.T) {
+	e, _ := executor(t, nil)
+	st := &e.Job.Status
+	stop := trainingv1alpha1.JobFailure{Time: metav1.NewTime(at.Add(-5 * time.Second)), Reason: trainingv1alpha1.FailureReasonExitCode,
+		ExitCode: ptr.To[int32](trainingv1alpha1.ExitStopped), Rank: ptr.To[int32](0), Node: "n0", Category: "Unknown", Action: trainingv1alpha1.FailureActionInPlace}
+	st.LastFailure, st.RecentFailures = &stop, []trainingv1alpha1.JobFailure{stop}
+	st.Restarts, st.InPlaceRestarts, st.LastRestartMode = 1, 1, trainingv1alpha1.RestartModeInPlace
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: trainingv1alpha1.ConditionRestarting, Status: metav1.ConditionTrue, Reason: "ExitCode",
+		LastTransitionTime: metav1.NewTime(at.Add(-5 * time.Second))})
+	pod := func(r int32, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("llm-0-%d", r), UID: types.UID(fmt.Sprintf("u%d", r))}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	lost := recovery.Verdict{Counted: true, Failure: trainingv1alpha1.JobFailure{Time: metav1.NewTime(at), Reason: trainingv1alpha1.FailureReasonNodeLost,
+		Rank: ptr.To[int32](1), Node: "n1", Message: "node n1 is lost"}}
+	if err := e.Act(context.Background(), lost, gang.Gang{Ranks: []*corev1.Pod{pod(0, "n0"), pod(1, "n1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.RecentFailures) != 1 || st.RecentFailures[0].Reason != trainingv1alpha1.FailureReasonNodeLost || st.RecentFailures[0].Action != trainingv1alpha1.FailureActionReplacedPods {
+		t.Errorf("recent failures %+v: want the lost node's alone, its rank replaced", st.RecentFailures)
+	}
+	if st.Restarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 {
+		t.Errorf("restarts %d, replacing %+v: want the same restart, rank 1 replaced", st.Restarts, st.Replacing)
 	}
 }

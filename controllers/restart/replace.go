@@ -44,8 +44,7 @@ func (e *Executor) replaceRanks(ctx context.Context, g gang.Gang, v recovery.Ver
 		return false
 	}
 	if _, ok := recovery.InPlaceUnderWay(&e.Job.Status); ok {
-		e.Host.Loss().Reroot(v.Failure)
-		e.recordFailure(v.Failure)
+		e.reroot(v.Failure)
 	} else {
 		e.recover(ctx, v, trainingv1alpha1.RestartModeInPlace)
 		if recovery.Finished(e.Job) {
@@ -182,8 +181,7 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		if err := e.quarantine(ctx, &f); err != nil {
 			return 0, err
 		}
-		e.Host.Loss().Reroot(f)
-		e.recordFailure(f)
+		e.reroot(f)
 		e.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
 	}
 	return next, nil
@@ -260,8 +258,7 @@ func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
 	// (each would count against the node, and three quarantine it).
 	if last := e.Job.Status.LastFailure; last == nil || last.Reason != f.Reason || ptr.Deref(last.Rank, -1) != rank || last.Node != f.Node {
-		e.Host.Loss().Reroot(f)
-		e.recordFailure(f)
+		e.reroot(f)
 	}
 	e.markReplaced(ctx, g, []int32{rank}, f.Reason, f.Message)
 }

@@ -157,6 +157,21 @@ func (e *Executor) recover(ctx context.Context, v recovery.Verdict, mode trainin
 	})
 }
 
+// reroot records f, a cause found while the restart under way goes on, as that restart's own:
+// the loss moves to f's category and, where the restart began on a bystander's stop over a
+// peer (exit 75), f takes that record's place. One fault, one failure: the stop would count
+// against its rank's node, and kubectl zaya why would tell two roots (a chaos run's lost node
+// showed both).
+func (e *Executor) reroot(f trainingv1alpha1.JobFailure) {
+	e.Host.Loss().Reroot(f) // reads the bystander's record: before it goes
+	st := &e.Job.Status
+	if last := st.LastFailure; last != nil && ptr.Deref(last.ExitCode, 0) == trainingv1alpha1.ExitStopped &&
+		len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
+		st.RecentFailures = st.RecentFailures[1:]
+	}
+	e.recordFailure(f)
+}
+
 // recordFailure makes f the last failure and the newest of the recent ones.
 func (e *Executor) recordFailure(f trainingv1alpha1.JobFailure) {
 	if f.Category == "" {
