@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // Preflight is what a cluster has and lacks for ZayaTrainingJobs in one namespace.
@@ -47,15 +48,14 @@ const (
 
 // Names the checks read.
 const (
-	crdName         = "zayatrainingjobs.training.zaya.dev"
-	kueueCRD        = "workloads.kueue.x-k8s.io"
-	operatorLabel   = "app.kubernetes.io/name"
-	operatorName    = "zaya-operator"
-	gpuResource     = corev1.ResourceName("amd.com/gpu")
-	nicResource     = corev1.ResourceName("amd.com/nic")
-	nfdGPU, nfdVGPU = "feature.node.kubernetes.io/amd-gpu", "feature.node.kubernetes.io/amd-vgpu"
-	productLabel    = "amd.com/gpu.product-name"
-	enforceLabel    = "pod-security.kubernetes.io/enforce"
+	crdName       = "zayatrainingjobs.training.zaya.dev"
+	kueueCRD      = "workloads.kueue.x-k8s.io"
+	operatorLabel = "app.kubernetes.io/name"
+	operatorName  = "zaya-operator"
+	gpuResource   = corev1.ResourceName("amd.com/gpu")
+	nicResource   = corev1.ResourceName("amd.com/nic")
+	productLabel  = "amd.com/gpu.product-name"
+	enforceLabel  = "pod-security.kubernetes.io/enforce"
 )
 
 // facts is what preflight read from the cluster; each error is the read's own.
@@ -262,7 +262,7 @@ func gpuChecks(f facts) (gpus, nics Check) {
 		}
 		gpuNodes++
 		bySize[q.Value()]++
-		if n.Labels[nfdGPU] != "true" && n.Labels[nfdVGPU] != "true" {
+		if n.Labels[workerpod.LabelAMDGPU] != "true" && n.Labels[workerpod.LabelAMDVGPU] != "true" {
 			unlabelled++
 		}
 		if strings.Contains(n.Labels[productLabel], "MI300X") || n.Labels["amd.com/gpu.device-id"] == "74a1" {
@@ -289,7 +289,7 @@ func gpuChecks(f facts) (gpus, nics Check) {
 	gpus = Check{Name: "AMD GPUs", Result: ok, Detail: fmt.Sprintf("%d nodes offer %s (%s), %d labelled MI300X", gpuNodes, gpuResource, strings.Join(sizes, ", "), mi300x)}
 	if unlabelled > 0 {
 		gpus.Result = warn
-		gpus.Detail += fmt.Sprintf("; %d lack NFD's %s=true (or amd-vgpu): jobs with gpuNodeSelector NodeFeatureDiscovery keep off them", unlabelled, nfdGPU)
+		gpus.Detail += fmt.Sprintf("; %d lack NFD's %s=true (or amd-vgpu): jobs with gpuNodeSelector NodeFeatureDiscovery keep off them", unlabelled, workerpod.LabelAMDGPU)
 		gpus.Fix = "install Node Feature Discovery with AMD's rules (the GPU operator does), or use gpuNodeSelector: None"
 	}
 	switch fitting {

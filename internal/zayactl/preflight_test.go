@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // readyCluster is what a cluster ready for jobs looks like to preflight.
@@ -23,7 +25,7 @@ func readyCluster() facts {
 			Properties: map[string]apiextensionsv1.JSONSchemaProps{"status": props(map[string]apiextensionsv1.JSONSchemaProps{
 				"goodput": props(map[string]apiextensionsv1.JSONSchemaProps{"history": {}})})}}}}}}}
 	node := func(name string, gpus, nics int64) corev1.Node {
-		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nfdGPU: "true", productLabel: "AMD_Instinct_MI300X_OAM"}},
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{workerpod.LabelAMDGPU: "true", productLabel: "AMD_Instinct_MI300X_OAM"}},
 			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{gpuResource: *resource.NewQuantity(gpus, resource.DecimalSI), nicResource: *resource.NewQuantity(nics, resource.DecimalSI)}}}
 	}
 	return facts{
@@ -73,7 +75,7 @@ func TestPreflightFailsOnWhatAJobCannotDoWithout(t *testing.T) {
 		{"no operator", func(f *facts) { f.Operators = nil }, "Operator", fail, false},
 		{"no operator ready", func(f *facts) { f.Operators[0].Status.ReadyReplicas = 0 }, "Operator", fail, false},
 		{"no GPU node", func(f *facts) { f.Nodes = f.Nodes[2:] }, "AMD GPUs", fail, false},
-		{"GPU nodes without NFD's label", func(f *facts) { delete(f.Nodes[0].Labels, nfdGPU) }, "AMD GPUs", warn, true},
+		{"GPU nodes without NFD's label", func(f *facts) { delete(f.Nodes[0].Labels, workerpod.LabelAMDGPU) }, "AMD GPUs", warn, true},
 		{"no NICs", func(f *facts) {
 			for i := range f.Nodes {
 				delete(f.Nodes[i].Status.Allocatable, nicResource)
