@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -89,12 +90,38 @@ func logPod(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod, pick logPi
 	}
 	prev := pick.Previous
 	if f := pick.Failure; f != nil {
-		if w := gang.WorkerStatus(pod); w != nil && w.RestartCount > 0 && w.State.Running != nil && !w.State.Running.StartedAt.Before(&f.Time) {
-			prev = true // the container failed, and the kubelet restarted it since
-		}
+		prev = prev || failedRunIsPrevious(gang.WorkerStatus(pod), f.Time.Time)
 	}
 	return pod, prev, nil
 }
+
+// failedRunIsPrevious says the run that failed at failed (when the operator recorded it) is
+// the worker's previous container: the kubelet restarted it since, or is about to. A real
+// kubelet restarts a container by its restart rules as soon as it exits, often before the
+// operator's pass records the failure: the current run may start before failed, and it is
+// the previous run that ended just before (recordedWithin; a second's slack: both times are
+// kept in seconds). A previous run that ended long before was not the failure: the current
+// run was running when it was recorded (a hang, a lost GPU).
+func failedRunIsPrevious(w *corev1.ContainerStatus, failed time.Time) bool {
+	if w == nil || w.RestartCount == 0 {
+		return false
+	}
+	if w.State.Waiting != nil {
+		return true // the failed run ended; the next one has not started
+	}
+	if w.State.Running == nil {
+		return false // the current run is the one that ended
+	}
+	if !w.State.Running.StartedAt.Time.Before(failed) {
+		return true
+	}
+	last := w.LastTerminationState.Terminated
+	return last != nil && !last.FinishedAt.Time.After(failed.Add(time.Second)) && last.FinishedAt.Time.After(failed.Add(-recordedWithin))
+}
+
+// recordedWithin bounds how long after a worker's exit the operator records it: a pass or a
+// few (its resync is far shorter), and a restart's back-off.
+const recordedWithin = time.Minute
 
 func (s *session) streamLogs(ctx context.Context, pod *corev1.Pod, previous bool, tail int64) error {
 	cfg, err := s.rest()

@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"testing"
 
+	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/zayactl"
+	"github.com/zaya-operator/zaya-operator/workers/train"
 )
 
 // kubectlZaya runs the plugin against the test's cluster and decodes its JSON into out.
@@ -76,4 +78,76 @@ func pluginAgrees(t testing.TB, final *trainingv1alpha1.ZayaTrainingJob) {
 			_ = os.WriteFile(filepath.Join(dir, name+"-"+cmd[0]+".txt"), out.Bytes(), 0o644)
 		}
 	}
+}
+
+// preflightOn runs kubectl zaya preflight in a namespace of the suite's cluster and returns
+// its report by check name and its exit code.
+func preflightOn(t *testing.T, ns string) (map[string]zayactl.Check, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := zayactl.Main(context.Background(), []string{"preflight", "-n", ns, "--kubeconfig", kubeconfig, "-o", "json"}, &stdout, &stderr)
+	var p zayactl.Preflight
+	if err := json.Unmarshal(stdout.Bytes(), &p); err != nil {
+		t.Fatalf("kubectl zaya preflight: exit %d: %v\n%s%s", code, err, stdout.String(), stderr.String())
+	}
+	checks := map[string]zayactl.Check{}
+	for _, c := range p.Checks {
+		checks[c.Name] = c
+	}
+	if p.Ready != (code == 0) {
+		t.Errorf("preflight says ready %v and exits %d", p.Ready, code)
+	}
+	t.Logf("preflight in %s: exit %d\n%s", ns, code, stdout.String())
+	return checks, code
+}
+
+// TestPreflightReadsTheE2ECluster runs kubectl zaya preflight against the suite's cluster.
+// Both clusters serve the CRD, keep restart rules, offer fake MI300X GPUs with NFD's labels
+// and admit worker pods. kind's operator is the chart's Deployment: a job can run, exit 0.
+// kwok's is a process on this machine, which preflight cannot see: it must say jobs would
+// never start and exit 1. A namespace that does not exist fails on both.
+func TestPreflightReadsTheE2ECluster(t *testing.T) {
+	ns := newNamespace(t)
+	checks, code := preflightOn(t, ns)
+	want := map[string]string{"CRD": "ok", "In-place restart": "ok", "AMD GPUs": "ok", "Pod Security": "ok", "Operator": "fail"}
+	wantCode := 1
+	if w.kind() {
+		want["Operator"], wantCode = "ok", 0
+	}
+	for name, result := range want {
+		if got := checks[name]; got.Result != result {
+			t.Errorf("preflight's %q: %s (%s), want %s", name, got.Result, got.Detail, result)
+		}
+	}
+	if code != wantCode {
+		t.Errorf("preflight exits %d, want %d", code, wantCode)
+	}
+
+	checks, code = preflightOn(t, ns+"-none")
+	if got := checks["Pod Security"]; got.Result != "fail" || code != 1 {
+		t.Errorf("in a namespace that does not exist: Pod Security %s (%s), exit %d; want fail, exit 1", got.Result, got.Detail, code)
+	}
+}
+
+// rootLogs reads a job's last failure's root rank's log with kubectl zaya logs --root after
+// the kubelet restarted its worker in place: the run the fault ended (the previous container,
+// chosen without -p), which trained to the fault and had not resumed, and, with --rank, the
+// current run, which resumed from a checkpoint.
+func rootLogs(t *testing.T, g Gomega, job *trainingv1alpha1.ZayaTrainingJob, atStep int64) {
+	t.Helper()
+	logs := func(args ...string) (string, string) {
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"logs", job.Name, "-n", job.Namespace, "--kubeconfig", kubeconfig}, args...)
+		code := zayactl.Main(context.Background(), args, &stdout, &stderr)
+		g.Expect(code).To(BeZero(), "kubectl zaya %v: %s", args, stderr.String())
+		return stdout.String(), stderr.String()
+	}
+	failed, header := logs("--root")
+	g.Expect(header).To(ContainSubstring("rank 1, previous container"))
+	p := train.ParseLog(failed)
+	g.Expect(p.Resumed).To(BeZero(), "the root's failed run resumed: not the first run's log")
+	g.Expect(p.Last).To(BeNumerically(">=", atStep-1), "the root's failed run stopped before the fault")
+	current, header := logs("--rank", "1")
+	g.Expect(header).To(ContainSubstring("rank 1, current container"))
+	g.Expect(train.ParseLog(current).Resumed).To(BeNumerically(">", 0), "rank 1's current run did not resume")
 }

@@ -299,6 +299,12 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	g.Expect(replaced).To(Equal(wantReplaced), "pods replaced")
 	g.Expect(atStep-resumed).To(BeNumerically("<=", ckptEvery+1), "steps lost")
 
+	if f.mode == trainingv1alpha1.RestartModeInPlace && f.replaced == 0 && !f.supervise && !f.injected {
+		// The kubelet restarted the killed worker in its pod: kubectl zaya logs --root
+		// reads the run that failed.
+		rootLogs(t, g, got, atStep)
+	}
+
 	final := waitSucceeded(t, job, 5*time.Minute)
 	g.Expect(final.Status.Restarts).To(Equal(int32(1)))
 	params, err := os.ReadFile(filepath.Join(dir, "final-params"))
