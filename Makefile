@@ -28,7 +28,7 @@ tools: ## Build every pinned tool and control-plane binary into bin/ (cached).
 
 .PHONY: tools-ci
 tools-ci: ## Build the tools make test uses.
-	hack/tools.sh controller-gen golangci-lint helm promtool cluster
+	hack/tools.sh controller-gen golangci-lint helm promtool krew cluster
 
 .PHONY: manifests
 manifests: ## Generate the CRD and RBAC (config/, the chart), the Grafana dashboard, docs/api-reference.md and the chart's README.
@@ -56,6 +56,11 @@ generate: ## Generate DeepCopy methods.
 build: ## Build the operator binary and the kubectl plugin (bin/kubectl-zaya).
 	go build -trimpath -o $(BIN)/zaya-operator .
 	go build -trimpath -o $(BIN)/kubectl-zaya ./cmd/kubectl-zaya
+
+.PHONY: release
+release: ## Build a release into dist/ (VERSION=vX.Y.Z): kubectl-zaya for each platform, its krew manifest, the chart's package, checksums.
+	hack/tools.sh helm
+	go run ./hack/release -version "$${VERSION:?set VERSION=vX.Y.Z}" -out dist
 
 .PHONY: images
 images: ## Build the operator, worker and fake device plugin images with no registry (hack/images.sh; needs Docker).
@@ -87,8 +92,8 @@ lint: ## go vet and golangci-lint.
 	$(BIN)/golangci-lint run --build-tags e2e ./test/...
 
 .PHONY: test-unit
-test-unit: ## Unit tests (the chart's need helm, kubectl and promtool).
-	hack/tools.sh helm k8s promtool
+test-unit: ## Unit tests (the chart's need helm, kubectl and promtool; the release's helm and krew).
+	hack/tools.sh helm k8s promtool krew
 	go test -race $(GO_TEST_FLAGS) $(UNIT_PKGS)
 	go test -race -tags rocm $(GO_TEST_FLAGS) ./workers/rocm/... ./workers/train/...
 

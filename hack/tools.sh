@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned test and cluster binaries from the Go module proxy into bin/.
 # Each group is rebuilt only when its stamp (Go version + pins + wrapper go.sum) changes.
-#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint|promtool|envtest|envtest-min|kind|coredns]...
+#   hack/tools.sh [all|k8s|etcd|kwok|controller-gen|helm|golangci-lint|promtool|prometheus|krew|envtest|envtest-min|kind|coredns]...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/tools/versions.env
@@ -91,6 +91,9 @@ build_kind() { install kind "$KIND_VERSION" sigs.k8s.io/kind "" kind; }
 # since its image is FROM scratch.
 build_coredns() { CGO_ENABLED=0 install coredns "$COREDNS_VERSION" github.com/coredns/coredns "" coredns; }
 build_promtool() { install promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "" promtool; }
+# The Prometheus server, for hack/panels.sh only (not in all): the same module as promtool.
+build_prometheus() { install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "" prometheus; }
+build_krew() { install krew "$KREW_VERSION" sigs.k8s.io/krew/cmd/krew "" krew; }
 build_golangci_lint() { install golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint "" golangci-lint; }
 
 # envtest wants a folder holding exactly its control-plane binaries.
@@ -109,7 +112,7 @@ envtest_min_assets() {
 [ $# -gt 0 ] || set -- all
 for t in "$@"; do
 	case $t in
-	all) build_controller_gen; build_etcd; build_k8s; build_k8s_min; build_kwok; build_helm; build_golangci_lint; build_promtool; envtest_assets; envtest_min_assets ;;
+	all) build_controller_gen; build_etcd; build_k8s; build_k8s_min; build_kwok; build_helm; build_golangci_lint; build_promtool; build_krew; envtest_assets; envtest_min_assets ;;
 	cluster) build_etcd; build_k8s; build_kwok; envtest_assets ;;
 	envtest) build_etcd; build_k8s; envtest_assets ;;
 	envtest-min) build_etcd; build_k8s_min; envtest_min_assets ;;
@@ -122,6 +125,8 @@ for t in "$@"; do
 	helm) build_helm ;;
 	golangci-lint) build_golangci_lint ;;
 	promtool) build_promtool ;;
+	krew) build_krew ;;
+	prometheus) build_prometheus ;;
 	*) echo "tools: unknown target $t" >&2; exit 2 ;;
 	esac
 done

@@ -116,7 +116,7 @@ func failedRunIsPrevious(w *corev1.ContainerStatus, failed time.Time) bool {
 		return true
 	}
 	last := w.LastTerminationState.Terminated
-	return last != nil && !last.FinishedAt.Time.After(failed.Add(time.Second)) && last.FinishedAt.Time.After(failed.Add(-recordedWithin))
+	return last != nil && !last.FinishedAt.After(failed.Add(time.Second)) && last.FinishedAt.After(failed.Add(-recordedWithin))
 }
 
 // recordedWithin bounds how long after a worker's exit the operator records it: a pass or a

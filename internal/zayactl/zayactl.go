@@ -57,7 +57,7 @@ func root(out, errs io.Writer) *cobra.Command {
 	flags.StringVar(&s.loading.ExplicitPath, "kubeconfig", "", "path to the kubeconfig file")
 	clientcmd.BindOverrideFlags(&s.overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
 	flags.StringVarP(&s.output, "output", "o", "", "output format: text (default), json or yaml")
-	cmd.AddCommand(s.statusCmd(), s.whyCmd(), s.goodputCmd(), s.logsCmd(), s.preflightCmd())
+	cmd.AddCommand(s.statusCmd(), s.whyCmd(), s.goodputCmd(), s.logsCmd(), s.preflightCmd(), s.versionCmd())
 	return cmd
 }
 
