@@ -209,11 +209,17 @@ func startOperator(extra ...string) (*operatorProcess, error) {
 	if l := os.Getenv("ZAYA_E2E_LOG_LEVEL"); l != "" {
 		level = l // debug shows the goodput accounting (the "goodput" logger's V(1))
 	}
-	args := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
+	args := []string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0",
 		"--health-probe-bind-address=" + probe, "--zap-log-level=" + level,
 		"--worker-proxy=" + workerProxy, "--progress-poll-interval=" + progressPollInterval.String(),
 		// The node agent ignores images: its init container runs ZAYA_E2E_SUPERVISOR.
-		"--supervisor-image=zaya-worker:dev"}, extra...)
+		"--supervisor-image=zaya-worker:dev"}
+	if addr := os.Getenv("ZAYA_E2E_METRICS_ADDR"); addr != "" {
+		// A Prometheus on this machine scrapes the operator (docs/observability.md's panels):
+		// plain HTTP, and only one operator at a time can hold the address.
+		args = append(args, "--metrics-bind-address="+addr, "--metrics-secure=false")
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
