@@ -302,7 +302,7 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	if f.mode == trainingv1alpha1.RestartModeInPlace && f.replaced == 0 && !f.supervise && !f.injected {
 		// The kubelet restarted the killed worker in its pod: kubectl zaya logs --root
 		// reads the run that failed.
-		rootLogs(t, g, got, atStep)
+		rootLogs(t, g, got)
 	}
 
 	final := waitSucceeded(t, job, 5*time.Minute)
