@@ -91,6 +91,12 @@ const (
 	LabelAMDVGPU = "feature.node.kubernetes.io/amd-vgpu"
 )
 
+// The AMD device plugin's resources a worker requests: GPUs, and a Pollara NIC per GPU.
+const (
+	ResourceAMDGPU corev1.ResourceName = "amd.com/gpu"
+	ResourceAMDNIC corev1.ResourceName = "amd.com/nic"
+)
+
 // RequireAMDGPU keeps a pod to nodes that NFD labels as AMD GPU nodes, with either label:
 // each required node-affinity term of the pod becomes two, one per label (terms are ORed).
 func RequireAMDGPU(ps *corev1.PodSpec) {

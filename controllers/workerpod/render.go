@@ -165,9 +165,9 @@ func Render(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank
 		// traceback) still leaves the tail of its log as evidence of why.
 		w.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	}
-	setDevice(&w.Resources, "amd.com/gpu", int64(s.GPUsPerNode))
+	setDevice(&w.Resources, ResourceAMDGPU, int64(s.GPUsPerNode))
 	if nics := s.NICsPerNode(); nics > 0 {
-		setDevice(&w.Resources, "amd.com/nic", int64(nics))
+		setDevice(&w.Resources, ResourceAMDNIC, int64(nics))
 	}
 	for _, list := range [][]corev1.Container{ps.InitContainers, ps.Containers} {
 		for i := range list {

@@ -52,8 +52,8 @@ const (
 	kueueCRD      = "workloads.kueue.x-k8s.io"
 	operatorLabel = "app.kubernetes.io/name"
 	operatorName  = "zaya-operator"
-	gpuResource   = corev1.ResourceName("amd.com/gpu")
-	nicResource   = corev1.ResourceName("amd.com/nic")
+	gpuResource   = workerpod.ResourceAMDGPU
+	nicResource   = workerpod.ResourceAMDNIC
 	productLabel  = "amd.com/gpu.product-name"
 	enforceLabel  = "pod-security.kubernetes.io/enforce"
 )
