@@ -118,9 +118,14 @@ const (
 	// EnvJobUID is the job's UID: with the attempt, the ranks' rendezvous token; and the owner
 	// of the checkpoint directory, so a job recreated on a kept volume takes it over from the
 	// deleted one (docs/worker-contract.md).
-	EnvJobUID            = "ZAYA_JOB_UID"
-	EnvRestartAttempt    = "ZAYA_RESTART_ATTEMPT"
-	EnvContextParallel   = "ZAYA_CONTEXT_PARALLEL"
+	EnvJobUID          = "ZAYA_JOB_UID"
+	EnvRestartAttempt  = "ZAYA_RESTART_ATTEMPT"
+	EnvContextParallel = "ZAYA_CONTEXT_PARALLEL"
+	// EnvTargetNodes is the node count an elastic job trains at when whole (spec.nodes), set
+	// only for elastic jobs; NNODES is this run's, fewer while the job is shrunk. A trainer
+	// keeps its global batch that of EnvTargetNodes nodes at every width
+	// (docs/worker-contract.md, "Elastic jobs").
+	EnvTargetNodes       = "ZAYA_TARGET_NODES"
 	EnvCheckpointDir     = "ZAYA_CHECKPOINT_DIR"
 	EnvCheckpointEvery   = "ZAYA_CHECKPOINT_INTERVAL"
 	EnvCheckpointKeep    = "ZAYA_CHECKPOINT_KEEP"

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/workers/exactsum"
 	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/rocm"
 )
@@ -25,18 +27,22 @@ func (e *ConfigError) Error() string { return e.Msg }
 // Config is one worker process: its node's ranks and the job's shape.
 type Config struct {
 	NodeRank, Nodes, GPUsPerNode, ContextParallel int
-	Master                                        string // MASTER_ADDR:MASTER_PORT
-	MasterListen                                  string // where rank 0 listens ("": every interface)
-	Listen                                        string // where ring neighbours connect (":0")
-	RendezvousTimeout                             time.Duration
-	PeerTimeout                                   time.Duration // a peer silent this long is lost (0: the transport's default; negative: no bound)
-	CollectiveTimeout                             time.Duration // ZAYA_COLLECTIVE_TIMEOUT: a live peer's part waited for at most this long (0: no bound)
-	CheckpointDir                                 string
-	Attempt                                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
-	JobUID                                        string        // ZAYA_JOB_UID: owns the checkpoint directory
-	CheckpointEvery, Keep                         int           // steps between checkpoints (0: none)
-	CheckpointPeriod                              time.Duration // time between checkpoints (0: none)
-	HeartbeatFile, TerminationLog                 string
+	// TargetNodes is ZAYA_TARGET_NODES, the width whose global batch every step trains
+	// (elastic jobs; 0: Nodes). Above Nodes, each data-parallel group trains more
+	// micro-batches.
+	TargetNodes                   int
+	Master                        string // MASTER_ADDR:MASTER_PORT
+	MasterListen                  string // where rank 0 listens ("": every interface)
+	Listen                        string // where ring neighbours connect (":0")
+	RendezvousTimeout             time.Duration
+	PeerTimeout                   time.Duration // a peer silent this long is lost (0: the transport's default; negative: no bound)
+	CollectiveTimeout             time.Duration // ZAYA_COLLECTIVE_TIMEOUT: a live peer's part waited for at most this long (0: no bound)
+	CheckpointDir                 string
+	Attempt                       int           // ZAYA_RESTART_ATTEMPT, the generation; after resume, the attempt number this start writes under
+	JobUID                        string        // ZAYA_JOB_UID: owns the checkpoint directory
+	CheckpointEvery, Keep         int           // steps between checkpoints (0: none)
+	CheckpointPeriod              time.Duration // time between checkpoints (0: none)
+	HeartbeatFile, TerminationLog string
 	// FaultFile, when set, is polled every step: a fault named in it ("gpu", "nic",
 	// "usercode") is played as the real one would end the process (docs/worker-contract.md,
 	// "Fault injection"). For chaos tests; never set on a real job.
@@ -97,6 +103,11 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	if world != cfg.Nodes*cfg.GPUsPerNode {
 		return cfg, &ConfigError{fmt.Sprintf("%s=%d is not %s x %s = %d", contract.EnvWorldSize, world, contract.EnvNNodes, contract.EnvGPUsPerNode, cfg.Nodes*cfg.GPUsPerNode)}
 	}
+	if getenv(contract.EnvTargetNodes) != "" {
+		if err := num(contract.EnvTargetNodes, &cfg.TargetNodes, 1); err != nil {
+			return cfg, err
+		}
+	}
 	cfg.CheckpointDir = getenv(contract.EnvCheckpointDir)
 	cfg.JobUID = getenv(contract.EnvJobUID)
 	if len(cfg.JobUID) > 128 || strings.ContainsAny(cfg.JobUID, " \t\r\n") {
@@ -139,6 +150,13 @@ func (c Config) Validate() error {
 		return &ConfigError{fmt.Sprintf("%s=%d is outside 0..%d", contract.EnvNodeRank, c.NodeRank, c.Nodes-1)}
 	case c.ContextParallel < 1 || world%c.ContextParallel != 0:
 		return &ConfigError{fmt.Sprintf("%s=%d must divide the world size %d", contract.EnvContextParallel, c.ContextParallel, world)}
+	case c.TargetNodes != 0 && c.TargetNodes < c.Nodes:
+		return &ConfigError{fmt.Sprintf("%s=%d is below %s=%d: a job grows back to its target, never past it", contract.EnvTargetNodes, c.TargetNodes, contract.EnvNNodes, c.Nodes)}
+	case int64(cmp.Or(c.TargetNodes, c.Nodes))*int64(c.GPUsPerNode) > exactsum.MaxTerms:
+		// A step's gradient is the exact sum of one term per micro-batch and context-parallel rank.
+		return &ConfigError{fmt.Sprintf("%d nodes of %d GPUs: this worker sums at most %d ranks' gradients exactly", cmp.Or(c.TargetNodes, c.Nodes), c.GPUsPerNode, exactsum.MaxTerms)}
+	case c.TargetNodes != 0 && c.TargetNodes*c.GPUsPerNode%c.ContextParallel != 0:
+		return &ConfigError{fmt.Sprintf("%s=%d: %d GPUs are not whole rings of %s=%d", contract.EnvTargetNodes, c.TargetNodes, c.TargetNodes*c.GPUsPerNode, contract.EnvContextParallel, c.ContextParallel)}
 	case c.Seq < 2*c.ContextParallel || c.Seq%(2*c.ContextParallel) != 0:
 		return &ConfigError{fmt.Sprintf("sequence length %d must be a multiple of 2 x context parallel %d", c.Seq, c.ContextParallel)}
 	case c.Steps < 0 || !(c.LR > 0 && c.LR < 1):
@@ -157,6 +175,12 @@ func (c Config) Validate() error {
 		return &ConfigError{fmt.Sprintf("%s (-peer-timeout) %v is below %v: live peers would be lost", contract.EnvPeerTimeout, c.PeerTimeout, minPeerTimeout)}
 	}
 	return nil
+}
+
+// microBatches is how many sequences every step trains: one per data-parallel group of the
+// target width, whatever this run's width.
+func (c Config) microBatches() int {
+	return cmp.Or(c.TargetNodes, c.Nodes) * c.GPUsPerNode / c.ContextParallel
 }
 
 // shape is the model's size with the defaults filled in.

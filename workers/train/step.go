@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/workers/exactsum"
 	"github.com/zaya-operator/zaya-operator/workers/model"
 	"github.com/zaya-operator/zaya-operator/workers/ring"
 )
@@ -51,6 +52,7 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 	if err := r.tr.AllReduce(vec); err != nil {
 		return stop, false, fmt.Errorf("rank %d step %d: all-reduce: %w", r.rank, r.res.Step, err)
 	}
+	r.unscale(vec)
 	if err := r.apply(vec); err != nil {
 		return stop, false, err
 	}
@@ -63,34 +65,71 @@ func (r *rankState) step(ctx context.Context) (stop stopVote, periodDue bool, er
 }
 
 // gradients puts this rank's loss and weight gradients of the step into a new all-reduce vector.
+// They are summed exactly (exactsum): every micro-batch's loss and gradients are rounded once
+// to a grid the ranks agree on, so the all-reduce's sum, turned back by unscale, has the same
+// bits whatever the width and the order of the additions.
 func (r *rankState) gradients() ([]float64, error) {
 	cfg, n := &r.cfg, r.vecGrads()
-	tokens := model.Tokens(cfg.Seed, r.res.Step, r.dp, cfg.Seq, r.shape.Vocab)
-	b := model.Batch{Norm: r.norm}
-	for _, p := range r.pos {
-		b.Inputs, b.Targets = append(b.Inputs, tokens[p]), append(b.Targets, tokens[p+1])
-	}
 	// One all-reduce carries the loss, the weight gradients, the stop vote, whether this
 	// rank's background save is written, the last step rank 0 committed, and rank 0's call
 	// (by its clock) that a time-based checkpoint is due after this step, and the sum of the
 	// signalled ranks (see vote); then each node's busy seconds (see step).
 	vec := make([]float64, 6+n+cfg.Nodes)
-	var loss float64
-	var err error
-	switch {
-	case r.devReduce:
-		loss, err = r.dev.GradReduced(b)
-	case r.dev != nil:
-		loss, err = r.dev.Grad(b, vec[1:1+n])
-	default:
-		att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
-		loss, err = r.shape.Grad(r.params, b, att, model.BF16, vec[1:1+n])
+	// Micro-batch k of the step is the data of data-parallel group k at the target width;
+	// this rank's group trains every micro-batch k ≡ dp (mod this run's groups).
+	var terms [][]float64 // per micro-batch: the loss over r.norm, then the gradients
+	for k := r.dp; k < r.micro; k += r.dpGroups {
+		tokens := model.Tokens(cfg.Seed, r.res.Step, k, cfg.Seq, r.shape.Vocab)
+		b := model.Batch{Norm: r.norm}
+		for _, p := range r.pos {
+			b.Inputs, b.Targets = append(b.Inputs, tokens[p]), append(b.Targets, tokens[p+1])
+		}
+		term := make([]float64, 1+n)
+		var loss float64
+		var err error
+		switch {
+		case r.devReduce:
+			loss, err = r.dev.GradReduced(b)
+		case r.dev != nil:
+			loss, err = r.dev.Grad(b, term[1:])
+		default:
+			att := model.Ring{Backend: r.be, Layout: r.layout, Rank: r.cpRank, KV: ring.Over(r.tr), Blocks: ring.OverBlocks(r.tr)}
+			loss, err = r.shape.Grad(r.params, b, att, model.BF16, term[1:])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rank %d step %d: %w", r.rank, r.res.Step, err)
+		}
+		term[0] = loss / r.norm
+		terms = append(terms, term)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("rank %d step %d: %w", r.rank, r.res.Step, err)
+	// The grids: the largest loss and the largest gradient of any term on any rank.
+	largest := []float64{0, 0}
+	for _, term := range terms {
+		largest[0] = max(largest[0], exactsum.MaxAbs(term[:1]))
+		largest[1] = max(largest[1], exactsum.MaxAbs(term[1:]))
 	}
-	vec[0] = loss / r.norm
+	if err := exactsum.AllMax(r.tr, largest); err != nil {
+		return nil, fmt.Errorf("rank %d step %d: the gradients' scale: %w", r.rank, r.res.Step, err)
+	}
+	count := r.micro * cfg.ContextParallel // every micro-batch's loss is split over its ring
+	for i, m := range largest {
+		e, err := exactsum.Exponent(m, count)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d step %d: the %s: %w", r.rank, r.res.Step, []string{"loss", "gradients"}[i], err)
+		}
+		r.scales[i] = e
+	}
+	for _, term := range terms {
+		exactsum.Add(vec[:1], term[:1], r.scales[0])
+		exactsum.Add(vec[1:1+n], term[1:], r.scales[1])
+	}
 	return vec, nil
+}
+
+// unscale turns the all-reduced loss and gradients of vec back into values.
+func (r *rankState) unscale(vec []float64) {
+	exactsum.Unscale(vec[:1], r.scales[0])
+	exactsum.Unscale(vec[1:1+r.vecGrads()], r.scales[1])
 }
 
 // vote adds the stop vote, the background save's state and rank 0's checkpoint calls to vec.
@@ -162,10 +201,10 @@ func (r *rankState) report() {
 	if local0 && cfg.Metrics != nil {
 		cfg.Metrics.Step.Set(float64(res.Step))
 		cfg.Metrics.Loss.Set(res.Loss)
-		cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*r.dpGroups)*(res.Step-r.resumed)) / time.Since(r.start).Seconds())
+		cfg.Metrics.TokensPerSec.Set(float64(int64(cfg.Seq*r.micro)*(res.Step-r.resumed)) / time.Since(r.start).Seconds())
 	}
 	if r.rank == 0 && (res.Step%int64(max(cfg.LogEvery, 1)) == 0 || res.Step == int64(cfg.Steps)) {
-		tokens := float64(int64(cfg.Seq*r.dpGroups)*(res.Step-r.resumed)) / time.Since(r.start).Seconds()
+		tokens := float64(int64(cfg.Seq*r.micro)*(res.Step-r.resumed)) / time.Since(r.start).Seconds()
 		_, _ = fmt.Fprintf(cfg.Log, "step %d loss %.6g tokens/s %.0f at %s\n", res.Step, res.Loss, tokens, res.LastStepAt.UTC().Format(time.RFC3339Nano))
 	}
 	if local0 && cfg.Metrics != nil {

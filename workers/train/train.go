@@ -2,8 +2,10 @@
 // seeded synthetic text, trained data parallel × context parallel (ring attention) over the
 // ranks of the worker contract with AdamW, with distributed checkpoints (weights and the
 // optimizer's moments) and resume. Every rank sees the same all-reduced gradients bit for
-// bit, and data depends only on (seed, step, data-parallel index), so a run resumed from a
-// checkpoint ends with exactly the parameters of a run that never stopped.
+// bit, and data depends only on (seed, step, micro-batch), so a run resumed from a checkpoint
+// ends with exactly the parameters of a run that never stopped. The sum is exact (exactsum),
+// so an elastic job (ZAYA_TARGET_NODES) that resumes on fewer or more nodes, each group
+// training more or fewer of the step's micro-batches, ends with those parameters too.
 package train
 
 import (
@@ -265,6 +267,8 @@ type rankState struct {
 	cfg                  Config
 	rank, world, local   int
 	cpRank, dp, dpGroups int
+	micro                int    // sequences a step trains, at every width (Config.microBatches)
+	scales               [2]int // this step's exact-sum exponents: the loss's, the gradients'
 	be                   attention.Backend
 	tr                   transport.Transport
 	n                    int // parameters
@@ -308,7 +312,8 @@ func setupRank(cfg Config, rank int) (*rankState, error) {
 	r.adamM, r.adamV = make([]float32, r.n), make([]float32, r.n)
 	r.layout = ring.Layout{Seq: cfg.Seq, Ranks: cp}
 	r.pos = r.layout.Positions(r.cpRank)
-	r.norm = float64(cfg.Seq * r.dpGroups) // the loss is the mean over every token of the step
+	r.micro = cfg.microBatches()
+	r.norm = float64(cfg.Seq * r.micro) // the loss is the mean over every token of the step
 	return r, nil
 }
 
@@ -340,7 +345,9 @@ func (r *rankState) connect(ctx context.Context) error {
 			return rocmError(err)
 		}
 	}
-	r.devReduce = r.dev != nil && r.dev.Reduces() // every rank decides alike: same flags
+	// Every rank decides alike (same flags). An elastic job sums on the host: the device's
+	// float32 sum depends on the width.
+	r.devReduce = r.dev != nil && r.dev.Reduces() && cfg.TargetNodes == 0
 	return nil
 }
 

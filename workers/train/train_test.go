@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 // job is a gang of worker processes sharing a checkpoint directory.
 type job struct {
 	nodes, gpus, cp int
+	target          int    // ZAYA_TARGET_NODES (0: not set, not elastic)
 	attempt         int    // ZAYA_RESTART_ATTEMPT: a test that restarts the gang counts it up, as the operator does
 	uid             string // ZAYA_JOB_UID
 	args            string
@@ -72,7 +73,14 @@ func (j job) env(node int, out string) []string {
 		"WORLD_SIZE="+strconv.Itoa(j.nodes*j.gpus), "ZAYA_CONTEXT_PARALLEL="+strconv.Itoa(j.cp),
 		"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+j.port, "ZAYA_RESTART_ATTEMPT="+strconv.Itoa(j.attempt), "ZAYA_JOB_UID="+j.uid,
 		"ZAYA_CHECKPOINT_DIR="+filepath.Join(j.dir, "ckpt"), "ZAYA_CHECKPOINT_INTERVAL=4", "ZAYA_CHECKPOINT_KEEP=2",
-		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)))
+		"ZAYA_HEARTBEAT_FILE="+filepath.Join(j.dir, fmt.Sprintf("heartbeat-%d", node)), "ZAYA_TARGET_NODES="+targetEnv(j.target))
+}
+
+func targetEnv(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // processDeadline bounds every worker process a test starts, whatever the test waits for.
@@ -393,6 +401,10 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		{"one-token vocabulary", nil, "-vocab=1", "vocabulary 1: want at least 2 tokens"},
 		{"no layers", nil, "-layers=0", "layers 0"},
 		{"learning rate of SGD", nil, "-lr=1.5", "0 < lr < 1"},
+		{"garbage target", map[string]string{"ZAYA_TARGET_NODES": "0"}, "", `ZAYA_TARGET_NODES="0" must be an integer >= 1`},
+		{"target below the width", map[string]string{"NNODES": "2", "WORLD_SIZE": "4", "ZAYA_TARGET_NODES": "1"}, "", "ZAYA_TARGET_NODES=1 is below NNODES=2"},
+		{"target splits a ring", map[string]string{"NNODES": "2", "GPUS_PER_NODE": "1", "WORLD_SIZE": "2", "ZAYA_TARGET_NODES": "3"}, "", "ZAYA_TARGET_NODES=3: 3 GPUs are not whole rings of ZAYA_CONTEXT_PARALLEL=2"},
+		{"target past an exact sum", map[string]string{"ZAYA_TARGET_NODES": "1000000"}, "", "1000000 nodes of 2 GPUs: this worker sums at most 1048576"},
 	}
 	if !rocm.Built {
 		cases = append(cases, struct {
