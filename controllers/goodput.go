@@ -86,7 +86,7 @@ func (p *pass) watchProgress(g gang.Gang) {
 		poller.Forget(key)
 		return
 	}
-	poller.Watch(key, liveprogress.Target{UID: p.job.UID, Addr: addr, Nodes: int(p.job.Spec.Nodes),
+	poller.Watch(key, liveprogress.Target{UID: p.job.UID, Addr: addr, Nodes: int(p.job.Width()),
 		MarginPercent: int(recovery.StragglerMargin(&p.job.Spec.FaultTolerance))})
 	if rep, ok := poller.Latest(key, p.job.UID); ok {
 		p.report = &rep

@@ -31,7 +31,7 @@ func (p *pass) recordCheckpoint(g gang.Gang) {
 func (p *pass) updateProgress(g gang.Gang) ctrl.Result {
 	var recheck time.Duration
 	job := p.job
-	n := job.Spec.Nodes
+	n := job.Width()
 	job.Status.ReadyNodes = g.Ready
 	running := g.Ready == n
 	if since, ok := recovery.InPlaceUnderWay(&job.Status); ok && !g.RestartedSince(since) {
@@ -41,7 +41,7 @@ func (p *pass) updateProgress(g gang.Gang) ctrl.Result {
 		p.restarts.Finish(g)
 		p.ledger().Ran()
 		if p.becameTrue(trainingv1alpha1.ConditionRunning, trainingv1alpha1.ReasonAllRanksRunning, fmt.Sprintf("all %d ranks are running", n)) {
-			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, job.Spec.WorldSize())
+			p.normal(trainingv1alpha1.ReasonAllRanksRunning, "Run", "all %d ranks running (%d GPUs)", n, n*job.Spec.GPUsPerNode)
 			if job.Status.Restarts == 0 {
 				took := p.now.Sub(job.CreationTimestamp.Time)
 				p.whenStored(func() { timeToRunning.Observe(took.Seconds()) })

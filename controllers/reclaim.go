@@ -73,7 +73,7 @@ func (p *pass) relabel(ctx context.Context, existing *metav1.PartialObjectMetada
 // job's: the rank is still there, not vanished. It reports how many it relabelled.
 func (p *pass) reclaimRanks(ctx context.Context, g gang.Gang) (int, error) {
 	job := p.job
-	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
+	if job.Status.ReadyNodes < job.Width() || len(job.Status.Replacing) > 0 {
 		return 0, nil
 	}
 	going := g.DisruptedRanks()

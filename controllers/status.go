@@ -180,6 +180,7 @@ var conditionTypes = []string{
 	trainingv1alpha1.ConditionSuspended,
 	trainingv1alpha1.ConditionRestarting,
 	trainingv1alpha1.ConditionWaitingForCapacity,
+	trainingv1alpha1.ConditionShrunk,
 	trainingv1alpha1.ConditionRunning,
 	trainingv1alpha1.ConditionCreated,
 }

@@ -28,9 +28,11 @@ func (p *pass) suspend(ctx context.Context, pods []corev1.Pod) error {
 		}
 	}
 	p.clearCondition(trainingv1alpha1.ConditionQueued, trainingv1alpha1.ReasonSuspended, "the job is suspended")
-	for _, c := range []string{trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ConditionRunning, trainingv1alpha1.ConditionWaitingForCapacity} {
+	for _, c := range []string{trainingv1alpha1.ConditionRestarting, trainingv1alpha1.ConditionRunning, trainingv1alpha1.ConditionWaitingForCapacity, trainingv1alpha1.ConditionShrunk} {
 		p.clearCondition(c, trainingv1alpha1.ReasonSuspended, "the job is suspended")
 	}
+	// A resumed elastic job starts whole; its spec may change width meanwhile.
+	p.job.Status.CurrentNodes, p.job.Status.GrowAtStep = 0, nil
 	return p.admission.Suspended(ctx, pods)
 }
 

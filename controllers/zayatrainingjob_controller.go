@@ -186,6 +186,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.finish(ctx, pods)
 	}
 
+	job.Status.CurrentNodes = job.Width()
 	ranks, spares := recovery.SplitSpares(job, pods)
 	p.restarts = p.restarter(spares)
 	releaseIn := p.restarts.ExpireQuarantine()
@@ -257,6 +258,10 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	if escalated {
 		return ctrl.Result{}, nil // the status write brings the next pass, which recreates
 	}
+	resizeDue, resized := p.resize(ctx, g, spares)
+	if resized {
+		return ctrl.Result{}, nil // the status write brings the next pass, which recreates at the new width
+	}
 	if err := p.restarts.DeleteReplaced(ctx, g); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -288,7 +293,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 	progress := p.updateProgress(g)
 	return soonest(progress, ctrl.Result{RequeueAfter: p.ledger().Settle(p.stopped())}, p.requeueForDeadline(), ctrl.Result{RequeueAfter: releaseIn},
 		ctrl.Result{RequeueAfter: recheck}, ctrl.Result{RequeueAfter: inPlaceDue}, ctrl.Result{RequeueAfter: leaseDue}, ctrl.Result{RequeueAfter: spareDue},
-		ctrl.Result{RequeueAfter: causeDue}), nil
+		ctrl.Result{RequeueAfter: causeDue}, ctrl.Result{RequeueAfter: resizeDue}), nil
 }
 
 // statusConflictRecheck is how soon a job whose status write conflicted is looked at again if no

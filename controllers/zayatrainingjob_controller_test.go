@@ -42,6 +42,7 @@ func TestFirstPassCreatesTheGang(t *testing.T) {
 		ObservedGeneration: 3,
 		StartTime:          &metav1.Time{Time: now},
 		RestartMechanism:   trainingv1alpha1.RestartMechanismRestartRules,
+		CurrentNodes:       16,
 		// The start's time is open until the job trains.
 		Goodput: &trainingv1alpha1.GoodputStatus{AsOf: metav1.NewMicroTime(now), Open: &trainingv1alpha1.GoodputOpen{Since: metav1.NewMicroTime(now)}},
 		Conditions: []metav1.Condition{

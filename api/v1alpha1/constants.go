@@ -54,6 +54,8 @@ const (
 	ConditionStraggling = "Straggling"
 	// ConditionWaitingForCapacity is True while the gang cannot be fully placed.
 	ConditionWaitingForCapacity = "WaitingForCapacity"
+	// ConditionShrunk is True while an elastic job trains on fewer nodes than spec.nodes.
+	ConditionShrunk = "Shrunk"
 	// ConditionQueued is True while Kueue's admission gate holds ranks of the current attempt
 	// (Kueue's pod integration): the gang waits for quota, not for nodes.
 	ConditionQueued = "Queued"
@@ -154,6 +156,17 @@ const (
 	ReasonSparesCreated = "SparesCreated"
 	// ReasonSpareUnavailable: a warm spare pod could not be created (quota, admission).
 	ReasonSpareUnavailable = "SpareUnavailable"
+	// ReasonShrinking: an elastic job's gang restarts on fewer nodes, a rank having waited
+	// elastic.shrinkAfter for a node.
+	ReasonShrinking = "Shrinking"
+	// ReasonCannotShrink: a rank waits for a node, but the nodes left are fewer than
+	// elastic.minNodes (or keep no ring whole): the job waits for capacity.
+	ReasonCannotShrink = "CannotShrink"
+	// ReasonCapacityBack: the nodes a shrunk gang misses stood ready for elastic.growAfter;
+	// it grows at its next checkpoint.
+	ReasonCapacityBack = "CapacityBack"
+	// ReasonGrowing: a shrunk gang restarts on more nodes, from the checkpoint just committed.
+	ReasonGrowing = "Growing"
 	// ReasonRecovered: the restarted gang runs again.
 	ReasonRecovered = "Recovered"
 	// ReasonHardwareSuspect: a node was tainted (or untainted) cluster-wide for hardware

@@ -58,6 +58,7 @@ const (
 	EnvJobUID            = contract.EnvJobUID
 	EnvRestartAttempt    = contract.EnvRestartAttempt
 	EnvContextParallel   = contract.EnvContextParallel
+	EnvTargetNodes       = contract.EnvTargetNodes
 	EnvCheckpointDir     = contract.EnvCheckpointDir
 	EnvCheckpointEvery   = contract.EnvCheckpointEvery
 	EnvCheckpointKeep    = contract.EnvCheckpointKeep

@@ -32,6 +32,8 @@ const (
 	DefaultInPlaceTimeout         = 3 * time.Minute
 	DefaultQuarantineExpiry       = 24 * time.Hour
 	DefaultQuarantineMaxNodes     = 32
+	DefaultShrinkAfter            = 2 * time.Minute
+	DefaultGrowAfter              = 5 * time.Minute
 )
 
 // Default fills unset fields with the values the CRD schema defaults them to, so code that
@@ -77,6 +79,11 @@ func (j *ZayaTrainingJob) Default() {
 		if c.RetainOnDelete == nil {
 			c.RetainOnDelete = ptr.To(true)
 		}
+	}
+
+	if e := s.Elastic; e != nil {
+		defaultDuration(&e.ShrinkAfter, DefaultShrinkAfter)
+		defaultDuration(&e.GrowAfter, DefaultGrowAfter)
 	}
 
 	f := &s.FaultTolerance
@@ -138,7 +145,18 @@ func (s *ZayaTrainingJobStatus) Attempt() int32 {
 	return s.Restarts - s.InPlaceRestarts
 }
 
-// WorldSize is the number of training ranks: nodes * gpusPerNode.
+// Width is how many nodes the gang of the current attempt has: status.currentNodes while an
+// elastic job is shrunk (read only within elastic.minNodes..nodes: a status written by hand
+// cannot make a gang of another size), else spec.nodes.
+func (j *ZayaTrainingJob) Width() int32 {
+	e, n := j.Spec.Elastic, j.Status.CurrentNodes
+	if e == nil || n < max(e.MinNodes, 1) || n >= j.Spec.Nodes {
+		return j.Spec.Nodes
+	}
+	return n
+}
+
+// WorldSize is the number of training ranks at full width: nodes * gpusPerNode.
 func (s *ZayaTrainingJobSpec) WorldSize() int32 {
 	return s.Nodes * s.GPUsPerNode
 }

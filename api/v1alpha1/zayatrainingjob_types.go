@@ -18,6 +18,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.checkpoint) == has(oldSelf.checkpoint) && (!has(self.checkpoint) || (self.checkpoint.volume == oldSelf.checkpoint.volume && self.checkpoint.mountPath == oldSelf.checkpoint.mountPath))",message="checkpoint.volume and mountPath are immutable: checkpoints must stay where the job can find them",fieldPath=".checkpoint"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.nodeName) || self.nodes == 1 || self.placement.nodeSharing == 'Shared'",message="template.spec.nodeName pins every rank to one node: with nodes > 1 set placement.nodeSharing: Shared, or use a node selector",fieldPath=".template.spec.nodeName"
 // +kubebuilder:validation:XValidation:rule="self.nodes == 1 || !has(self.checkpoint) || !has(self.checkpoint.volume.accessModes) || self.checkpoint.volume.accessModes.exists(m, m == 'ReadWriteMany')",message="checkpoint.volume.accessModes needs ReadWriteMany when nodes > 1: every rank, on its own node, writes its shard",fieldPath=".checkpoint.volume.accessModes"
+// +kubebuilder:validation:XValidation:rule="!has(self.elastic) || self.elastic.minNodes <= self.nodes",message="elastic.minNodes must not exceed nodes",fieldPath=".elastic.minNodes"
+// +kubebuilder:validation:XValidation:rule="!has(self.elastic) || self.parallelism.contextParallel < 1 || self.elastic.minNodes * self.gpusPerNode % self.parallelism.contextParallel == 0",message="elastic.minNodes * gpusPerNode must be a multiple of parallelism.contextParallel: a shrunk gang keeps its rings whole",fieldPath=".elastic.minNodes"
+// +kubebuilder:validation:XValidation:rule="oldSelf.suspend || (has(self.elastic) == has(oldSelf.elastic) && (!has(self.elastic) || self.elastic == oldSelf.elastic))",message="elastic can change only while the job is suspended",fieldPath=".elastic"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable",fieldPath=".managedBy"
 type ZayaTrainingJobSpec struct {
 	// nodes is the number of worker pods, one per node (1 to 4096); pod r gets NODE_RANK r.
@@ -75,6 +78,14 @@ type ZayaTrainingJobSpec struct {
 	// +optional
 	Placement PlacementSpec `json:"placement,omitempty"`
 
+	// elastic lets the job train on fewer nodes while a lost node cannot be replaced (no spare
+	// and no free node for shrinkAfter), and grow back to nodes at a checkpoint once capacity
+	// stands again (docs/recovery.md, "Elastic jobs"). The workers get the width of each run
+	// (NNODES, WORLD_SIZE) and the target (ZAYA_TARGET_NODES). Unset (the default), the job
+	// waits for all its nodes. It can change only while the job is suspended.
+	// +optional
+	Elastic *ElasticSpec `json:"elastic,omitempty"`
+
 	// successPolicy says when the job has succeeded: Rank0 (default: rank 0 exits 0, as
 	// torchrun and Megatron report completion) or AllRanks (every rank exits 0). Under Rank0
 	// the other ranks get 30s to finish; pods still running then are deleted. An attempt in
@@ -124,6 +135,38 @@ type ParallelismSpec struct {
 	// +kubebuilder:default=1
 	// +optional
 	ContextParallel int32 `json:"contextParallel,omitempty"`
+}
+
+// ElasticSpec is the range a job may train at (docs/recovery.md, "Elastic jobs").
+type ElasticSpec struct {
+	// minNodes is the fewest nodes the job trains on, from 1 to nodes; minNodes × gpusPerNode
+	// must be a multiple of parallelism.contextParallel. The gang shrinks to the most nodes it
+	// still has that keep its rings whole, never below minNodes.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +required
+	MinNodes int32 `json:"minNodes"`
+
+	// shrinkAfter is how long a rank may wait for a node (unschedulable: no spare and no free
+	// node) before the gang restarts on the nodes it has, a duration from 10s to 24h (default
+	// 2m).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="elastic.shrinkAfter must be a duration such as 90s, 30m or 1h30m, from 10s to 24h"
+	// +kubebuilder:default="2m"
+	// +optional
+	ShrinkAfter *metav1.Duration `json:"shrinkAfter,omitempty"`
+
+	// growAfter is how long the nodes a shrunk gang misses must stand ready before it grows
+	// back, a duration from 10s to 24h (default 5m): the job holds them with pods as it holds
+	// warm spares, so a node that comes and goes within growAfter is never grown onto. The
+	// gang then grows at its next committed checkpoint.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,7}([.][0-9]{1,9})?(ns|us|ms|s|m)|[0-9]{1,5}([.][0-9]{1,9})?h){1,4}$') && duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="elastic.growAfter must be a duration such as 90s, 30m or 1h30m, from 10s to 24h"
+	// +kubebuilder:default="5m"
+	// +optional
+	GrowAfter *metav1.Duration `json:"growAfter,omitempty"`
 }
 
 // SuccessPolicy says which ranks must exit 0 for the job to succeed.
@@ -768,6 +811,25 @@ type ZayaTrainingJobStatus struct {
 	// +optional
 	RestartTimes []metav1.Time `json:"restartTimes,omitempty"`
 
+	// currentNodes is how many nodes the gang of the current attempt has: spec.nodes, or fewer
+	// while an elastic job trains shrunk.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
+	// +optional
+	CurrentNodes int32 `json:"currentNodes,omitempty"`
+
+	// resizes is how many times an elastic job's gang changed its number of nodes.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Resizes int32 `json:"resizes,omitempty"`
+
+	// growAtStep is the step the shrunk gang had reached when the nodes it misses had stood
+	// ready for elastic.growAfter: it grows back once a checkpoint at or past this step is
+	// committed. Unset while those nodes are not there.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	GrowAtStep *int64 `json:"growAtStep,omitempty"`
+
 	// readyNodes is how many worker pods of the current attempt are Running and ready.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
@@ -1102,6 +1164,7 @@ type CheckpointStatus struct {
 // +kubebuilder:resource:shortName=ztj,categories=all;zaya
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.nodes`
 // +kubebuilder:printcolumn:name="GPUs/Node",type=integer,JSONPath=`.spec.gpusPerNode`
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.currentNodes`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyNodes`
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`

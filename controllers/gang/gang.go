@@ -48,7 +48,7 @@ type Gang struct {
 
 // Of sorts the job's pods into the gang of its current attempt.
 func Of(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod, lifted ...string) Gang {
-	n := job.Spec.Nodes
+	n := job.Width()
 	g := Gang{Ranks: make([]*corev1.Pod, n), Renewed: make([]bool, n), Counts: make([]int32, n), CheckpointStep: -1, Resume: ResumeReport{Step: -1}, ResumeBefore: ResumeReport{Step: -1}, Corrupt: ResumeReport{Step: -1}, lifted: lifted}
 	g.Base = RestartBaseline(&job.Status, n)
 	restarting := meta.FindStatusCondition(job.Status.Conditions, trainingv1alpha1.ConditionRestarting)
@@ -173,7 +173,7 @@ func (g *Gang) DisruptedRanks() map[int32]bool {
 // replacement under way, so no rank can be missing: making one again alone, in the same
 // attempt, would leave its peers waiting on a collective with a stranger.
 func (g *Gang) NoticeVanished(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) {
-	if job.Status.ReadyNodes < job.Spec.Nodes || len(job.Status.Replacing) > 0 {
+	if job.Status.ReadyNodes < job.Width() || len(job.Status.Replacing) > 0 {
 		return
 	}
 	going := g.DisruptedRanks()

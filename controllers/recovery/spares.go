@@ -69,14 +69,31 @@ func SplitSpares(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) ([]co
 	return ranks, spares
 }
 
-// WantedSpares is how many spares the job holds: only ranks that restart in place are ever
-// replaced alone.
+// WantedSpares is how many spares the job holds: its warm spares, then the grow holders of a
+// shrunk elastic job (GrowHolders), spares of the higher indices.
 func WantedSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 	// (The admission may allow fewer: see restart.Executor.EnsureSpares.)
+	return warmSpares(job) + GrowHolders(job)
+}
+
+// warmSpares is faultTolerance.spares: only ranks that restart in place are ever replaced alone.
+func warmSpares(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 	if WantedMechanism(&job.Spec.FaultTolerance) == trainingv1alpha1.RestartMechanismRecreate {
 		return 0
 	}
 	return min(max(job.Spec.FaultTolerance.Spares, 0), 16)
+}
+
+// HoldersOf are the job's grow holders among its spares: those past its warm spares.
+func HoldersOf(job *trainingv1alpha1.ZayaTrainingJob, spares []*corev1.Pod) []*corev1.Pod {
+	warm := warmSpares(job)
+	var out []*corev1.Pod
+	for _, s := range spares {
+		if i, ok := SpareIndex(job, s); ok && i >= warm {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // SparePod is the job's spare i: rank's placement and resources (rank 0's pod as the core

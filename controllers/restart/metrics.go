@@ -32,10 +32,16 @@ var (
 		Name: "zaya_gang_pods_replaced_total",
 		Help: "Worker pods replaced during in-place restarts (the other ranks restarted in place), by why.",
 	}, []string{"reason"})
+	resizesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "zaya_gang_resizes_total",
+		Help: "Elastic gangs restarted on fewer nodes (shrink) or back on more (grow).",
+	}, []string{"direction"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(restartsTotal, recoverySeconds, escalationsTotal, failuresTotal, podsReplacedTotal)
+	metrics.Registry.MustRegister(restartsTotal, recoverySeconds, escalationsTotal, failuresTotal, podsReplacedTotal, resizesTotal)
+	resizesTotal.WithLabelValues("shrink")
+	resizesTotal.WithLabelValues("grow")
 	// Every series a fault can raise starts at 0, so a rate over it is 0, not "no data", and a
 	// dashboard finds it before the first fault.
 	for _, mode := range []trainingv1alpha1.RestartMode{trainingv1alpha1.RestartModeInPlace, trainingv1alpha1.RestartModeRecreate} {

@@ -231,7 +231,7 @@ func (e *Executor) Finish(g gang.Gang) {
 	e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,
 		fmt.Sprintf("attempt %d running %ds after the failure (%s)", st.Attempt(), secs, st.LastRestartMode))
 	e.Host.Normal(trainingv1alpha1.ReasonRecovered, "Restart", "recovered %s: attempt %d has all %d ranks running, %ds after the failure",
-		restartModeWords(st.LastRestartMode), st.Attempt(), e.Job.Spec.Nodes, secs)
+		restartModeWords(st.LastRestartMode), st.Attempt(), e.Job.Width(), secs)
 }
 
 // restartModeWords says how a restart happened, for events.

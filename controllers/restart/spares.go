@@ -115,7 +115,7 @@ func (e *Executor) EnsureSpares(ctx context.Context, g gang.Gang) (time.Duration
 	if err := e.Host.DeletePods(ctx, drop, ptr.To[int64](recovery.SpareGrace)); err != nil {
 		return 0, err
 	}
-	if g.Scheduled < job.Spec.Nodes {
+	if g.Scheduled < job.Width() {
 		return retry, nil // a rank's pod is still to be made or placed
 	}
 	var made []string

@@ -29,11 +29,12 @@ func WorkerContainer(spec *corev1.PodSpec) int {
 func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []corev1.EnvVar {
 	s := &job.Spec
 	itoa := func(v int32) string { return strconv.FormatInt(int64(v), 10) }
+	width := job.Width() // this attempt's nodes: fewer than spec.nodes while an elastic job is shrunk
 	env := []corev1.EnvVar{
 		{Name: trainingv1alpha1.EnvMasterAddr, Value: MasterAddr(job)},
 		{Name: trainingv1alpha1.EnvMasterPort, Value: itoa(trainingv1alpha1.MasterPort)},
-		{Name: trainingv1alpha1.EnvWorldSize, Value: itoa(s.WorldSize())},
-		{Name: trainingv1alpha1.EnvNNodes, Value: itoa(s.Nodes)},
+		{Name: trainingv1alpha1.EnvWorldSize, Value: strconv.FormatInt(int64(width)*int64(s.GPUsPerNode), 10)},
+		{Name: trainingv1alpha1.EnvNNodes, Value: itoa(width)},
 		{Name: trainingv1alpha1.EnvNodeRank, Value: itoa(rank)},
 		{Name: trainingv1alpha1.EnvGPUsPerNode, Value: itoa(s.GPUsPerNode)},
 		{Name: trainingv1alpha1.EnvLocalWorldSize, Value: itoa(s.GPUsPerNode)},
@@ -42,7 +43,7 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		{Name: trainingv1alpha1.EnvLocalRank, Value: "0"},
 		{Name: trainingv1alpha1.EnvGroupRank, Value: itoa(rank)},
 		// torchrun reads its arguments from PET_<FLAG>, so `torchrun train.py` works unchanged.
-		{Name: "PET_NNODES", Value: itoa(s.Nodes)},
+		{Name: "PET_NNODES", Value: itoa(width)},
 		{Name: "PET_NODE_RANK", Value: itoa(rank)},
 		{Name: "PET_NPROC_PER_NODE", Value: itoa(s.GPUsPerNode)},
 		{Name: "PET_MASTER_ADDR", Value: MasterAddr(job)},
@@ -53,6 +54,9 @@ func contractEnv(job *trainingv1alpha1.ZayaTrainingJob, attempt, rank int32) []c
 		{Name: trainingv1alpha1.EnvRestartAttempt, Value: itoa(attempt)},
 		{Name: trainingv1alpha1.EnvContextParallel, Value: itoa(s.Parallelism.ContextParallel)},
 		{Name: trainingv1alpha1.EnvHeartbeatFile, Value: trainingv1alpha1.HeartbeatFile},
+	}
+	if s.Elastic != nil {
+		env = append(env, corev1.EnvVar{Name: trainingv1alpha1.EnvTargetNodes, Value: itoa(s.Nodes)})
 	}
 	if c := s.Checkpoint; c != nil {
 		every := ""

@@ -96,10 +96,11 @@ func build() *dashboard.DashboardBuilder { //nolint:staticcheck // the classic J
 			query(`sum by (category) (increase(zaya_failures_total{role="root"}[$__rate_interval]))`, "{{category}}"))).
 		WithPanel(series("Time lost by category", "Seconds of jobs' time that went to no training, by category: down (until training again) and recompute (steps trained again).", "s",
 			query(`sum by (category, kind) (increase(zaya_lost_seconds_total[$__rate_interval]))`, "{{category}} {{kind}}"))).
-		WithPanel(series("Gang restarts", "Whole-gang restarts by failure reason and mode (InPlace, Recreate).", "none",
+		WithPanel(series("Gang restarts", "Whole-gang restarts by failure reason and mode (InPlace, Recreate), and elastic gangs' resizes.", "none",
 			query(`sum by (reason, mode) (increase(zaya_gang_restarts_total[$__rate_interval]))`, "{{reason}} {{mode}}"),
 			query(`sum by (reason) (increase(zaya_gang_restart_escalations_total[$__rate_interval]))`, "escalated: {{reason}}"),
-			query(`sum by (reason) (increase(zaya_gang_pods_replaced_total[$__rate_interval]))`, "pods replaced: {{reason}}"))).
+			query(`sum by (reason) (increase(zaya_gang_pods_replaced_total[$__rate_interval]))`, "pods replaced: {{reason}}"),
+			query(`sum by (direction) (increase(zaya_gang_resizes_total[$__rate_interval]))`, "elastic: {{direction}}"))).
 		WithPanel(series("Fault to running and training again", "From a failure to every rank running again (p50, p95 by mode), and the mean time down per root failure (to training again).", "s",
 			query(`histogram_quantile(0.5, sum by (le, mode) (rate(zaya_gang_recovery_seconds_bucket[$__rate_interval])))`, "running again p50 {{mode}}"),
 			query(`histogram_quantile(0.95, sum by (le, mode) (rate(zaya_gang_recovery_seconds_bucket[$__rate_interval])))`, "running again p95 {{mode}}"),

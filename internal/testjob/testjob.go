@@ -2,6 +2,8 @@
 package testjob
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +68,13 @@ func (w *Wrapper) NewCheckpoint(size, class string) *Wrapper {
 		v.StorageClassName = ptr.To(class)
 	}
 	w.Spec.Checkpoint = &trainingv1alpha1.CheckpointSpec{Volume: v}
+	return w
+}
+
+// Elastic sets spec.elastic with minNodes, shrinkAfter and growAfter.
+func (w *Wrapper) Elastic(minNodes int32, shrinkAfter, growAfter time.Duration) *Wrapper {
+	w.Spec.Elastic = &trainingv1alpha1.ElasticSpec{MinNodes: minNodes,
+		ShrinkAfter: &metav1.Duration{Duration: shrinkAfter}, GrowAfter: &metav1.Duration{Duration: growAfter}}
 	return w
 }
 

@@ -363,7 +363,7 @@ func (t *ticket) syncWorkload(ctx context.Context, pods []corev1.Pod) error {
 			conds = append(conds, metav1.Condition{Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: reason, Message: c.Message})
 		}
 	} else if wl.Status.Admission != nil {
-		conds = append(conds, podsReadyCondition(wl, workloadAdmitted(wl) && job.Status.ReadyNodes >= job.Spec.Nodes &&
+		conds = append(conds, podsReadyCondition(wl, workloadAdmitted(wl) && job.Status.ReadyNodes >= job.Width() &&
 			meta.IsStatusConditionTrue(job.Status.Conditions, trainingv1alpha1.ConditionRunning)))
 	}
 	if err := t.g.setWorkloadConditions(ctx, wl, conds...); err != nil {

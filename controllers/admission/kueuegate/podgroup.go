@@ -60,7 +60,7 @@ func joinPodGroup(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, attemp
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[kueue.PodGroupTotalCount] = strconv.FormatInt(int64(job.Spec.Nodes), 10)
+	pod.Annotations[kueue.PodGroupTotalCount] = strconv.FormatInt(int64(job.Width()), 10) // each attempt its own group: a shrunk one asks for less
 	// Topology-aware placement ranks pods by this label: rank r in the r-th slot.
 	pod.Annotations[kueue.PodGroupPodIndexLabel] = trainingv1alpha1.RankLabel
 	delete(pod.Annotations, kueue.RetriableInGroup)
@@ -184,7 +184,7 @@ func (t *ticket) Queued(pods []corev1.Pod) (queued, admittedNow bool) {
 	if n := queuedRanks(t.job, pods); n > 0 {
 		t.host.SetCondition(trainingv1alpha1.ConditionQueued, metav1.ConditionTrue, trainingv1alpha1.ReasonWaitingForKueue,
 			fmt.Sprintf("%d/%d ranks wait for Kueue to admit them (scheduling gate %s); activeDeadlineSeconds does not run out meanwhile",
-				n, t.job.Spec.Nodes, kueueAdmissionGate))
+				n, t.job.Width(), kueueAdmissionGate))
 		return true, false
 	}
 	c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionQueued)
