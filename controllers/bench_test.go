@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -133,5 +134,57 @@ func BenchmarkRecovery(b *testing.B) {
 				b.ReportMetric(float64(replaced)/float64(b.N), "pods-replaced/op")
 			})
 		}
+	}
+}
+
+// BenchmarkResize is the operator's side of one elastic shrink and grow of a gang of N
+// ranks, on the fake client: the last rank has waited for a node past shrinkAfter, the gang
+// restarts on N-1 ranks, its holder for the missing node runs, and the gang grows back to N
+// (its workers report no progress, so without waiting for a checkpoint). It reports the API
+// writes the operator made (writes/op); the kubelets' part (new pods starting) is played
+// with the timer stopped.
+func BenchmarkResize(b *testing.B) {
+	for _, n := range []int32{128, 2048} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(n).Generation(1).
+				Elastic(n/2, 10*time.Second, 10*time.Second).Defaulted().Obj()
+			h := newHarness(b, interceptor.Funcs{}, job)
+			h.events = nil
+			h.r.Recorder = events.NewFakeRecorder(1 << 20)
+			h.mustReconcile(b, job)
+			h.runAll(b)
+			h.mustReconcile(b, job)
+			var writes int64
+			clock := now
+			for b.Loop() {
+				b.StopTimer()
+				clock = clock.Add(time.Hour)
+				h.r.Clock = clockAt(clock)
+				st := h.get(b, job).Status
+				h.setPod(b, workerpod.PodName(job, st.Attempt(), n-1), func(p *corev1.Pod) {
+					p.Spec.NodeName = ""
+					p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+						Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(clock.Add(-time.Minute))}}}
+				})
+				resizes := st.Resizes
+				for passes := 0; ; passes++ {
+					if passes == 20 {
+						b.Fatalf("no shrink and grow after %d passes: %+v", passes, h.get(b, job).Status)
+					}
+					b.StartTimer()
+					w := h.writes.Load()
+					h.mustReconcile(b, job)
+					writes += int64(h.writes.Load() - w)
+					b.StopTimer()
+					got := h.get(b, job).Status
+					if got.Resizes == resizes+2 && got.ReadyNodes == n {
+						break
+					}
+					h.runAll(b) // the new attempt's pods, and the holder, start
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+		})
 	}
 }

@@ -28,6 +28,10 @@ func (p *pass) resize(ctx context.Context, g gang.Gang, spares []*corev1.Pod) (t
 			return wait, false
 		}
 		r = recovery.Grow(job, recovery.HoldersOf(job, spares), rep, p.now)
+		if r.Mark != nil || (r.Nodes == 0 && !r.Unmark && job.Status.GrowAtStep != nil) {
+			// Waiting for the checkpoint: rank 0's reports say when, and wake no pass.
+			r.Wait = max(p.r.ProgressPollInterval, time.Second)
+		}
 	}
 	return r.Wait, p.restarts.Elastic(ctx, r)
 }
