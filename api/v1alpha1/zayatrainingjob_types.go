@@ -1061,6 +1061,12 @@ type GoodputSpan struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	RecomputeMilliseconds int64 `json:"recomputeMilliseconds,omitempty"`
+	// nodes is how many nodes the gang trained on after it (status.currentNodes then):
+	// fewer than spec.nodes while an elastic job was shrunk.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
 }
 
 // GoodputOpen is a start or a failure whose cost is still running.

@@ -325,7 +325,7 @@ func (l *Ledger) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, res
 		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at
-	span := trainingv1alpha1.GoodputSpan{Category: o.Category, Since: micro(since), Until: at}
+	span := trainingv1alpha1.GoodputSpan{Category: o.Category, Since: micro(since), Until: at, Nodes: l.Job.Width()}
 	defer func() { remember(g, span) }()
 	if o.Category == "" {
 		g.StartupMilliseconds = addMillis(g.StartupMilliseconds, down)

@@ -69,7 +69,7 @@ func TestClosedLossesJoinTheBoundedHistory(t *testing.T) {
 	l := &Ledger{Job: job, Now: now.Add(2 * time.Minute)}
 	l.Settle(nil)
 	h := job.Status.Goodput.History
-	want := trainingv1alpha1.GoodputSpan{Category: "GPUHardware", Since: micro(now.Add(time.Minute)), Until: ran, RecomputeMilliseconds: 5000}
+	want := trainingv1alpha1.GoodputSpan{Category: "GPUHardware", Since: micro(now.Add(time.Minute)), Until: ran, RecomputeMilliseconds: 5000, Nodes: 2}
 	if len(h) != trainingv1alpha1.MaxGoodputHistory || !cmp.Equal(h[len(h)-1], want) {
 		t.Fatalf("history of %d, last %+v; want %d, last %+v", len(h), h[len(h)-1], trainingv1alpha1.MaxGoodputHistory, want)
 	}

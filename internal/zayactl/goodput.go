@@ -22,6 +22,8 @@ type Timeline struct {
 	From     time.Time `json:"from"`
 	To       time.Time `json:"to"`
 	Segments []Segment `json:"segments"`
+	// Nodes is spec.nodes: a Training segment on fewer was an elastic job's, shrunk.
+	Nodes int32 `json:"nodes,omitempty"`
 	// The account as status.goodput keeps it (milliseconds), and its ratio.
 	WallMilliseconds      int64                          `json:"wallMilliseconds"`
 	TrainingMilliseconds  int64                          `json:"trainingMilliseconds"`
@@ -42,6 +44,8 @@ type Segment struct {
 	// training that follows it).
 	RecomputeSeconds float64 `json:"recomputeSeconds,omitempty"`
 	Open             bool    `json:"open,omitempty"` // not over yet
+	// Nodes is the gang's width while Training, where status says it (an elastic job's).
+	Nodes int32 `json:"nodes,omitempty"`
 }
 
 // Seconds is the segment's length.
@@ -78,7 +82,7 @@ func (s *session) goodputCmd() *cobra.Command {
 // now) between its creation and its end (or now): the time between them trained.
 func timelineOf(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) Timeline {
 	st := &job.Status
-	t := Timeline{Job: job.Namespace + "/" + job.Name, From: job.CreationTimestamp.Time, To: now, Segments: []Segment{}}
+	t := Timeline{Job: job.Namespace + "/" + job.Name, From: job.CreationTimestamp.Time, To: now, Segments: []Segment{}, Nodes: job.Spec.Nodes}
 	if st.CompletionTime != nil {
 		t.To = st.CompletionTime.Time
 	}
@@ -112,10 +116,12 @@ func timelineOf(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) Timeline {
 	if len(spans) == trainingv1alpha1.MaxGoodputHistory && spans[0].Since.After(cursor) {
 		add(Segment{Kind: "Earlier", Start: cursor, End: spans[0].Since.Time}) // what the history no longer keeps
 	}
+	var width int32 // the width the gang trained at since the last span
 	for _, h := range spans {
 		if h.Since.After(cursor) {
-			add(Segment{Kind: "Training", Start: cursor, End: h.Since.Time})
+			add(Segment{Kind: "Training", Start: cursor, End: h.Since.Time, Nodes: width})
 		}
+		width = h.Nodes
 		kind := "Lost"
 		if h.Category == "" {
 			kind = "Startup"
@@ -131,12 +137,12 @@ func timelineOf(job *trainingv1alpha1.ZayaTrainingJob, now time.Time) Timeline {
 		open = &Segment{Kind: kind, Category: g.Open.Category, Start: g.Open.Since.Time, End: t.To, Open: st.CompletionTime == nil}
 	}
 	if open != nil && open.Start.After(cursor) {
-		add(Segment{Kind: "Training", Start: cursor, End: open.Start})
+		add(Segment{Kind: "Training", Start: cursor, End: open.Start, Nodes: width})
 	}
 	if open != nil {
 		add(*open)
 	} else if t.To.After(cursor) {
-		add(Segment{Kind: "Training", Start: cursor, End: t.To})
+		add(Segment{Kind: "Training", Start: cursor, End: t.To, Nodes: width})
 	}
 	return t
 }
@@ -196,6 +202,9 @@ func (t Timeline) text(w io.Writer, colour bool) error {
 		what := s.Kind
 		if s.Category != "" {
 			what += " (" + s.Category + ")"
+		}
+		if s.Nodes > 0 && s.Nodes < t.Nodes {
+			what += fmt.Sprintf(" on %d of %d nodes", s.Nodes, t.Nodes)
 		}
 		if s.RecomputeSeconds > 0 {
 			what += fmt.Sprintf(", then %s of steps trained again", (time.Duration(s.RecomputeSeconds * float64(time.Second))).Round(100*time.Millisecond))

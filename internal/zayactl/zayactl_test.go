@@ -93,6 +93,30 @@ func TestAnOpenLossRunsToNowAndAQueuedJobIsQueued(t *testing.T) {
 	}
 }
 
+// An elastic job's training after a shrink is shown at its width, and at full width after
+// the grow.
+func TestTrainingShrunkShowsItsWidth(t *testing.T) {
+	j := job()
+	j.Spec.Nodes = 4
+	lost, grow := span("NodeLost", 200, 220), span("Resize", 260, 262)
+	lost.Nodes, grow.Nodes = 3, 4
+	j.Status.Goodput.History = []trainingv1alpha1.GoodputSpan{span("", 10, 30), lost, grow}
+	tl := timelineOf(j, at(300))
+	var widths []int32
+	for _, s := range tl.Segments {
+		if s.Kind == "Training" {
+			widths = append(widths, s.Nodes)
+		}
+	}
+	if diff := cmp.Diff([]int32{0, 3, 4}, widths); diff != "" {
+		t.Errorf("training widths (-want +got):\n%s", diff)
+	}
+	var text bytes.Buffer
+	if err := tl.text(&text, false); err != nil || strings.Count(text.String(), "Training on 3 of 4 nodes") != 1 {
+		t.Errorf("text (%v) does not show the shrunk training once:\n%s", err, text.String())
+	}
+}
+
 // why names each failure's root, what the operator did, the quarantine it caused and what it
 // cost.
 func TestWhyTellsEachFailureAndWhatItCost(t *testing.T) {
