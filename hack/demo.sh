@@ -95,11 +95,13 @@ step "suspend: the pods go, the checkpoint claim stays"
 "$bin/kubectl" wait --for=condition=Suspended --timeout=30s ztj/smoke
 "$bin/kubectl" get pods,pvc
 
-step "real training: the reference worker on process-backed nodes; a worker killed, then a node hung, on purpose"
+step "real training: the reference worker on process-backed nodes; a worker killed, a node hung, then a node lost with none free, on purpose"
 (cd "$root" && "$bin/demotrain" -worker "$bin/zaya-worker" -workdir "$bin/demo-nodes" -proxy "$proxy_addr")
 
 step "done"
 echo "A 2-node x 8 GPU job ran as a gang on a local cluster of fake MI300X nodes; then a 4-node"
 echo "job of the reference worker trained for real, lost a worker process (restarted in place,"
 echo "no pod replaced) and then a node hung (only its rank's pod replaced, elsewhere; the other"
-echo "ranks restarted in place), resuming from its checkpoint each time, without a human."
+echo "ranks restarted in place), and last lost a node with no node free (it trained on 3 nodes,"
+echo "then grew back to 4 at a checkpoint once a node was schedulable again), resuming from its"
+echo "checkpoint each time, without a human."

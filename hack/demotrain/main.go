@@ -2,7 +2,9 @@
 // 4-node job on process-backed MI300X nodes (test/nodeagent). A worker is killed on purpose
 // (the gang restarts in place, no pod replaced), then a node hangs (only its rank's pod is
 // replaced, away from it, while the others restart in place); each time training resumes
-// from the last checkpoint, and the demo prints how long that took.
+// from the last checkpoint, and the demo prints how long that took. Last, the job (elastic,
+// minNodes 2) loses a node while no other node is free: it shrinks to 3 nodes, and grows
+// back to 4 at its next checkpoint once a node stands ready again.
 // It needs KUBECONFIG (a cluster with the CRD and the operator running) and -worker.
 package main
 
@@ -13,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -37,7 +41,7 @@ import (
 
 const (
 	ns, name, label = "default", "train", "zaya.dev/process-node"
-	steps, every    = 240, 20
+	steps, every    = 900, 20
 )
 
 func main() {
@@ -126,10 +130,12 @@ func run(worker, workdir string) error {
 	w.Command = []string{"zaya-worker"}
 	w.Args = []string{fmt.Sprintf("-steps=%d", steps), "-seq=16", "-dim=6", "-pace=40ms", "-log-every=10", "-metrics-addr=$(POD_IP):9400", "-master-listen=$(POD_IP):29500"}
 	w.Env = append(w.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	job.Spec.Elastic = &trainingv1alpha1.ElasticSpec{MinNodes: 2,
+		ShrinkAfter: &metav1.Duration{Duration: 10 * time.Second}, GrowAfter: &metav1.Duration{Duration: 10 * time.Second}}
 	if err := c.Create(ctx, job); err != nil {
 		return err
 	}
-	fmt.Printf("created ZayaTrainingJob %s: 4 nodes x 2 ranks, context parallel 2, checkpoint every %d steps, %d steps\n\n", name, every, steps)
+	fmt.Printf("created ZayaTrainingJob %s: 4 nodes x 2 ranks, context parallel 2, checkpoint every %d steps, %d steps, elastic down to 2 nodes\n\n", name, every, steps)
 
 	get := func() *trainingv1alpha1.ZayaTrainingJob {
 		j := &trainingv1alpha1.ZayaTrainingJob{}
@@ -175,6 +181,12 @@ func run(worker, workdir string) error {
 		resumedBefore      int           // rank 0's "resumed" lines when the node froze
 		killAdvance        time.Duration // fault to rank 0 training again
 		freezeAdvance      time.Duration
+		lostNode, freeNode string // the elastic phase: the node lost, and the one held back
+		lostAt             int64
+		lost, uncordoned   time.Time
+		shrinkAdvance      time.Duration // the node lost to training on 3 nodes
+		growRunning        time.Duration // the node back to training on 4 again
+		grewAt             int64
 	)
 	// advancing: rank 0 resumed more often than `before` times and trained a step since.
 	advancing := func(log string, before int) bool {
@@ -183,7 +195,7 @@ func run(worker, workdir string) error {
 		}
 		return strings.Contains(log[strings.LastIndex(log, "\nresumed from step "):], "\nstep ")
 	}
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := time.Now().Add(6 * time.Minute)
 	for time.Now().Before(deadline) {
 		j := get()
 		att := j.Status.Attempt()
@@ -230,6 +242,33 @@ func run(worker, workdir string) error {
 			freezeAdvance = time.Since(frozen)
 			fmt.Printf("\n>>> training advancing again %.1fs after the node froze: %d of %d pods replaced\n\n",
 				freezeAdvance.Seconds(), replacedSince(podUIDs(), killedPods), len(killedPods))
+		case freezeAdvance > 0 && lostNode == "" && last >= 300:
+			used := nodesOf(ctx, c, att)
+			for _, n := range nodes {
+				if n != failedNode && !slices.Contains(used, n) {
+					freeNode = n
+				}
+			}
+			lostNode, lostAt = a.NodeOf(ns, fmt.Sprintf("%s-%d-3", name, att)), last
+			fmt.Printf("\n>>> %s, the only free node, is cordoned; node %s (rank 3's) goes down: no node can take rank 3\n\n", freeNode, lostNode)
+			if err := cordon(ctx, c, freeNode, true); err != nil {
+				return err
+			}
+			lost = time.Now()
+			if err := a.NodeDown(ctx, lostNode); err != nil {
+				return err
+			}
+		case !lost.IsZero() && shrinkAdvance == 0 && j.Status.CurrentNodes == 3 && train.ParseLog(logOf(att)).Last > train.ParseLog(logOf(att)).Resumed:
+			shrinkAdvance = time.Since(lost)
+			fmt.Printf("\n>>> training on 3 nodes %.1fs after the node was lost (elastic.shrinkAfter 10s); %s is uncordoned\n\n", shrinkAdvance.Seconds(), freeNode)
+			if err := cordon(ctx, c, freeNode, false); err != nil {
+				return err
+			}
+			uncordoned = time.Now()
+		case !uncordoned.IsZero() && growRunning == 0 && j.Status.CurrentNodes == 4 && recovered && train.ParseLog(logOf(att)).Last > train.ParseLog(logOf(att)).Resumed:
+			growRunning, grewAt = time.Since(uncordoned), train.ParseLog(logOf(att)).Resumed
+			fmt.Printf("\n>>> back on 4 nodes, training %.1fs after %s was schedulable again (elastic.growAfter 10s, then the checkpoint of step %d)\n\n",
+				growRunning.Seconds(), freeNode, grewAt)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -248,6 +287,9 @@ func run(worker, workdir string) error {
 	fmt.Printf("  restarts: %d (%d in place), pods replaced: %d of %d (status.podsReplaced %d); the ranks run on %s\n",
 		j.Status.Restarts, j.Status.InPlaceRestarts, replaced, len(killedPods), j.Status.PodsReplaced, nodesOf(ctx, c, j.Status.Attempt()))
 	fmt.Printf("  resumed from the checkpoint of step %d after the hang (checkpoint interval %d)\n", train.ParseLog(logOf(j.Status.Attempt())).Resumed, every)
+	fmt.Printf("  node %s was lost at step %d with no node free: the gang shrank to 3 nodes (%.1fs to training again), held %s once\n",
+		lostNode, lostAt, shrinkAdvance.Seconds(), freeNode)
+	fmt.Printf("    it was schedulable, and grew back to 4 at the checkpoint of step %d (%.1fs after); status.resizes %d\n", grewAt, growRunning.Seconds(), j.Status.Resizes)
 	if j.Status.LastRecoverySeconds != nil {
 		fmt.Printf("  status.lastRecoverySeconds %d (the fault to every rank running again)\n", *j.Status.LastRecoverySeconds)
 	}
@@ -274,6 +316,12 @@ func run(worker, workdir string) error {
 	_ = c.Delete(ctx, pvc)
 	_ = c.Delete(ctx, pv)
 	return nil
+}
+
+// cordon makes a node unschedulable (on) or schedulable again.
+func cordon(ctx context.Context, c client.Client, node string, on bool) error {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+	return c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
 // replacedSince counts the pods of before that now have another UID or are gone.
