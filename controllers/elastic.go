@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,24 @@ func (p *pass) resize(ctx context.Context, g gang.Gang, spares []*corev1.Pod) (t
 		}
 	}
 	return r.Wait, p.restarts.Elastic(ctx, r)
+}
+
+// refused takes a verdict on a worker of a shrunk gang that exited ExitNoResize as its
+// trainer's word that it cannot train at that width: the gang restarts at spec.nodes, waits
+// for capacity there, and is not shrunk again (recovery.Shrink). It reports whether it did.
+func (p *pass) refused(ctx context.Context, v recovery.Verdict) bool {
+	job := p.job
+	f := v.Failure
+	if job.Spec.Elastic == nil || job.Width() >= job.Spec.Nodes || f.ExitCode == nil || *f.ExitCode != trainingv1alpha1.ExitNoResize {
+		return false
+	}
+	rank := "a rank"
+	if f.Rank != nil {
+		rank = fmt.Sprintf("rank %d", *f.Rank)
+	}
+	return p.restarts.Elastic(ctx, recovery.Resize{Nodes: job.Spec.Nodes, Reason: trainingv1alpha1.ReasonElasticRefused, Message: fmt.Sprintf(
+		"%s's worker exited %d: its trainer cannot train on %d of %d nodes; back to %d nodes, waiting for capacity, and not shrunk again until the job is suspended and resumed",
+		rank, trainingv1alpha1.ExitNoResize, job.Width(), job.Spec.Nodes, job.Spec.Nodes)})
 }
 
 // growReport is rank 0's latest report of the current run, for a grow to wait for its next

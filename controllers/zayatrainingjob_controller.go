@@ -232,6 +232,9 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		if p.namespaceGoing(ctx) {
 			return ctrl.Result{}, nil // the job goes with it: nothing to restart or report
 		}
+		if p.refused(ctx, *v) {
+			return ctrl.Result{}, nil // the status write brings the next pass, which recreates at full width
+		}
 		if err := p.restarts.Act(ctx, *v, g); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -60,6 +60,11 @@ const (
 	// ExitConfig is the exit code (EX_CONFIG) of a worker whose configuration is wrong: a
 	// restart cannot help, so the operator treats it as fatal by default.
 	ExitConfig = 78
+	// ExitNoResize is the exit code of an elastic job's worker that cannot train at the width
+	// it was started at (NNODES below ZAYA_TARGET_NODES): the operator gives the job its full
+	// width back, waits for capacity as a job without elastic does, and does not shrink it
+	// again until it is suspended and resumed.
+	ExitNoResize = 79
 	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers: a start
 	// of generation G (ZAYA_RESTART_ATTEMPT, which an in-place restart keeps) writes as
 	// G<<InPlaceAttemptBits + k, k counting that generation's starts, so every start fences

@@ -165,6 +165,9 @@ const (
 	// ReasonCapacityBack: the nodes a shrunk gang misses stood ready for elastic.growAfter;
 	// it grows at its next checkpoint.
 	ReasonCapacityBack = "CapacityBack"
+	// ReasonElasticRefused: a worker of the shrunk gang exited ExitNoResize: the job is given
+	// its full width back and not shrunk again.
+	ReasonElasticRefused = "ElasticRefused"
 	// ReasonGrowing: a shrunk gang restarts on more nodes, from the checkpoint just committed.
 	ReasonGrowing = "Growing"
 	// ReasonRecovered: the restarted gang runs again.

@@ -24,6 +24,8 @@ const (
 	TerminationMessageStoppedPrefix = contract.TerminationMessageStoppedPrefix
 	// ExitStopped is the exit code of a worker stopped before completion (retryable).
 	ExitStopped = contract.ExitStopped
+	// ExitNoResize is the exit code of an elastic job's worker that refuses a shrunk width.
+	ExitNoResize = contract.ExitNoResize
 	// InPlaceAttemptBits splits the reference worker's checkpoint attempt numbers into the
 	// generation (ZAYA_RESTART_ATTEMPT) and the starts within it.
 	InPlaceAttemptBits = contract.InPlaceAttemptBits

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
@@ -68,7 +69,7 @@ func WholeRings(spec *trainingv1alpha1.ZayaTrainingJobSpec, have int32) int32 {
 // waited shrinkAfter, and the placed ones keep whole rings of at least minNodes.
 func Shrink(job *trainingv1alpha1.ZayaTrainingJob, g gang.Gang, now time.Time) Resize {
 	e := job.Spec.Elastic
-	if e == nil || g.Unschedulable == 0 {
+	if e == nil || g.Unschedulable == 0 || Refused(&job.Status) {
 		return Resize{}
 	}
 	if wait := g.UnschedulableSince.Add(ShrinkAfter(e)).Sub(now); wait > 0 {
@@ -85,6 +86,13 @@ func Shrink(job *trainingv1alpha1.ZayaTrainingJob, g gang.Gang, now time.Time) R
 	return Resize{Nodes: w, Reason: trainingv1alpha1.ReasonShrinking, Message: fmt.Sprintf(
 		"shrinking from %d to %d nodes: %s, unschedulable for over %s (elastic.shrinkAfter); the gang restarts from its last checkpoint and grows back to %d when nodes stand ready",
 		width, w, g.UnschedulableMessage(), ShrinkAfter(e), job.Spec.Nodes)}
+}
+
+// Refused says whether the job's trainer refused a shrunk width (contract.ExitNoResize): the
+// Shrunk condition says so until the job is suspended.
+func Refused(st *trainingv1alpha1.ZayaTrainingJobStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionShrunk)
+	return c != nil && c.Reason == trainingv1alpha1.ReasonElasticRefused
 }
 
 // GrowHolders is how many pods hold nodes for a shrunk gang to grow onto: the nodes it misses.

@@ -42,9 +42,13 @@ func SetInPlace(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, w *corev
 	ft := &job.Spec.FaultTolerance
 	switch MechanismOf(job) {
 	case trainingv1alpha1.RestartMechanismRestartRules:
-		SetRestartRules(w, ft)
+		SetRestartRules(w, ft, JobRestartRules(job))
 	case trainingv1alpha1.RestartMechanismSupervisor:
-		rule := ruleOf(RestartRules(ft)[0]).String()
+		rules := JobRestartRules(job)
+		if len(rules) == 0 {
+			return // every exit fails the pod
+		}
+		rule := ruleOf(rules[0]).String()
 		pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}

@@ -41,11 +41,31 @@ func RestartRules(ft *trainingv1alpha1.FaultToleranceSpec) []corev1.ContainerRes
 	return []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart, ExitCodes: &req}}
 }
 
-// SetRestartRules makes the worker container restart in place (restartMode InPlace). The
-// container's restartPolicy must be set with rules; Never keeps the pod's own behaviour for
-// every other exit.
-func SetRestartRules(c *corev1.Container, ft *trainingv1alpha1.FaultToleranceSpec) {
-	rules := RestartRules(ft)
+// JobRestartRules are the job's rules: RestartRules, but an elastic job's worker that exits
+// ExitNoResize is not restarted in place: its pod fails, for the operator to give the job its
+// full width back (a worker that refuses its width would refuse it again in place).
+func JobRestartRules(job *trainingv1alpha1.ZayaTrainingJob) []corev1.ContainerRestartRule {
+	rules := RestartRules(&job.Spec.FaultTolerance)
+	if job.Spec.Elastic == nil || len(rules) == 0 {
+		return rules
+	}
+	req := *rules[0].ExitCodes
+	if req.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn {
+		req.Values = slices.DeleteFunc(slices.Clone(req.Values), func(c int32) bool { return c == trainingv1alpha1.ExitNoResize })
+		if len(req.Values) == 0 {
+			return nil
+		}
+	} else if !slices.Contains(req.Values, trainingv1alpha1.ExitNoResize) {
+		req.Values = append(slices.Clone(req.Values), trainingv1alpha1.ExitNoResize)
+		slices.Sort(req.Values)
+	}
+	return []corev1.ContainerRestartRule{{Action: rules[0].Action, ExitCodes: &req}}
+}
+
+// SetRestartRules makes the worker container restart in place (restartMode InPlace) by rules.
+// The container's restartPolicy must be set with rules; Never keeps the pod's own behaviour
+// for every other exit.
+func SetRestartRules(c *corev1.Container, ft *trainingv1alpha1.FaultToleranceSpec, rules []corev1.ContainerRestartRule) {
 	if ft.RestartMode == trainingv1alpha1.RestartModeRecreate || len(rules) == 0 {
 		return
 	}

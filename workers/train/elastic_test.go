@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/internal/testnet"
 	"github.com/zaya-operator/zaya-operator/workers/exactsum"
 	"github.com/zaya-operator/zaya-operator/workers/model"
@@ -153,5 +154,23 @@ func TestAStepsGradientIsTheSameAtEveryWidth(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A worker told -fixed-width refuses a width below its target with ExitNoResize, and trains
+// at its target.
+func TestAFixedWidthWorkerRefusesToShrink(t *testing.T) {
+	env := map[string]string{
+		"NODE_RANK": "0", "NNODES": "1", "GPUS_PER_NODE": "1", "WORLD_SIZE": "1", "ZAYA_CONTEXT_PARALLEL": "1", "ZAYA_RESTART_ATTEMPT": "0",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": testnet.FreePort(t), "ZAYA_TARGET_NODES": "2",
+	}
+	var stderr bytes.Buffer
+	if code := Main([]string{"-fixed-width", "-steps=2", "-seq=16", "-dim=6", "-metrics-addr="}, func(k string) string { return env[k] }, &stderr); code != contract.ExitNoResize {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, contract.ExitNoResize, &stderr)
+	}
+	env["ZAYA_TARGET_NODES"] = "1"
+	stderr.Reset()
+	if code := Main([]string{"-fixed-width", "-steps=2", "-seq=16", "-dim=6", "-metrics-addr=", "-listen=127.0.0.1:0"}, func(k string) string { return env[k] }, &stderr); code != 0 {
+		t.Fatalf("at its target: exit %d; stderr: %s", code, &stderr)
 	}
 }

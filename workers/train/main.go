@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -64,6 +65,7 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", "/opt/zaya/kernels", "where the hip backend finds its code objects")
 	fs.StringVar(&cfg.Libraries.HIP, "hip-library", "", "the HIP runtime to load (default libamdhip64.so, .so.6, .so.5)")
 	fs.StringVar(&cfg.Libraries.RCCL, "rccl-library", "", "RCCL to load (default librccl.so, .so.1)")
+	fixedWidth := fs.Bool("fixed-width", false, "refuse to train below ZAYA_TARGET_NODES: exit "+strconv.Itoa(contract.ExitNoResize)+", as a trainer that cannot resize does")
 	metricsAddr := fs.String("metrics-addr", ":9400", "address of the Prometheus /metrics endpoint; empty disables it")
 	if err := fs.Parse(args); err != nil {
 		return ExitConfig
@@ -76,6 +78,12 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "zaya-worker: configuration:", err)
 		return ExitConfig
+	}
+	if *fixedWidth && cfg.TargetNodes > cfg.Nodes {
+		// A trainer that cannot resize says so at start (docs/worker-contract.md).
+		_, _ = fmt.Fprintf(stderr, "zaya-worker: -fixed-width: %s=%d, %s=%d: this run trains only at its target width\n",
+			contract.EnvNNodes, cfg.Nodes, contract.EnvTargetNodes, cfg.TargetNodes)
+		return contract.ExitNoResize
 	}
 	if *metricsAddr != "" {
 		reg := prometheus.NewRegistry()
