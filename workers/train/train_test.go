@@ -200,15 +200,7 @@ func TestLossFalls(t *testing.T) {
 // uninterrupted is the final parameters of a 2-node gang that runs args without a fault.
 func uninterrupted(t *testing.T, args string) []byte {
 	t.Helper()
-	ref := job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir(), port: testnet.FreePort(t)}
-	out := filepath.Join(ref.dir, "params")
-	logs := ref.logs()
-	waitAll(t, ref.start(t, out, logs), logs)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return finalParams(t, job{nodes: 2, gpus: 2, cp: 2, args: args, dir: t.TempDir()})
 }
 
 // TestKilledRunResumesBitIdentical kills one node's worker after a checkpoint is committed,
