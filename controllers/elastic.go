@@ -23,7 +23,11 @@ func (p *pass) resize(ctx context.Context, g gang.Gang, spares []*corev1.Pod) (t
 		return 0, false
 	}
 	r := recovery.Shrink(job, g, p.now)
-	if r == (recovery.Resize{}) && !p.restarting() && g.Ready == job.Width() {
+	switch {
+	case r != (recovery.Resize{}):
+	case job.Width() >= job.Spec.Nodes:
+		r.Unmark = job.Status.GrowAtStep != nil // whole: nothing to grow
+	case !p.restarting() && g.Ready == job.Width():
 		rep, wait := p.growReport()
 		if wait > 0 {
 			return wait, false
