@@ -170,6 +170,7 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return ctrl.Result{}, p.suspend(ctx, pods)
 	}
 	p.resume()
+	job.Status.CurrentNodes = job.Width()
 	if run, res, err := p.admitted(ctx, pods); err != nil {
 		return p.blocked(ctx, err)
 	} else if !run {
@@ -186,7 +187,6 @@ func (p *pass) run(ctx context.Context, pods []corev1.Pod) (ctrl.Result, error) 
 		return p.finish(ctx, pods)
 	}
 
-	job.Status.CurrentNodes = job.Width()
 	ranks, spares := recovery.SplitSpares(job, pods)
 	p.restarts = p.restarter(spares)
 	releaseIn := p.restarts.ExpireQuarantine()

@@ -37,11 +37,11 @@ func TestSamplesAreAppliedAndAccepted(t *testing.T) {
 	// The short name and printer columns work as the README shows them.
 	out, err = kubectl("get", "ztj", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(out).To(MatchRegexp(`NAME\s+NODES\s+GPUS/NODE\s+READY\s+RESTARTS\s+STATUS\s+CHECKPOINT\s+GOODPUT\s+AGE`))
+	g.Expect(out).To(MatchRegexp(`NAME\s+NODES\s+GPUS/NODE\s+CURRENT\s+READY\s+RESTARTS\s+STATUS\s+CHECKPOINT\s+GOODPUT\s+AGE`))
 	// STATUS is the most significant true condition: the small job may already run, the
 	// 128-node one cannot fit the cluster.
-	g.Expect(out).To(MatchRegexp(`zaya1\s+128\s+8\s+\d+\s+\d+\s+(Created|WaitingForCapacity)\s`))
-	g.Expect(out).To(MatchRegexp(`smoke\s+2\s+8\s+\d+\s+\d+\s+(Created|Running)\s`))
+	g.Expect(out).To(MatchRegexp(`zaya1\s+128\s+8\s+128\s+\d+\s+\d+\s+(Created|WaitingForCapacity)\s`))
+	g.Expect(out).To(MatchRegexp(`smoke\s+2\s+8\s+2\s+\d+\s+\d+\s+(Created|Running)\s`))
 }
 
 func TestKubectlApplyRefusesABadJob(t *testing.T) {
