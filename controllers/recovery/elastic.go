@@ -126,7 +126,7 @@ func Grow(job *trainingv1alpha1.ZayaTrainingJob, holders []*corev1.Pod, rep *liv
 		return Resize{Unmark: st.GrowAtStep != nil}
 	}
 	after := GrowAfter(e)
-	var stood int32
+	var stood, young int32 // ready for growAfter; ready, not yet for long enough
 	var wait time.Duration
 	for _, h := range holders {
 		since, ok := readySince(h)
@@ -134,16 +134,17 @@ func Grow(job *trainingv1alpha1.ZayaTrainingJob, holders []*corev1.Pod, rep *liv
 			continue
 		}
 		if left := since.Add(after).Sub(now); left > 0 {
-			wait = max(wait, left)
+			wait, young = max(wait, left), young+1
 			continue
 		}
 		stood++
 	}
 	if stood < missing {
-		if stood+int32(len(holders)) >= missing && wait > 0 {
-			return Resize{Unmark: st.GrowAtStep != nil, Wait: wait}
+		r := Resize{Unmark: st.GrowAtStep != nil}
+		if stood+young >= missing {
+			r.Wait = wait // every node is there: look again when the last has stood
 		}
-		return Resize{Unmark: st.GrowAtStep != nil}
+		return r
 	}
 	grow := Resize{Nodes: job.Spec.Nodes, Reason: trainingv1alpha1.ReasonGrowing}
 	switch {

@@ -100,6 +100,9 @@ func TestAShrunkGangGrowsAtTheNextCheckpointOnceTheNodesStand(t *testing.T) {
 	if r := Grow(job, []*corev1.Pod{holder(10 * time.Minute), holder(time.Minute)}, report(100, 90), now); r.Nodes != 0 || r.Mark != nil || r.Wait != 4*time.Minute {
 		t.Errorf("a holder ready for 1m of 5m: %+v, want a wait of 4m", r)
 	}
+	if r := Grow(job, []*corev1.Pod{holder(time.Minute), holder(-1)}, report(100, 90), now); r.Wait != 0 || r.Nodes != 0 {
+		t.Errorf("one holder ready, one pending: %+v, want no wait (the pending one's node is not there)", r)
+	}
 	// The nodes stood for growAfter: the step reached is noted, and nothing restarts yet.
 	stood := []*corev1.Pod{holder(10 * time.Minute), holder(6 * time.Minute)}
 	r := Grow(job, stood, report(100, 90), now)

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"iter"
 	"maps"
 	"slices"
 	"testing"
@@ -80,7 +79,7 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("shrinking from 4 to 3 nodes"))
 		g.Expect(c.Message).To(ContainSubstring("Insufficient amd.com/gpu"))
 		pods = jobPods(g, ns, "ej")
-		g.Expect(slices.Sorted(mapsKeys(pods))).To(Equal([]string{"ej-1-0", "ej-1-1", "ej-1-2"}))
+		g.Expect(slices.Sorted(maps.Keys(pods))).To(Equal([]string{"ej-1-0", "ej-1-1", "ej-1-2"}))
 	}, timeout, interval).Should(Succeed())
 	w := pods["ej-1-0"]
 	g.Expect([]string{envOf(w, "NNODES"), envOf(w, "WORLD_SIZE"), envOf(w, "ZAYA_TARGET_NODES"), envOf(w, "PET_NNODES")}).To(Equal([]string{"3", "3", "4", "3"}))
@@ -117,7 +116,7 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonGrowing))
 		pods = livePods(g, ns, "ej")
-		g.Expect(slices.Sorted(mapsKeys(pods))).To(Equal([]string{"ej-2-0", "ej-2-1", "ej-2-2", "ej-2-3"}), "the holder gives its node back")
+		g.Expect(slices.Sorted(maps.Keys(pods))).To(Equal([]string{"ej-2-0", "ej-2-1", "ej-2-2", "ej-2-3"}), "the holder gives its node back")
 	}, 3*timeout, interval).Should(Succeed()) // the old pods' grace (10s) runs out first: no kubelet confirms
 	g.Expect(envOf(pods["ej-2-3"], "NNODES")).To(Equal("4"))
 	for r := range 4 {
@@ -143,8 +142,6 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		g.Expect(reasons).To(ContainElements(trainingv1alpha1.ReasonShrinking, trainingv1alpha1.ReasonGrowing))
 	}, timeout, interval).Should(Succeed())
 }
-
-func mapsKeys(m map[string]*corev1.Pod) iter.Seq[string] { return maps.Keys(m) }
 
 // livePods are the job's pods not being deleted.
 func livePods(g Gomega, ns, job string) map[string]*corev1.Pod {
