@@ -226,6 +226,14 @@ func (e *Executor) Finish(g gang.Gang) {
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
 	st.LastRecoverySeconds = &secs
+	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.Reason == trainingv1alpha1.ReasonGrowing {
+		// A grow recovers from no failure: it is not a recovery time, nor told as one.
+		e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,
+			fmt.Sprintf("attempt %d running on %d nodes %ds after the grow began (%s)", st.Attempt(), e.Job.Width(), secs, st.LastRestartMode))
+		e.Host.Normal(trainingv1alpha1.ReasonRecovered, "Restart", "grown %s: attempt %d has all %d ranks running, %ds after the grow began",
+			restartModeWords(st.LastRestartMode), st.Attempt(), e.Job.Width(), secs)
+		return
+	}
 	mode := string(st.LastRestartMode)
 	e.Host.WhenStored(func() { recoverySeconds.WithLabelValues(mode).Observe(took.Seconds()) })
 	e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,

@@ -127,6 +127,9 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
 		g.Expect(got.Status.Resizes).To(Equal(int32(2)))
 		g.Expect(got.Status.RestartTimes).To(BeEmpty())
+		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionRestarting)
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonRecovered))
+		g.Expect(c.Message).To(MatchRegexp(`^attempt 2 running on 4 nodes \d+s after the grow began`), "a grow follows no failure")
 		lost := got.Status.Goodput.Lost
 		g.Expect(slices.ContainsFunc(lost, func(l trainingv1alpha1.GoodputLoss) bool { return l.Category == "Resize" })).To(BeTrue(), "the grow's restart is no goodput")
 	}, timeout, interval).Should(Succeed())
