@@ -206,3 +206,59 @@ func TestElasticGoodputBench(t *testing.T) {
 		})
 	}
 }
+
+// TestATrainerThatCannotResizeGetsItsFullGangBack: the same shrink for a trainer that cannot
+// train at another width (the reference worker's -fixed-width). Its workers on the shrunk gang
+// exit ExitNoResize; the operator gives the job its 4 nodes back and waits for capacity there,
+// shrinks it no more, and the job trains on once a node is free.
+func TestATrainerThatCannotResizeGetsItsFullGangBack(t *testing.T) {
+	kwokOnly(t, "a refusal is the operator's reading of an exit code: the kind suite's time goes to what real kubelets do")
+	a := processCluster(t, 5)
+	procs := kwokProcesses{a}
+	spare := a.Nodes()[4]
+	g := NewWithT(t)
+	ctx := context.Background()
+	cordon(g, spare, true)
+	ns := newNamespace(t)
+	procs.sharedClaim(t, ns, "fixed")
+	job := elasticJob(procs, ns, "fixed", "10ms", 1000)
+	w := &job.Spec.Template.Spec.Containers[0]
+	w.Args = append(w.Args, "-fixed-width")
+	job.Spec.Elastic = &trainingv1alpha1.ElasticSpec{MinNodes: 2,
+		ShrinkAfter: &metav1.Duration{Duration: 10 * time.Second}, GrowAfter: &metav1.Duration{Duration: 10 * time.Second}}
+	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	waitRunning(g, job, 0)
+	g.Eventually(func() int64 { return train.ParseLog(rank0Log(a, job, 0)).Last }, time.Minute, 20*time.Millisecond).
+		Should(BeNumerically(">=", ckptEvery+5), "no progress:\n%s", rank0Log(a, job, 0))
+
+	procs.down(t, g, procs.nodeOf(ns, "fixed-0-2"))
+	var refused *trainingv1alpha1.ZayaTrainingJob
+	g.Eventually(func(g Gomega) {
+		refused = getJob(g, job)
+		c := meta.FindStatusCondition(refused.Status.Conditions, trainingv1alpha1.ConditionShrunk)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonElasticRefused))
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	}, 2*time.Minute, 50*time.Millisecond).Should(Succeed())
+	g.Expect(refused.Status.CurrentNodes).To(Equal(int32(4)))
+	g.Expect(refused.Status.Resizes).To(Equal(int32(2)), "a shrink, then the full width back")
+	g.Expect(refused.Status.RestartTimes).To(HaveLen(1), "only the node's loss counts against the budget")
+	shrunkAttempt := refused.Status.Attempt() - 1
+	g.Expect(rank0Log(a, job, shrunkAttempt)).To(ContainSubstring("-fixed-width"), "the shrunk gang's rank 0 did not refuse")
+	t.Logf("the shrunk gang refused its width; back to 4 nodes: %s", meta.FindStatusCondition(refused.Status.Conditions, trainingv1alpha1.ConditionShrunk).Message)
+
+	// No capacity, and no second shrink: the job waits at its full width past shrinkAfter.
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.IsStatusConditionTrue(getJob(g, job).Status.Conditions, trainingv1alpha1.ConditionWaitingForCapacity)).To(BeTrue())
+	}, time.Minute, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		got := getJob(g, job)
+		g.Expect(got.Status.CurrentNodes).To(Equal(int32(4)))
+		g.Expect(got.Status.Resizes).To(Equal(int32(2)))
+	}, 15*time.Second, time.Second).Should(Succeed())
+
+	cordon(g, spare, false)
+	done := waitSucceeded(t, job, 5*time.Minute)
+	g.Expect(done.Status.Resizes).To(Equal(int32(2)))
+	g.Expect(done.Status.CurrentNodes).To(Equal(int32(4)))
+}
