@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -63,5 +65,39 @@ func TestAWorkerRefusingItsWidthGetsTheFullGangBack(t *testing.T) {
 	}
 	if c := condition(got, trainingv1alpha1.ConditionWaitingForCapacity); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("WaitingForCapacity = %+v", c)
+	}
+}
+
+// A suspend ends a shrink: the job resumes on spec.nodes, with no grow noted and no refusal
+// remembered.
+func TestASuspendedShrunkJobResumesWhole(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(4).GPUsPerNode(1).Generation(1).
+		Elastic(2, 10*time.Second, 10*time.Second).Defaulted().Obj()
+	job.Status.CurrentNodes, job.Status.GrowAtStep = 3, ptr.To[int64](50)
+	h := newHarness(t, interceptor.Funcs{}, job)
+	h.mustReconcile(t, job)
+	if n := len(h.pods(t)); n != 3 {
+		t.Fatalf("%d pods of a gang shrunk to 3", n)
+	}
+	ctx := context.Background()
+	stored := h.get(t, job)
+	stored.Spec.Suspend = true
+	if err := h.r.Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(t, job)
+	got := h.get(t, job)
+	if got.Status.CurrentNodes != 0 || got.Status.GrowAtStep != nil {
+		t.Errorf("suspended: currentNodes %d, growAtStep %v; want neither", got.Status.CurrentNodes, got.Status.GrowAtStep)
+	}
+	got.Spec.Suspend = false
+	if err := h.r.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		h.mustReconcile(t, job)
+	}
+	if got, n := h.get(t, job), len(h.pods(t)); got.Status.CurrentNodes != 4 || n != 4 {
+		t.Errorf("resumed: currentNodes %d, %d pods; want the whole gang of 4", got.Status.CurrentNodes, n)
 	}
 }

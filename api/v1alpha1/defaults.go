@@ -146,11 +146,12 @@ func (s *ZayaTrainingJobStatus) Attempt() int32 {
 }
 
 // Width is how many nodes the gang of the current attempt has: status.currentNodes while an
-// elastic job is shrunk (read only within elastic.minNodes..nodes: a status written by hand
-// cannot make a gang of another size), else spec.nodes.
+// elastic job is shrunk (read only within elastic.minNodes..nodes and as whole rings: a status
+// written by hand cannot make a gang of another shape), else spec.nodes.
 func (j *ZayaTrainingJob) Width() int32 {
 	e, n := j.Spec.Elastic, j.Status.CurrentNodes
-	if e == nil || n < max(e.MinNodes, 1) || n >= j.Spec.Nodes {
+	cp := int64(max(j.Spec.Parallelism.ContextParallel, 1))
+	if e == nil || n < max(e.MinNodes, 1) || n >= j.Spec.Nodes || int64(n)*int64(j.Spec.GPUsPerNode)%cp != 0 {
 		return j.Spec.Nodes
 	}
 	return n

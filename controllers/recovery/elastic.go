@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
@@ -103,6 +104,14 @@ func GrowHolders(job *trainingv1alpha1.ZayaTrainingJob) int32 {
 	return job.Spec.Nodes - job.Width()
 }
 
+// checkpointSteps is spec.checkpoint.interval.steps, 0 when checkpoints are not counted in steps.
+func checkpointSteps(job *trainingv1alpha1.ZayaTrainingJob) int64 {
+	if c := job.Spec.Checkpoint; c != nil && c.Interval != nil && c.Interval.Steps != nil {
+		return int64(max(*c.Interval.Steps, 0))
+	}
+	return 0
+}
+
 // readySince is when pod last became ready; false if it is not ready.
 func readySince(pod *corev1.Pod) (time.Time, bool) {
 	c := gang.Condition(pod, corev1.PodReady)
@@ -152,13 +161,25 @@ func Grow(job *trainingv1alpha1.ZayaTrainingJob, holders []*corev1.Pod, rep *liv
 		grow.Message = fmt.Sprintf("growing from %d to %d nodes: the %d missing stood ready for %s (elastic.growAfter); the workers report no progress, so the gang restarts from its last checkpoint now",
 			job.Width(), job.Spec.Nodes, missing, after)
 		return grow
+	case job.Spec.Checkpoint == nil && rep.CheckpointStep == 0:
+		// No checkpoint to wait for: none named, and the workers have committed none.
+		grow.Message = fmt.Sprintf("growing from %d to %d nodes: the %d missing stood ready for %s (elastic.growAfter); the job keeps no checkpoint (spec.checkpoint) to wait for, so the gang restarts now",
+			job.Width(), job.Spec.Nodes, missing, after)
+		return grow
 	case st.GrowAtStep == nil:
 		mark := rep.Step + 1
 		return Resize{Mark: &mark, Reason: trainingv1alpha1.ReasonCapacityBack, Message: fmt.Sprintf(
 			"the %d missing nodes stood ready for %s (elastic.growAfter): growing back to %d nodes once a checkpoint at step %d or later is committed",
 			missing, after, job.Spec.Nodes, mark)}
 	case rep.CheckpointStep < *st.GrowAtStep:
-		return Resize{}
+		mark := min(*st.GrowAtStep, contract.MaxStep) // status others may write: bounded as a report's steps are
+		if every := checkpointSteps(job); every == 0 || rep.Step < mark+2*every {
+			return Resize{}
+		}
+		// Two intervals past the mark and no checkpoint: the workers are not making one.
+		grow.Message = fmt.Sprintf("growing from %d to %d nodes: no checkpoint was committed in the %d steps since step %d, twice checkpoint.interval.steps; the gang restarts from its last checkpoint",
+			job.Width(), job.Spec.Nodes, rep.Step-mark, mark)
+		return grow
 	}
 	grow.Message = fmt.Sprintf("growing from %d to %d nodes at checkpoint step %d: the %d missing stood ready for %s (elastic.growAfter)",
 		job.Width(), job.Spec.Nodes, rep.CheckpointStep, missing, after)

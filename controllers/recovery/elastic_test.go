@@ -136,6 +136,54 @@ func TestAShrunkGangGrowsAtTheNextCheckpointOnceTheNodesStand(t *testing.T) {
 	}
 }
 
+// A grow never waits for a checkpoint that will not come: the job names none and its workers
+// committed none, or two intervals of steps have passed since the mark without one.
+func TestAGrowWaitsOnlyForACheckpointThatWillCome(t *testing.T) {
+	job := elasticJob(4, 1, 1, 2)
+	job.Status.CurrentNodes = 3
+	stood := []*corev1.Pod{holder(10 * time.Minute)}
+	report := func(step, ckpt int64) *liveprogress.Report {
+		return &liveprogress.Report{Progress: contract.Progress{Step: step, CheckpointStep: ckpt}}
+	}
+	if r := Grow(job, stood, report(100, 0), now); r.Nodes != 4 || !strings.Contains(r.Message, "keeps no checkpoint") {
+		t.Errorf("no spec.checkpoint, none committed: %+v, want a grow now", r)
+	}
+	if r := Grow(job, stood, report(100, 80), now); r.Nodes != 0 || r.Mark == nil {
+		t.Errorf("no spec.checkpoint, but the trainer commits its own: %+v, want the step noted", r)
+	}
+
+	job.Spec.Checkpoint = &trainingv1alpha1.CheckpointSpec{Interval: &trainingv1alpha1.CheckpointInterval{Steps: ptr.To[int32](20)}}
+	if r := Grow(job, stood, report(100, 0), now); r.Mark == nil || *r.Mark != 101 {
+		t.Fatalf("checkpoints every 20 steps, none yet: %+v, want step 101 noted", r)
+	}
+	job.Status.GrowAtStep = ptr.To[int64](101)
+	if r := Grow(job, stood, report(140, 100), now); r.Nodes != 0 {
+		t.Errorf("39 steps past the mark: %+v, want a wait for the checkpoint", r)
+	}
+	if r := Grow(job, stood, report(141, 100), now); r.Nodes != 4 || !strings.Contains(r.Message, "no checkpoint was committed in the 40 steps since step 101") {
+		t.Errorf("two intervals past the mark, no checkpoint: %+v, want a grow", r)
+	}
+	// A growAtStep written by hand is bounded before arithmetic: no wrap into an early grow.
+	job.Status.GrowAtStep = ptr.To[int64](1<<63 - 1)
+	if r := Grow(job, stood, report(contract.MaxStep, 100), now); r.Nodes != 0 {
+		t.Errorf("growAtStep MaxInt64: %+v, want a wait", r)
+	}
+}
+
+// Warm spares are not grow holders: a job with spares grows only when a holder stands.
+func TestHoldersArePastTheWarmSpares(t *testing.T) {
+	job := elasticJob(4, 1, 1, 2)
+	job.Spec.FaultTolerance.Spares = 2
+	var spares []*corev1.Pod
+	for _, name := range []string{"j-spare-0", "j-spare-1", "j-spare-2", "j-3", "j-spare-x"} {
+		spares = append(spares, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	got := HoldersOf(job, spares)
+	if len(got) != 1 || got[0].Name != "j-spare-2" {
+		t.Errorf("holders of 2 warm spares: %v, want j-spare-2", got)
+	}
+}
+
 // A status written by hand cannot make a gang of a size the spec does not allow.
 func TestWidthReadsCurrentNodesOnlyWithinTheElasticRange(t *testing.T) {
 	job := elasticJob(4, 1, 1, 2)
@@ -143,6 +191,13 @@ func TestWidthReadsCurrentNodesOnlyWithinTheElasticRange(t *testing.T) {
 		job.Status.CurrentNodes = cur
 		if got := job.Width(); got != want {
 			t.Errorf("currentNodes %d: width %d, want %d", cur, got, want)
+		}
+	}
+	rings := elasticJob(8, 2, 8, 4) // rings of 4 nodes
+	for cur, want := range map[int32]int32{4: 4, 6: 8, 5: 8} {
+		rings.Status.CurrentNodes = cur
+		if got := rings.Width(); got != want {
+			t.Errorf("rings of 8 GPUs on 2 a node, currentNodes %d: width %d, want %d", cur, got, want)
 		}
 	}
 	plain := testjob.MakeZayaTrainingJob("j", "ns").Nodes(4).Defaulted().Obj()

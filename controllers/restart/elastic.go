@@ -32,7 +32,11 @@ func (e *Executor) Elastic(ctx context.Context, r recovery.Resize) bool {
 		}
 		st.GrowAtStep = r.Mark
 	case r.Nodes == 0 && r.Reason == trainingv1alpha1.ReasonCannotShrink:
-		if e.Host.SetCondition(trainingv1alpha1.ConditionShrunk, metav1.ConditionFalse, r.Reason, r.Message) {
+		shrunk := metav1.ConditionFalse // True while the gang is shrunk, whatever else it cannot do
+		if job.Width() < job.Spec.Nodes {
+			shrunk = metav1.ConditionTrue
+		}
+		if e.Host.SetCondition(trainingv1alpha1.ConditionShrunk, shrunk, r.Reason, r.Message) {
 			e.Host.Warning(r.Reason, "Resize", "%s", r.Message)
 		}
 	}

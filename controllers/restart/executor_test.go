@@ -2,6 +2,7 @@ package restart
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,6 +109,37 @@ func TestSparesAreMadeOnceTheGangIsPlaced(t *testing.T) {
 	}
 	if want := "Normal " + trainingv1alpha1.ReasonSparesCreated + " created warm spares spare-0, spare-1"; !slices.Contains(h.events, want) {
 		t.Errorf("events %q: want %q", h.events, want)
+	}
+}
+
+// A refused spare stops the pass's creates: a quota that refuses one refuses the rest, and a
+// shrunk gang may want thousands of grow holders.
+func TestARefusedSpareEndsThePassCreates(t *testing.T) {
+	e, h := executor(t, func(j *trainingv1alpha1.ZayaTrainingJob) {
+		j.Spec.FaultTolerance.Spares = 3
+	})
+	h.refuse = errors.New(`pods "spare-0" is forbidden: exceeded quota`)
+	if _, err := e.EnsureSpares(context.Background(), gang.Gang{Scheduled: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if h.creates != 1 || len(h.events) != 1 || !strings.HasPrefix(h.events[0], "Warning "+trainingv1alpha1.ReasonSpareUnavailable+" warm spare spare-0: ") {
+		t.Errorf("%d creates, events %q: want one refused create and its warning", h.creates, h.events)
+	}
+}
+
+// A shrunk gang that cannot shrink further is still Shrunk: the condition says the width.
+func TestAShrunkGangThatCannotShrinkStaysShrunk(t *testing.T) {
+	for cur, want := range map[int32]metav1.ConditionStatus{4: metav1.ConditionFalse, 3: metav1.ConditionTrue} {
+		e, _ := executor(t, func(j *trainingv1alpha1.ZayaTrainingJob) {
+			j.Spec.Nodes, j.Spec.GPUsPerNode = 4, 1
+			j.Spec.Elastic = &trainingv1alpha1.ElasticSpec{MinNodes: 2}
+			j.Status.CurrentNodes = cur
+		})
+		e.Elastic(context.Background(), recovery.Resize{Reason: trainingv1alpha1.ReasonCannotShrink, Message: "no gang of at least 2"})
+		c := meta.FindStatusCondition(e.Job.Status.Conditions, trainingv1alpha1.ConditionShrunk)
+		if c == nil || c.Status != want || c.Reason != trainingv1alpha1.ReasonCannotShrink {
+			t.Errorf("on %d of 4 nodes: Shrunk %+v, want %s", cur, c, want)
+		}
 	}
 }
 

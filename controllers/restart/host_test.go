@@ -14,9 +14,11 @@ import (
 // host is a pass reduced to what the executor asks of it: it records events and runs
 // WhenStored's records at once.
 type host struct {
-	job    *trainingv1alpha1.ZayaTrainingJob
-	events []string
-	failed string
+	job     *trainingv1alpha1.ZayaTrainingJob
+	events  []string
+	failed  string
+	refuse  error // of every CreateSpare
+	creates int
 }
 
 func (h *host) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) bool {
@@ -46,7 +48,8 @@ func (h *host) DeletePods(context.Context, []*corev1.Pod, *int64) error { return
 func (h *host) Spares(want int32) int32 { return want }
 
 func (h *host) CreateSpare(_ context.Context, i int32) (string, error) {
-	return fmt.Sprintf("spare-%d", i), nil
+	h.creates++
+	return fmt.Sprintf("spare-%d", i), h.refuse
 }
 
 func (h *host) NamespaceGoing(context.Context) bool { return false }

@@ -225,7 +225,6 @@ func (e *Executor) Finish(g gang.Gang) {
 	recovery.KeepCounts(st, g) // the restart's cascade, accounted for: the next restart's baseline
 	took := end.Sub(since)
 	secs := int32(min(max(math.Ceil(took.Seconds()), 0), math.MaxInt32)) // a clock step back is 0, not a status the schema refuses
-	st.LastRecoverySeconds = &secs
 	if c := meta.FindStatusCondition(st.Conditions, trainingv1alpha1.ConditionRestarting); c != nil && c.Reason == trainingv1alpha1.ReasonGrowing {
 		// A grow recovers from no failure: it is not a recovery time, nor told as one.
 		e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,
@@ -234,6 +233,7 @@ func (e *Executor) Finish(g gang.Gang) {
 			restartModeWords(st.LastRestartMode), st.Attempt(), e.Job.Width(), secs)
 		return
 	}
+	st.LastRecoverySeconds = &secs
 	mode := string(st.LastRestartMode)
 	e.Host.WhenStored(func() { recoverySeconds.WithLabelValues(mode).Observe(took.Seconds()) })
 	e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,

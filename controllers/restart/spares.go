@@ -126,9 +126,11 @@ func (e *Executor) EnsureSpares(ctx context.Context, g gang.Gang) (time.Duration
 		name, err := e.Host.CreateSpare(ctx, i)
 		if err != nil {
 			// A spare is a convenience: a quota, a webhook or a name taken by another pod
-			// costs the job its spare, never its ranks.
+			// costs the job its spare, never its ranks. The rest would most likely meet the
+			// same refusal: they wait for a later pass, so an elastic job missing thousands of
+			// nodes makes one refused request a pass, not thousands.
 			e.Host.Warning(trainingv1alpha1.ReasonSpareUnavailable, "Create", "warm spare %s: %s", name, bounded.Message(err.Error()))
-			continue
+			break
 		}
 		made = append(made, name)
 	}

@@ -101,9 +101,11 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		}
 		g.Expect(holder).NotTo(BeEmpty())
 	}, timeout, interval).Should(Succeed())
+	// Past growAfter: a holder counted before it runs would have grown the gang by then.
 	g.Consistently(func(g Gomega) {
 		g.Expect(getJob(g, job).Status.CurrentNodes).To(Equal(int32(3)), "grew with its holder pending")
-	}, 2*time.Second, interval).Should(Succeed())
+	}, 12*time.Second, interval).Should(Succeed())
+	recovered := getJob(g, job).Status.LastRecoverySeconds
 
 	// The node comes back: the holder runs, and has for longer than growAfter.
 	h := jobPods(g, ns, "ej")[holder]
@@ -130,6 +132,7 @@ func TestAnElasticJobShrinksWithoutCapacityAndGrowsBack(t *testing.T) {
 		c := meta.FindStatusCondition(got.Status.Conditions, trainingv1alpha1.ConditionRestarting)
 		g.Expect(c.Reason).To(Equal(trainingv1alpha1.ReasonRecovered))
 		g.Expect(c.Message).To(MatchRegexp(`^attempt 2 running on 4 nodes \d+s after the grow began`), "a grow follows no failure")
+		g.Expect(got.Status.LastRecoverySeconds).To(Equal(recovered), "a grow is no recovery time")
 		lost := got.Status.Goodput.Lost
 		g.Expect(slices.ContainsFunc(lost, func(l trainingv1alpha1.GoodputLoss) bool { return l.Category == "Resize" })).To(BeTrue(), "the grow's restart is no goodput")
 	}, timeout, interval).Should(Succeed())

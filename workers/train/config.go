@@ -146,6 +146,10 @@ func FromEnv(cfg Config, getenv func(string) string) (Config, error) {
 func (c Config) Validate() error {
 	world := c.Nodes * c.GPUsPerNode
 	switch {
+	case max(c.Nodes, c.TargetNodes, c.GPUsPerNode) > exactsum.MaxTerms:
+		// Bounded before any product of them: a huge value must not wrap into a small one.
+		return &ConfigError{fmt.Sprintf("%s=%d, %s=%d, %s=%d: this worker sums at most %d ranks' gradients exactly",
+			contract.EnvNNodes, c.Nodes, contract.EnvTargetNodes, c.TargetNodes, contract.EnvGPUsPerNode, c.GPUsPerNode, exactsum.MaxTerms)}
 	case c.NodeRank < 0 || c.NodeRank >= c.Nodes:
 		return &ConfigError{fmt.Sprintf("%s=%d is outside 0..%d", contract.EnvNodeRank, c.NodeRank, c.Nodes-1)}
 	case c.ContextParallel < 1 || world%c.ContextParallel != 0:

@@ -397,6 +397,7 @@ func TestConfigurationErrorsExit78(t *testing.T) {
 		{"target below the width", map[string]string{"NNODES": "2", "WORLD_SIZE": "4", "ZAYA_TARGET_NODES": "1"}, "", "ZAYA_TARGET_NODES=1 is below NNODES=2"},
 		{"target splits a ring", map[string]string{"NNODES": "2", "GPUS_PER_NODE": "1", "WORLD_SIZE": "2", "ZAYA_TARGET_NODES": "3"}, "", "ZAYA_TARGET_NODES=3: 3 GPUs are not whole rings of ZAYA_CONTEXT_PARALLEL=2"},
 		{"target past an exact sum", map[string]string{"ZAYA_TARGET_NODES": "1000000"}, "", "1000000 nodes of 2 GPUs: this worker sums at most 1048576"},
+		{"target that would wrap a product", map[string]string{"ZAYA_TARGET_NODES": "4611686018427387904"}, "", "ZAYA_TARGET_NODES=4611686018427387904, GPUS_PER_NODE=2: this worker sums at most 1048576"},
 	}
 	if !rocm.Built {
 		cases = append(cases, struct {
