@@ -43,6 +43,35 @@ type markKey struct {
 	// v1Until is when this process loaded the key: a pod an earlier version marked by name
 	// alone ("v1.") is trusted if created before it, while such marks were all there was.
 	v1Until time.Time
+	// valid remembers the marks found valid: a pass reads every rank, and an HMAC each was
+	// most of a 2,048-rank pass's CPU. Only valid marks are kept (only the key makes them), up
+	// to maxValidMarks.
+	valid validMarks
+}
+
+// maxValidMarks bounds the remembered marks: past it they are forgotten and checked again.
+const maxValidMarks = 1 << 17
+
+// validMarks is a set of HMAC inputs with the mark each signed.
+type validMarks struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (v *validMarks) has(k string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.m[k]
+	return ok
+}
+
+func (v *validMarks) add(k string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil || len(v.m) >= maxValidMarks {
+		v.m = map[string]struct{}{}
+	}
+	v.m[k] = struct{}{}
 }
 
 // A mark binds to one pod, not to its name: an in-place replacement makes a pod of the same
@@ -99,9 +128,14 @@ func (k *markKey) marked(jobUID types.UID, pod metav1.Object) bool {
 	if !ok || err != nil {
 		return false
 	}
-	want := k.podMark(jobUID, pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel], pod.GetName(), issued)
-	if !hmac.Equal([]byte(mark), []byte(want)) {
-		return false
+	attempt, rank := pod.GetLabels()[trainingv1alpha1.AttemptLabel], pod.GetLabels()[trainingv1alpha1.RankLabel]
+	// Every input of the HMAC, and the mark: a pod whose labels or mark change is checked anew.
+	seen := strings.Join([]string{string(jobUID), attempt, rank, pod.GetName(), mark}, "\x00")
+	if !k.valid.has(seen) {
+		if !hmac.Equal([]byte(mark), []byte(k.podMark(jobUID, attempt, rank, pod.GetName(), issued))) {
+			return false
+		}
+		k.valid.add(seen)
 	}
 	return created.IsZero() || created.Sub(time.Unix(issued, 0)).Abs() <= markWindow
 }
@@ -112,14 +146,20 @@ func (k *markKey) orphaned(jobUID types.UID, pod metav1.Object) bool {
 	return metav1.GetControllerOf(pod) == nil && k.marked(jobUID, pod)
 }
 
-// ownPods splits the listed pods into those this operator made for the job and the others.
+// ownPods splits the listed pods into those this operator made for the job and the others. It
+// filters pods in place (copying 2,048 pods' structs was half a pass's mark check): own
+// reuses pods' array, and the others are copied out before their slots are overwritten.
 func (k *markKey) ownPods(job *trainingv1alpha1.ZayaTrainingJob, pods []corev1.Pod) (own []corev1.Pod, foreign []*corev1.Pod) {
-	own = pods[:0:0]
+	own = pods[:0]
 	for i := range pods {
-		if k.made(job.UID, &pods[i]) {
+		switch {
+		case !k.made(job.UID, &pods[i]):
+			f := pods[i]
+			foreign = append(foreign, &f)
+		case len(own) == i: // no other pod before it: it stays where it is
+			own = pods[:i+1]
+		default:
 			own = append(own, pods[i])
-		} else {
-			foreign = append(foreign, &pods[i])
 		}
 	}
 	return own, foreign

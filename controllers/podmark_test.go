@@ -150,3 +150,58 @@ func TestParseNamespacedName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOwnPods is the mark check of a pass over a gang of 2,048 ranks, each pass after the
+// first (a pass reads every rank's pod).
+func BenchmarkOwnPods(b *testing.B) {
+	k := &markKey{key: []byte("0123456789abcdef0123456789abcdef"), since: now}
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2048).Defaulted().Obj()
+	job.UID = "job-uid"
+	pods := make([]corev1.Pod, 2048)
+	for r := range pods {
+		p := newWorkerPod(job, nil, int32(r))
+		p.CreationTimestamp = metav1.NewTime(now.Add(time.Second))
+		p.OwnerReferences[0].UID = job.UID
+		k.stamp(job, p, now)
+		pods[r] = *p
+	}
+	if own, _ := k.ownPods(job, pods); len(own) != len(pods) {
+		b.Fatalf("%d of %d pods are the job's", len(own), len(pods))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		k.ownPods(job, pods)
+	}
+}
+
+// ownPods filters in place: the job's pods keep their order, and the others are reported as
+// they were, not as the slots the job's pods moved into.
+func TestOwnPodsSplitsInPlace(t *testing.T) {
+	k := &markKey{key: []byte("0123456789abcdef0123456789abcdef"), since: now}
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(5).Defaulted().Obj()
+	job.UID = "job-uid"
+	var pods []corev1.Pod
+	for r := range int32(5) {
+		p := newWorkerPod(job, nil, r)
+		p.CreationTimestamp = metav1.NewTime(now.Add(time.Second))
+		p.OwnerReferences[0].UID = job.UID
+		if r%2 == 0 {
+			k.stamp(job, p, now)
+		}
+		pods = append(pods, *p)
+	}
+	own, foreign := k.ownPods(job, pods)
+	var ownNames, foreignNames []string
+	for _, p := range own {
+		ownNames = append(ownNames, p.Name)
+	}
+	for _, p := range foreign {
+		foreignNames = append(foreignNames, p.Name)
+	}
+	if want := []string{"llm-0-0", "llm-0-2", "llm-0-4"}; fmt.Sprint(ownNames) != fmt.Sprint(want) {
+		t.Errorf("own %v, want %v", ownNames, want)
+	}
+	if want := []string{"llm-0-1", "llm-0-3"}; fmt.Sprint(foreignNames) != fmt.Sprint(want) {
+		t.Errorf("foreign %v, want %v", foreignNames, want)
+	}
+}

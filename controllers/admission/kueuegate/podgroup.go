@@ -126,7 +126,10 @@ func (g *Gate) letGoOfGroupPod(ctx context.Context, pod *corev1.Pod, left bool) 
 // garbage-collected, would otherwise wait on Kueue's finalizer with the group's quota held.
 func (g *Gate) releaseOrphanedGroupPods(ctx context.Context, key types.NamespacedName) error {
 	pods := &corev1.PodList{}
-	if err := g.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workerpod.OwnerIndex: key.Name}); err != nil {
+	// Only pods of a group are copied out of the cache: a gone job's pods each wake a pass
+	// while they are collected, so copying all of them every pass is quadratic in the gang.
+	if err := g.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workerpod.OwnerIndex: key.Name},
+		client.HasLabels{kueue.PodGroupNameLabel}); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
