@@ -5,7 +5,8 @@
 // reaches: in place, the crashed rank's container and, at once, every other rank's (their
 // workers lost a peer: exit 75) restart in their pods; a lost node's kubelet does nothing.
 // It counts the pods deleted and created and the operator's API writes. Prints one markdown
-// row per mode and fault.
+// row per mode and fault, prefixed "restart|"; the case Elastic/node, an elastic job's shrink
+// and grow (resize.go), prints its own, prefixed "resize|".
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -68,6 +70,10 @@ func main() {
 
 	suffix := strconv.FormatInt(rand.Int64N(1<<30), 36)
 	for _, cs := range splitCases(*cases) {
+		if cs.elastic() {
+			b.resizes(ctx, suffix, *runs)
+			continue
+		}
 		var samples []sample
 		for i := range *runs {
 			// Names are never reused: kwok acts on pods by name.
@@ -86,7 +92,7 @@ func main() {
 			slowest = max(slowest, s.recovered.Seconds())
 		}
 		// | nodes | mode | fault | runs | fault → decided | fault → recovered | pods deleted | pods created | operator writes | operator requests | operator CPU | slowest recovery | escalated |
-		fmt.Printf("| %d | %s | %s | %d | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.2f s | %.2f s | %d |\n", *nodes, cs.mode, cs.fault, len(samples),
+		fmt.Printf("restart|| %d | %s | %s | %d | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.2f s | %.2f s | %d |\n", *nodes, cs.mode, cs.fault, len(samples),
 			med(func(s sample) float64 { return s.decided.Seconds() }), med(func(s sample) float64 { return s.recovered.Seconds() }),
 			med(func(s sample) float64 { return float64(s.deleted) }), med(func(s sample) float64 { return float64(s.created) }),
 			med(func(s sample) float64 { return s.writes }), med(func(s sample) float64 { return s.requests }),
@@ -95,9 +101,14 @@ func main() {
 }
 
 type benchCase struct {
-	mode  trainingv1alpha1.RestartMode
-	fault string // crash, node, node+spare (a warm spare held)
+	mode  trainingv1alpha1.RestartMode // or elasticMode
+	fault string                       // crash, node, node+spare (a warm spare held)
 }
+
+// elasticMode names the resize case, Elastic/node: resize.go.
+const elasticMode = "Elastic"
+
+func (c benchCase) elastic() bool { return c.mode == elasticMode }
 
 func (c benchCase) short() string {
 	s := "r" + c.fault[:1]
@@ -119,9 +130,13 @@ func splitCases(s string) []benchCase {
 	var out []benchCase
 	for _, f := range strings.Split(s, ",") {
 		mode, fault, _ := strings.Cut(strings.TrimSpace(f), "/")
+		if mode == elasticMode && fault == "node" {
+			out = append(out, benchCase{elasticMode, fault})
+			continue
+		}
 		if (mode != string(trainingv1alpha1.RestartModeInPlace) && mode != string(trainingv1alpha1.RestartModeRecreate)) ||
 			(fault != "crash" && fault != "node" && (fault != "node+spare" || mode != string(trainingv1alpha1.RestartModeInPlace))) {
-			check(fmt.Errorf("unknown case %q (want InPlace or Recreate, /, crash or node; or InPlace/node+spare)", f))
+			check(fmt.Errorf("unknown case %q (want InPlace or Recreate, /, crash or node; or InPlace/node+spare; or Elastic/node)", f))
 		}
 		out = append(out, benchCase{trainingv1alpha1.RestartMode(mode), fault})
 	}
@@ -158,36 +173,8 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 
 	var mu sync.Mutex
 	var s sample
-	known := map[string]bool{}
-	for _, p := range pods {
-		known[string(p.UID)] = true
-	}
+	count := b.countPods(ctx, name, pods)
 	var start time.Time
-	inf, err := b.informers.GetInformer(ctx, &corev1.Pod{})
-	check(err)
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name && !isSpare(p) {
-				mu.Lock()
-				if !known[string(p.UID)] {
-					known[string(p.UID)] = true
-					s.created++
-				}
-				mu.Unlock()
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == name && !isSpare(p) {
-				mu.Lock()
-				s.deleted++
-				mu.Unlock()
-			}
-		},
-	})
-	check(err)
 	jobInf, err := b.informers.GetInformer(ctx, &trainingv1alpha1.ZayaTrainingJob{})
 	check(err)
 	// The decision is seen as it happens, while the benchmark may still be playing kubelets.
@@ -247,7 +234,7 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 	s.escalated = cs.mode == trainingv1alpha1.RestartModeInPlace && j.Status.Attempt() > 0
 	w, r, c := b.operatorCounts()
 	s.writes, s.requests, s.cpu = w-writes, r-requests, c-cpu
-	check(inf.RemoveEventHandler(reg))
+	s.created, s.deleted = count.stop()
 	check(jobInf.RemoveEventHandler(jobReg))
 	if j.Status.Restarts != 1 {
 		check(fmt.Errorf("job %s: %d restarts, want 1", name, j.Status.Restarts))
@@ -262,13 +249,19 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 	if cs.lostNode() {
 		b.restoreNode(ctx, victim.Spec.NodeName)
 	}
+	b.drain(ctx)
+	return s
+}
+
+// drain waits until the namespace has no pods left, forcing those a lost node's kubelet
+// never finished terminating.
+func (b *bench) drain(ctx context.Context) {
 	for {
 		list := &corev1.PodList{}
 		check(b.c.List(ctx, list, client.InNamespace(b.ns)))
 		if len(list.Items) == 0 {
-			break
+			return
 		}
-		// A lost node's pods never finish terminating: its kubelet is gone.
 		for _, p := range list.Items {
 			if p.DeletionTimestamp != nil {
 				_ = b.c.Delete(ctx, &p, client.GracePeriodSeconds(0))
@@ -276,7 +269,6 @@ func (b *bench) run(ctx context.Context, name string, cs benchCase) sample {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return s
 }
 
 func (b *bench) pods(ctx context.Context, job string) []corev1.Pod {
@@ -289,6 +281,60 @@ func (b *bench) pods(ctx context.Context, job string) []corev1.Pod {
 		return ra - rb
 	})
 	return list.Items
+}
+
+// podCounter counts a job's rank pods created and deleted, from its start to stop.
+type podCounter struct {
+	mu               sync.Mutex
+	known            map[types.UID]bool
+	created, deleted int
+	stop             func() (created, deleted int)
+}
+
+// countPods starts counting the job's rank pods other than pods.
+func (b *bench) countPods(ctx context.Context, job string, pods []corev1.Pod) *podCounter {
+	c := &podCounter{known: map[types.UID]bool{}}
+	for _, p := range pods {
+		c.known[p.UID] = true
+	}
+	rank := func(obj any) *corev1.Pod {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok && p.Labels[trainingv1alpha1.JobNameLabel] == job && !isSpare(p) {
+			return p
+		}
+		return nil
+	}
+	inf, err := b.informers.GetInformer(ctx, &corev1.Pod{})
+	check(err)
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p := rank(obj); p != nil {
+				c.mu.Lock()
+				if !c.known[p.UID] {
+					c.known[p.UID] = true
+					c.created++
+				}
+				c.mu.Unlock()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if p := rank(obj); p != nil {
+				c.mu.Lock()
+				c.deleted++
+				c.mu.Unlock()
+			}
+		},
+	})
+	check(err)
+	c.stop = func() (int, int) {
+		check(inf.RemoveEventHandler(reg))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.created, c.deleted
+	}
+	return c
 }
 
 // isSpare reports whether p is a warm spare, not a rank.
