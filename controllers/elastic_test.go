@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -79,21 +78,13 @@ func TestASuspendedShrunkJobResumesWhole(t *testing.T) {
 	if n := len(h.pods(t)); n != 3 {
 		t.Fatalf("%d pods of a gang shrunk to 3", n)
 	}
-	ctx := context.Background()
-	stored := h.get(t, job)
-	stored.Spec.Suspend = true
-	if err := h.r.Update(ctx, stored); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, true)
 	h.mustReconcile(t, job)
 	got := h.get(t, job)
 	if got.Status.CurrentNodes != 0 || got.Status.GrowAtStep != nil {
 		t.Errorf("suspended: currentNodes %d, growAtStep %v; want neither", got.Status.CurrentNodes, got.Status.GrowAtStep)
 	}
-	got.Spec.Suspend = false
-	if err := h.r.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, false)
 	for range 3 {
 		h.mustReconcile(t, job)
 	}

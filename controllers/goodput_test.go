@@ -73,11 +73,7 @@ func TestGoodputAccountsStartupDowntimeAndWorkTrainedAgain(t *testing.T) {
 func TestASuspensionIsNoWallTime(t *testing.T) {
 	h, job := inPlaceGang(t)
 	h.r.Clock = clockAt(now.Add(60 * time.Second))
-	job = h.get(t, job)
-	job.Spec.Suspend = true
-	if err := h.r.Update(t.Context(), job); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, true)
 	h.mustReconcile(t, job)
 	wall := h.get(t, job).Status.Goodput.WallMilliseconds
 	if wall != 60000 {
@@ -85,11 +81,7 @@ func TestASuspensionIsNoWallTime(t *testing.T) {
 	}
 	// An hour suspended, then resumed and running 10 s later.
 	h.r.Clock = clockAt(now.Add(time.Hour + 60*time.Second))
-	job = h.get(t, job)
-	job.Spec.Suspend = false
-	if err := h.r.Update(t.Context(), job); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, false)
 	h.mustReconcile(t, job)
 	h.r.Clock = clockAt(now.Add(time.Hour + 70*time.Second))
 	h.runAll(t)

@@ -213,6 +213,16 @@ func (h *harness) get(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob) *trai
 	return got
 }
 
+// suspend sets the stored job's spec.suspend, as a user or Kueue does.
+func (h *harness) suspend(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob, on bool) {
+	t.Helper()
+	stored := h.get(t, job)
+	stored.Spec.Suspend = on
+	if err := h.r.Update(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // drainEvents returns the events emitted so far.
 func (h *harness) drainEvents() []string {
 	var out []string

@@ -221,11 +221,7 @@ func TestSuspendAndResume(t *testing.T) {
 	h.mustReconcile(t, job)
 	ctx := context.Background()
 
-	stored := h.get(t, job)
-	stored.Spec.Suspend = true
-	if err := h.r.Update(ctx, stored); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, true)
 	h.mustReconcile(t, job)
 	got := h.get(t, job)
 	if c := condition(got, "Suspended"); c == nil || c.Status != metav1.ConditionTrue {
@@ -241,10 +237,7 @@ func TestSuspendAndResume(t *testing.T) {
 		t.Errorf("checkpoint claim gone while suspended: %v", err)
 	}
 
-	got.Spec.Suspend = false
-	if err := h.r.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, false)
 	h.mustReconcile(t, job)
 	got = h.get(t, job)
 	if c := condition(got, "Suspended"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Resumed" {

@@ -469,11 +469,7 @@ func TestFailedGangsStopBrieflySuspendedOnesGracefully(t *testing.T) {
 
 	h.mustReconcile(t, job) // new attempt
 	h.runAll(t)
-	stored := h.get(t, job)
-	stored.Spec.Suspend = true
-	if err := h.r.Update(context.Background(), stored); err != nil {
-		t.Fatal(err)
-	}
+	h.suspend(t, job, true)
 	h.mustReconcile(t, job)
 	if g, ok := graces["llm-1-0"]; !ok || g != nil {
 		t.Errorf("suspend deleted llm-1-0 with grace %v (present %v), want the pod's own", g, ok)
