@@ -120,19 +120,19 @@ func (m *Member) fire(why string) {
 // then follows it: its stop, its beats, its loss.
 func (m *Member) connect(ctx context.Context) {
 	var c net.Conn
+	var r *bufio.Reader
+	var first string
 	for c == nil {
-		d := net.Dialer{Timeout: m.cfg.Timeout}
-		conn, err := d.DialContext(ctx, "tcp", m.cfg.Hub)
+		conn, reader, word, err := m.greet(ctx)
 		if ctx.Err() != nil {
+			if conn != nil {
+				_ = conn.Close()
+			}
 			return
 		}
 		if err == nil {
-			_ = conn.SetWriteDeadline(time.Now().Add(m.cfg.Timeout))
-			if _, err = fmt.Fprintf(conn, "hello %s %d\n", m.cfg.Token, m.cfg.Rank); err == nil {
-				c = conn
-				break
-			}
-			_ = conn.Close()
+			c, r, first = conn, reader, word
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -150,7 +150,9 @@ func (m *Member) connect(ctx context.Context) {
 	m.mu.Unlock()
 	close(m.joined)
 	go beat(ctx, c, m.cfg.Timeout, &m.mu)
-	r := bufio.NewReader(c)
+	if first == "end" {
+		return // rank 0 was done as this member came in
+	}
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
 		line, err := r.ReadString('\n')
@@ -175,6 +177,39 @@ func (m *Member) connect(ctx context.Context) {
 			return // rank 0 is done: nothing left to watch
 		}
 	}
+}
+
+// greet dials the hub, says hello and waits for the hub's first word: only a hub that answers
+// has this member. A connection is not enough: a frozen rank 0 (SIGSTOP, a frozen node) still
+// completes handshakes in its kernel, and a member that took that for joining would start its
+// worker against a rank 0 that never trains, stop over it a timeout later, and go round again
+// until the hub's rank is replaced. A hub that stops as it takes the member in ("stop") is
+// the last run's: the member waits for the next one.
+func (m *Member) greet(ctx context.Context) (net.Conn, *bufio.Reader, string, error) {
+	d := net.Dialer{Timeout: m.cfg.Timeout}
+	c, err := d.DialContext(ctx, "tcp", m.cfg.Hub)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(m.cfg.Timeout))
+	if _, err := fmt.Fprintf(c, "hello %s %d\n", m.cfg.Token, m.cfg.Rank); err != nil {
+		_ = c.Close()
+		return nil, nil, "", err
+	}
+	// The hub welcomes a member at once; a hub of an older supervisor beats within a quarter
+	// of the timeout.
+	_ = c.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	word := strings.TrimSpace(line)
+	if err == nil && strings.HasPrefix(word, "stop ") {
+		err = errors.New("the hub is stopping")
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, "", err
+	}
+	return c, r, word, nil
 }
 
 // beat writes a beat every quarter of timeout until ctx ends; mu guards the connection's writes.
@@ -258,6 +293,15 @@ func (h *hub) admit(c net.Conn) {
 	}
 	h.members[rank] = m
 	h.mu.Unlock()
+	// The member starts its worker on this word: a hub that cannot say it has not taken it in.
+	m.mu.Lock()
+	_ = c.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
+	_, werr := io.WriteString(c, "welcome\n")
+	m.mu.Unlock()
+	if werr != nil {
+		h.leave(rank, m)
+		return
+	}
 	fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: node rank %d joined\n", rank)
 	go func() {
 		t := time.NewTicker(h.cfg.Timeout / 4)

@@ -201,3 +201,79 @@ func TestAMemberWaitsForTheHub(t *testing.T) {
 		t.Errorf("stop %q, want rank 0's failure", why)
 	}
 }
+
+// A frozen rank 0 (SIGSTOP, a frozen node) still completes handshakes in its kernel: a member
+// restarted beside it must not take that for the hub, start its worker against a rank 0 that
+// never trains and stop again a timeout later. It joins once the rank's new run answers.
+func TestAFrozenHubIsNotJoined(t *testing.T) {
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := frozen.Addr().String() // accepted by the kernel, never read: a stopped process
+	cfg := Config{Hub: addr, Listen: addr, Token: "uid/1", Timeout: timeout, Log: io.Discard}
+	one := cfg
+	one.Rank = 1
+	m1, err := Join(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Leave(false, "")
+	time.Sleep(4 * timeout)
+	select {
+	case <-m1.Joined():
+		t.Fatal("joined a hub that never answered")
+	default:
+	}
+	if why := stopped(m1, 0); why != "" {
+		t.Fatalf("stopped before it ever joined: %q", why)
+	}
+	_ = frozen.Close() // the frozen pod is deleted; its rank's new run listens
+	m0, err := Join(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m0.Leave(false, "")
+	select {
+	case <-m1.Joined():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not joined once the new hub listens")
+	}
+	if why := stopped(m1, 3*timeout); why != "" {
+		t.Errorf("stopped in the new hub: %q", why)
+	}
+}
+
+// A hub that stops as a member comes in (the last run's, its stop under way) does not take
+// it: the member waits for the next one rather than start its worker and stop at once.
+func TestAStoppingHubIsNotJoined(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "stop node rank 2's worker failed: exit 1\n")
+			_ = c.Close()
+		}
+	}()
+	m1, err := Join(Config{Rank: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: timeout, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Leave(false, "")
+	time.Sleep(3 * timeout)
+	select {
+	case <-m1.Joined():
+		t.Error("joined a hub that was stopping")
+	default:
+	}
+	if why := stopped(m1, 0); why != "" {
+		t.Errorf("stopped by a hub it never joined: %q", why)
+	}
+}
