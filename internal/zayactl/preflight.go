@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -75,12 +76,14 @@ type facts struct {
 	Kueue        bool // Kueue's Workload CRD is installed
 	LocalQueues  int
 	QueuesErr    error
+	Pods         []corev1.Pod // the namespace's job pods: their restarts tell the kubelets' back-off
+	PodsErr      error
 }
 
 func (s *session) preflightCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "preflight",
-		Short: "Check the cluster for what jobs need (CRD, operator, restart rules, AMD GPUs and NICs, storage, Kueue, Pod Security); exit 1 when a job could not run",
+		Short: "Check the cluster for what jobs need (CRD, operator, restart rules and the kubelets' back-off, AMD GPUs and NICs, storage, Kueue, Pod Security); exit 1 when a job could not run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := s.reader()
@@ -128,6 +131,9 @@ func gather(ctx context.Context, c client.Client, ns string) facts {
 	} else {
 		f.RulesKept = recovery.RulesKept(probe)
 	}
+	pods := &corev1.PodList{}
+	f.PodsErr = c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{trainingv1alpha1.JobNameLabel})
+	f.Pods = pods.Items
 	nodes := &corev1.NodeList{}
 	f.NodesErr = c.List(ctx, nodes)
 	f.Nodes = nodes.Items
@@ -155,6 +161,7 @@ func preflightOf(f facts) Preflight {
 	add(crdCheck(f))
 	add(operatorCheck(f))
 	add(rulesCheck(f))
+	add(backOffCheck(f))
 	gpus, nics := gpuChecks(f)
 	add(gpus)
 	add(nics)

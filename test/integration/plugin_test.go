@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -161,6 +162,17 @@ func TestPreflightFollowsTheClustersAnswers(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, class)).To(Succeed())
 	t.Cleanup(func() { _ = k8sClient.Delete(ctx, class) })
 
+	// A rank whose worker a default kubelet restarted a second time 12 s after its exit.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-0-1", Namespace: ns, Labels: map[string]string{trainingv1alpha1.JobNameLabel: "llm"}},
+		Spec: corev1.PodSpec{NodeName: "mi300x-1", Containers: []corev1.Container{{Name: "worker", Image: "zaya-worker:dev"}}}}
+	g.Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	exit := metav1.Now().Rfc3339Copy()
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", Image: "zaya-worker:dev", ImageID: "zaya-worker", RestartCount: 2,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(exit.Add(12 * time.Second))}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 75,
+			StartedAt: metav1.NewTime(exit.Add(-time.Minute)), FinishedAt: exit}}}}
+	g.Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+
 	probe := recovery.RulesProbe(ns)
 	err := k8sClient.Create(ctx, probe, client.DryRunAll)
 	kept := err == nil && recovery.RulesKept(probe)
@@ -181,6 +193,7 @@ func TestPreflightFollowsTheClustersAnswers(t *testing.T) {
 	g.Expect(results).To(HaveKeyWithValue("AMD NICs", "ok"))
 	g.Expect(results).To(HaveKeyWithValue("Checkpoint storage", "ok"))
 	g.Expect(results).To(HaveKeyWithValue("Pod Security", "ok"))
+	g.Expect(results).To(HaveKeyWithValue("Restart back-off", "warn"), "the pod's restart 12 s after its exit is a default kubelet's back-off")
 	if kept {
 		g.Expect(results).To(HaveKeyWithValue("In-place restart", "ok"))
 		g.Expect(code).To(Equal(0), "%s\n%s", stdout.String(), stderr.String())
