@@ -55,6 +55,7 @@ type Member struct {
 	conn    net.Conn // to the hub, once connected
 	hub     *hub
 	stopped bool
+	stopAt  time.Time // when the stop was heard, set before it is sent
 }
 
 // Join starts rank 0's hub (on every other rank: nothing) and connects to the hub in the
@@ -82,6 +83,14 @@ func (m *Member) Joined() <-chan struct{} { return m.joined }
 
 // Stopped yields why the gang stops, when it does.
 func (m *Member) Stopped() <-chan string { return m.stop }
+
+// StoppedAt is when this member heard the stop Stopped yields (zero before it): a worker that
+// had ended before then ended on its own, whenever its supervisor gets to either.
+func (m *Member) StoppedAt() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopAt
+}
 
 // Leave tells the hub how this rank's worker ended (failed: the gang stops; done: it leaves
 // quietly) and closes the membership.
@@ -113,7 +122,12 @@ func (m *Member) Leave(failed bool, why string) {
 }
 
 func (m *Member) fire(why string) {
-	m.once.Do(func() { m.stop <- why })
+	m.once.Do(func() {
+		m.mu.Lock()
+		m.stopAt = time.Now()
+		m.mu.Unlock()
+		m.stop <- why
+	})
 }
 
 // connect dials the hub until it answers (it may not run yet: rank 0 starts with the others),

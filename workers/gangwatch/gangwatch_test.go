@@ -74,10 +74,19 @@ func crash(m *Member) {
 
 func TestAFailedWorkerStopsEveryOtherRank(t *testing.T) {
 	ms := gang(t, 3)
+	if at := ms[0].StoppedAt(); !at.IsZero() {
+		t.Fatalf("stopped at %v before any stop", at)
+	}
+	left := time.Now()
 	ms[1].Leave(true, "exit 1")
 	for _, r := range []int{0, 2} {
 		if why := stopped(ms[r], 2*time.Second); !strings.Contains(why, "node rank 1's worker failed: exit 1") {
 			t.Errorf("rank %d: stop %q, want rank 1's failure", r, why)
+		}
+		// When the stop was heard: the supervisor tells a worker that ended before it from
+		// one the stop ended.
+		if at := ms[r].StoppedAt(); at.Before(left) || time.Since(at) > 2*time.Second {
+			t.Errorf("rank %d: stopped at %v, want between %v and now", r, at, left)
 		}
 	}
 }

@@ -118,9 +118,11 @@ func (cfg Config) run() int32 {
 		return contract.ExitConfig
 	}
 	pid := cmd.Process.Pid
-	done := make(chan syscall.WaitStatus, 1)
-	go func() { done <- reap(pid) }()
-	var stopped string // why the gang stopped this rank
+	done := make(chan exited, 1)
+	go func() { ws := reap(pid); done <- exited{ws, time.Now()} }()
+	var stopped string      // why the gang stopped this rank
+	var stoppedAt time.Time // when this rank's gang watch heard it
+	signalled := false      // the supervisor sent the worker SIGTERM for the stop
 	var term, kill <-chan time.Time
 	for {
 		select {
@@ -130,25 +132,30 @@ func (cfg Config) run() int32 {
 		case why := <-gangStop:
 			// A peer failed or was lost: this rank's worker may sit in a collective for as
 			// long as its backend allows. Stop it now; the kubelet restarts the container.
-			stopped, gangStop = why, nil
+			stopped, stoppedAt, gangStop = why, gang.StoppedAt(), nil
 			term = time.After(cfg.OwnStop)
 		case <-term:
 			fmt.Fprintf(cfg.Log, "zaya-supervisor: stopping the worker: %s\n", stopped)
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
+			signalled = true
 			kill = time.After(cfg.StopGrace)
 		case <-kill:
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		case ws := <-done:
+		case x := <-done:
 			// Nothing the worker started may outlive it into the next run: a stray rank would
 			// hold its port, its GPU memory and its checkpoint files.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			code := int32(ws.ExitStatus())
-			if ws.Signaled() {
-				code = 128 + int32(ws.Signal())
+			code := int32(x.status.ExitStatus())
+			if x.status.Signaled() {
+				code = 128 + int32(x.status.Signal())
 			}
 			if progress != nil {
 				// What the worker reported, however it ended: a killed trainer wrote no lines itself.
 				progress.finish(cfg.TerminationLog)
+			}
+			if stopped != "" && !stopCaused(code, x.at, stoppedAt, signalled) {
+				fmt.Fprintf(cfg.Log, "zaya-supervisor: the worker exited %d on its own before the gang's stop (%s): its own exit stands\n", code, stopped)
+				stopped = ""
 			}
 			if stopped != "" {
 				if err := appendLine(cfg.TerminationLog, contract.TerminationMessageStoppedPrefix+" "+stopped); err != nil {
@@ -163,6 +170,22 @@ func (cfg Config) run() int32 {
 			return code
 		}
 	}
+}
+
+// exited is how the worker ended and when the supervisor learned it.
+type exited struct {
+	status syscall.WaitStatus
+	at     time.Time
+}
+
+// stopCaused reports whether a worker that exited with code at exitAt, in a gang stopped at
+// stoppedAt, ended because of the stop: the supervisor signalled it, it stopped over a peer by
+// itself (75), or it ended after the stop arrived. A worker that ended before the stop arrived
+// ended on its own, whatever order the two reach the supervisor's loop in: its failure is
+// what stopped the gang (the hub's stop follows it through its peers), and turning it into a
+// stop over a peer would hide the job's root cause behind its own cascade.
+func stopCaused(code int32, exitAt, stoppedAt time.Time, signalled bool) bool {
+	return signalled || code == contract.ExitStopped || !exitAt.Before(stoppedAt)
 }
 
 // reap waits for any child until pid ends: as a container's PID 1 the supervisor inherits
