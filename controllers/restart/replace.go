@@ -143,6 +143,10 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 	}
 	var next time.Duration
 	going := sync.OnceValue(func() bool { return e.Host.NamespaceGoing(ctx) }) // read once, and only to act
+	// The restart is timed from an exit, stamped in whole seconds cut down: a renewal in that
+	// second may have come before the fault (a node lost at .9 renewed at .3), so only a later
+	// one proves the node alive, as for lapsedRank.
+	alive := since.Truncate(time.Second).Add(time.Second)
 	for _, r := range laggards {
 		pod := g.Ranks[r]
 		age, stale, err := e.leaseAge(ctx, pod.Spec.NodeName)
@@ -155,7 +159,7 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		if age < stale {
 			due := stale - age
 			if recovery.HungLaggard(g, r, since, e.Job.Spec.GPUsPerNode) {
-				if e.Now.Sub(since) > age { // the kubelet renewed its Lease since: the node is alive
+				if e.Now.Sub(alive) > age { // the kubelet renewed its Lease since: the node is alive
 					if going() {
 						return 0, nil // the job goes with its namespace: nothing to replace
 					}
