@@ -170,22 +170,8 @@ func TestAMemberWaitsForTheHub(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard}
-	one := cfg
-	one.Rank = 1
-	m1, err := Join(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m1.Leave(false, "")
-	time.Sleep(3 * timeout) // no hub yet: no stop either
-	if why := stopped(m1, 0); why != "" {
-		t.Fatalf("stopped before there was a hub: %q", why)
-	}
-	select {
-	case <-m1.Joined():
-		t.Fatal("joined before there was a hub")
-	default:
-	}
+	m1 := rankOne(t, cfg)
+	outOfEveryHub(t, m1, 3*timeout, "no hub yet")
 	m0, err := Join(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -221,22 +207,8 @@ func TestAFrozenHubIsNotJoined(t *testing.T) {
 	}
 	addr := frozen.Addr().String() // accepted by the kernel, never read: a stopped process
 	cfg := Config{Hub: addr, Listen: addr, Token: "uid/1", Timeout: timeout, Log: io.Discard}
-	one := cfg
-	one.Rank = 1
-	m1, err := Join(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m1.Leave(false, "")
-	time.Sleep(4 * timeout)
-	select {
-	case <-m1.Joined():
-		t.Fatal("joined a hub that never answered")
-	default:
-	}
-	if why := stopped(m1, 0); why != "" {
-		t.Fatalf("stopped before it ever joined: %q", why)
-	}
+	m1 := rankOne(t, cfg)
+	outOfEveryHub(t, m1, 4*timeout, "a hub that never answered")
 	_ = frozen.Close() // the frozen pod is deleted; its rank's new run listens
 	m0, err := Join(cfg)
 	if err != nil {
@@ -271,18 +243,32 @@ func TestAStoppingHubIsNotJoined(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	m1, err := Join(Config{Rank: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: timeout, Log: io.Discard})
+	m1 := rankOne(t, Config{Hub: ln.Addr().String(), Token: "uid/0", Timeout: timeout, Log: io.Discard})
+	outOfEveryHub(t, m1, 3*timeout, "a hub that was stopping")
+}
+
+// rankOne joins cfg's gang as node rank 1, leaving when the test ends.
+func rankOne(t *testing.T, cfg Config) *Member {
+	t.Helper()
+	cfg.Rank = 1
+	m, err := Join(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m1.Leave(false, "")
-	time.Sleep(3 * timeout)
+	t.Cleanup(func() { m.Leave(false, "") })
+	return m
+}
+
+// outOfEveryHub waits d and fails unless m has neither joined nor been stopped by hub.
+func outOfEveryHub(t *testing.T, m *Member, d time.Duration, hub string) {
+	t.Helper()
+	time.Sleep(d)
 	select {
-	case <-m1.Joined():
-		t.Error("joined a hub that was stopping")
+	case <-m.Joined():
+		t.Fatalf("joined %s", hub)
 	default:
 	}
-	if why := stopped(m1, 0); why != "" {
-		t.Errorf("stopped by a hub it never joined: %q", why)
+	if why := stopped(m, 0); why != "" {
+		t.Fatalf("stopped by %s it never joined: %q", hub, why)
 	}
 }
