@@ -169,7 +169,7 @@ func (m *Member) connect(ctx context.Context) {
 	}
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
-		line, err := r.ReadString('\n')
+		line, err := readLine(r)
 		if ctx.Err() != nil {
 			return
 		}
@@ -213,8 +213,8 @@ func (m *Member) greet(ctx context.Context) (net.Conn, *bufio.Reader, string, er
 	// The hub welcomes a member at once; a hub of an older supervisor beats within a quarter
 	// of the timeout.
 	_ = c.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
-	r := bufio.NewReader(c)
-	line, err := r.ReadString('\n')
+	r := bufio.NewReaderSize(c, maxLine)
+	line, err := readLine(r)
 	word := strings.TrimSpace(line)
 	if err == nil && strings.HasPrefix(word, "stop ") {
 		err = errors.New("the hub is stopping")
@@ -272,18 +272,45 @@ func listen(cfg Config) (*hub, error) {
 func (h *hub) serve() {
 	for {
 		c, err := h.ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
 		if err != nil {
-			return // closed
+			// Out of file descriptors (a burst of connections from anywhere: the port is open to
+			// every pod), or another passing error: a hub that stopped accepting would keep every
+			// restarted rank out of the gang for good.
+			time.Sleep(acceptRetry)
+			continue
 		}
 		go h.admit(c)
 	}
 }
 
+// acceptRetry is how long the hub waits after a failed accept.
+const acceptRetry = 50 * time.Millisecond
+
+// maxLine bounds a line either side reads: the longest the protocol writes is a stop with its
+// reason (oneLine's 300 bytes). A peer that sends more without a newline is not a supervisor,
+// and reading on would grow the reader by whatever it sends.
+const maxLine = 1024
+
+// errLongLine is a line over maxLine.
+var errLongLine = errors.New("gang watch: a line over 1024 bytes")
+
+// readLine reads one line of at most maxLine bytes from r, a reader of that size.
+func readLine(r *bufio.Reader) (string, error) {
+	b, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return "", errLongLine
+	}
+	return string(b), err
+}
+
 // admit reads a connection's hello and follows the member until it leaves or is lost.
 func (h *hub) admit(c net.Conn) {
-	r := bufio.NewReader(c)
+	r := bufio.NewReaderSize(c, maxLine)
 	_ = c.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
-	line, err := r.ReadString('\n')
+	line, err := readLine(r)
 	f := strings.Fields(line)
 	rank := -1
 	if len(f) == 3 && f[0] == "hello" && f[1] == h.cfg.Token {
@@ -332,7 +359,7 @@ func (h *hub) admit(c net.Conn) {
 	}()
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
-		line, err := r.ReadString('\n')
+		line, err := readLine(r)
 		word := strings.TrimSpace(line)
 		switch {
 		case err == nil && word == "beat":

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -270,5 +271,85 @@ func outOfEveryHub(t *testing.T, m *Member, d time.Duration, hub string) {
 	}
 	if why := stopped(m, 0); why != "" {
 		t.Fatalf("stopped by %s it never joined: %q", hub, why)
+	}
+}
+
+// The hub's port is open to every pod. A stranger that sends bytes without a newline is cut off
+// at the line bound, not read on (hundreds of MiB grew rank 0's supervisor), and the gang goes
+// on.
+func TestAStrangersEndlessLineIsCutOff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	// A hub whose hello deadline is far: only the bound can cut the stranger off in time.
+	hello := 10 * time.Second
+	m0, err := Join(Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: hello, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m0.Leave(false, "") })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	chunk := []byte(strings.Repeat("x", 4096))
+	var werr error
+	for sent := 0; sent < 64<<20 && werr == nil; sent += len(chunk) {
+		_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_, werr = c.Write(chunk)
+	}
+	if werr == nil {
+		t.Fatal("the hub took 64 MiB without a newline")
+	}
+	if took := time.Since(start); took > hello/2 {
+		t.Errorf("cut off after %v, not at the line bound (the hello's deadline is %v)", took, hello)
+	}
+	if why := stopped(m0, timeout); why != "" {
+		t.Errorf("a stranger stopped the gang: %q", why)
+	}
+}
+
+// failingListener fails its first accepts as a process out of file descriptors does.
+type failingListener struct {
+	net.Listener
+	failures int
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.failures > 0 {
+		l.failures--
+		return nil, fmt.Errorf("accept tcp: %w", syscall.EMFILE)
+	}
+	return l.Listener.Accept()
+}
+
+// A burst of connections up to the pod's open-file limit fails the hub's accepts for a while:
+// the hub must take members again once descriptors are free, or a restarted rank could never
+// rejoin and the gang would stop for good.
+func TestTheHubAcceptsAgainAfterRunningOutOfDescriptors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard}
+	h, err := listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ln = &failingListener{Listener: h.ln, failures: 3}
+	go h.serve()
+	t.Cleanup(h.close)
+	m1 := rankOne(t, cfg)
+	select {
+	case <-m1.Joined():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not joined: the hub stopped accepting after its accepts failed")
 	}
 }
