@@ -2,7 +2,6 @@ package zayactl
 
 import (
 	"fmt"
-	"html"
 	"io"
 	"os"
 	"slices"
@@ -179,7 +178,7 @@ func mark(kind string, colour bool) string {
 
 func (t Timeline) text(w io.Writer, colour bool) error {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
-	p("Job: %s\n", t.Job)
+	p("Job: %s\n", shown(t.Job))
 	total := t.To.Sub(t.From)
 	p("%s → %s (%s)\n", t.From.UTC().Format(time.RFC3339), t.To.UTC().Format(time.RFC3339), total.Round(time.Second))
 	if total > 0 {
@@ -201,7 +200,7 @@ func (t Timeline) text(w io.Writer, colour bool) error {
 	for _, s := range t.Segments {
 		what := s.Kind
 		if s.Category != "" {
-			what += " (" + s.Category + ")"
+			what += " (" + shown(s.Category) + ")"
 		}
 		if s.Nodes > 0 && s.Nodes < t.Nodes {
 			what += fmt.Sprintf(" on %d of %d nodes", s.Nodes, t.Nodes)
@@ -218,7 +217,7 @@ func (t Timeline) text(w io.Writer, colour bool) error {
 		p("\nEffective training time %s: of %s started, %s trained, %s starting, %s lost to failures\n", t.EffectiveTrainingTime,
 			ms(t.WallMilliseconds), ms(t.TrainingMilliseconds), ms(t.StartupMilliseconds), ms(t.LostMilliseconds))
 		for _, l := range t.Lost {
-			p("  %-18s %d failure(s), %s down, %s trained again\n", l.Category, l.Failures, ms(l.DownMilliseconds), ms(l.RecomputeMilliseconds))
+			p("  %-18s %d failure(s), %s down, %s trained again\n", shown(l.Category), l.Failures, ms(l.DownMilliseconds), ms(l.RecomputeMilliseconds))
 		}
 	}
 	return nil
@@ -242,7 +241,7 @@ func (t Timeline) svg() string {
 	var b strings.Builder
 	height := top + rowH + 80 + 16*float64(len(t.Lost))
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", width, height)
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">%s: %s effective training time</text>`+"\n", left, html.EscapeString(t.Job), html.EscapeString(orDash(t.EffectiveTrainingTime, "?")))
+	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">%s: %s effective training time</text>`+"\n", left, xmlText(t.Job), xmlText(orDash(t.EffectiveTrainingTime, "?")))
 	for _, s := range t.Segments {
 		title := s.Kind
 		if s.Category != "" {
@@ -250,9 +249,9 @@ func (t Timeline) svg() string {
 		}
 		title += fmt.Sprintf(" %s, from %s", time.Duration(s.Seconds()*float64(time.Second)).Round(100*time.Millisecond), s.Start.UTC().Format(time.RFC3339))
 		fmt.Fprintf(&b, `<rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s"><title>%s</title></rect>`+"\n",
-			x(s.Start), top, max(x(s.End)-x(s.Start), 0.5), rowH, fill[s.Kind], html.EscapeString(title))
+			x(s.Start), top, max(x(s.End)-x(s.Start), 0.5), rowH, fill[s.Kind], xmlText(title))
 		if s.Kind == "Lost" && x(s.End)-x(s.Start) > 40 {
-			fmt.Fprintf(&b, `<text x="%.2f" y="%.0f" fill="white">%s</text>`+"\n", x(s.Start)+3, top+rowH/2+4, html.EscapeString(s.Category))
+			fmt.Fprintf(&b, `<text x="%.2f" y="%.0f" fill="white">%s</text>`+"\n", x(s.Start)+3, top+rowH/2+4, xmlText(s.Category))
 		}
 	}
 	for i := 0; i <= 4; i++ { // the time axis
@@ -266,7 +265,7 @@ func (t Timeline) svg() string {
 	}
 	y := top + rowH + 66
 	for _, l := range t.Lost {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s: %d failure(s), %s down, %s trained again</text>`+"\n", left, y, html.EscapeString(l.Category), l.Failures, ms(l.DownMilliseconds), ms(l.RecomputeMilliseconds))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s: %d failure(s), %s down, %s trained again</text>`+"\n", left, y, xmlText(l.Category), l.Failures, ms(l.DownMilliseconds), ms(l.RecomputeMilliseconds))
 		y += 16
 	}
 	b.WriteString("</svg>\n")

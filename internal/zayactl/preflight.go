@@ -381,12 +381,12 @@ func podSecurityCheck(f facts) Check {
 
 func (p Preflight) text(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Namespace %s:\n\n", orDash(p.Namespace, "?"))
+	fmt.Fprintf(tw, "Namespace %s:\n\n", shown(orDash(p.Namespace, "?")))
 	fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
 	for _, c := range p.Checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, strings.ToUpper(c.Result), c.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, strings.ToUpper(c.Result), shown(c.Detail))
 		if c.Fix != "" && c.Result != ok {
-			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+			fmt.Fprintf(tw, "\t\tfix: %s\n", shown(c.Fix))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -164,36 +164,36 @@ func podState(pod *corev1.Pod) string {
 
 func (st Status) text(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Job:\t%s\n", st.Job)
-	fmt.Fprintf(tw, "State:\t%s\n", st.State)
+	fmt.Fprintf(tw, "Job:\t%s\n", shown(st.Job))
+	fmt.Fprintf(tw, "State:\t%s\n", shown(st.State))
 	fmt.Fprintf(tw, "Gang:\t%d ranks × %d GPUs, %d ready\n", st.Nodes, st.GPUsPerNode, st.ReadyNodes)
 	fmt.Fprintf(tw, "Attempt:\t%d (restarts %d: %d in place; %d pods replaced)\n", st.Attempt, st.Restarts, st.InPlaceRestarts, st.PodsReplaced)
 	if st.Goodput != "" {
-		fmt.Fprintf(tw, "Goodput:\t%s of its started time trained\n", st.Goodput)
+		fmt.Fprintf(tw, "Goodput:\t%s of its started time trained\n", shown(st.Goodput))
 	}
 	if st.Step != nil {
 		fmt.Fprintf(tw, "Checkpoint:\tstep %d\n", *st.Step)
 	}
 	if st.Waiting != "" {
-		fmt.Fprintf(tw, "Waiting:\t%s\n", st.Waiting)
+		fmt.Fprintf(tw, "Waiting:\t%s\n", shown(st.Waiting))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "RANK\tPOD\tNODE\tSTATE\tREADY\tRESTARTS")
 	for _, r := range st.Ranks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\n", r.Rank, dash(r.Pod), dash(r.Node), r.State, r.Ready, r.Restarts)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\n", r.Rank, shown(dash(r.Pod)), shown(dash(r.Node)), shown(r.State), r.Ready, r.Restarts)
 	}
 	if len(st.Spares) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "SPARE\tNODE\tREADY")
 		for _, s := range st.Spares {
-			fmt.Fprintf(tw, "%s\t%s\t%v\n", s.Pod, dash(s.Node), s.Ready)
+			fmt.Fprintf(tw, "%s\t%s\t%v\n", shown(s.Pod), shown(dash(s.Node)), s.Ready)
 		}
 	}
 	if len(st.Quarantined) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "QUARANTINED\tREASON\tSINCE\tUNTIL")
 		for _, q := range st.Quarantined {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", q.Node, q.Reason, q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", shown(q.Node), shown(q.Reason), q.Since.UTC().Format(time.RFC3339), q.Until.UTC().Format(time.RFC3339))
 		}
 	}
 	return tw.Flush()

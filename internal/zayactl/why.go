@@ -119,34 +119,34 @@ func lostTo(g *trainingv1alpha1.GoodputStatus, f trainingv1alpha1.JobFailure) (*
 
 func (w Why) text(out io.Writer) error {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(out, format, args...) }
-	p("Job: %s\n", w.Job)
+	p("Job: %s\n", shown(w.Job))
 	if w.Failed != "" {
-		p("Failed: %s\n", w.Failed)
+		p("Failed: %s\n", shown(w.Failed))
 	}
 	if len(w.Failures) == 0 {
 		p("No failures recorded.\n")
 		return nil
 	}
 	for _, f := range w.Failures {
-		p("\n%s  attempt %d: %s\n", f.Time.UTC().Format(time.RFC3339), f.Attempt, orDash(f.Category, f.Reason))
+		p("\n%s  attempt %d: %s\n", f.Time.UTC().Format(time.RFC3339), f.Attempt, shown(orDash(f.Category, f.Reason)))
 		if f.Rank != nil {
-			p("  root:      rank %d on %s (%s)\n", *f.Rank, orDash(f.Node, "-"), f.Reason)
+			p("  root:      rank %d on %s (%s)\n", *f.Rank, shown(orDash(f.Node, "-")), shown(f.Reason))
 		} else {
-			p("  root:      node %s (%s)\n", orDash(f.Node, "-"), f.Reason)
+			p("  root:      node %s (%s)\n", shown(orDash(f.Node, "-")), shown(f.Reason))
 		}
 		if f.Rule != "" {
-			p("  rule:      %s\n", f.Rule)
+			p("  rule:      %s\n", shown(f.Rule))
 		}
 		if f.Evidence != "" {
-			p("  evidence:  %s\n", f.Evidence)
+			p("  evidence:  %s\n", shown(f.Evidence))
 		}
 		if f.Message != "" {
-			p("  message:   %s\n", f.Message)
+			p("  message:   %s\n", shown(f.Message))
 		}
 		p("  cascade:   %d other ranks failed with it\n", f.Cascaded)
 		did := actionWords(f.Action)
 		if f.Quarantined {
-			did += "; node " + f.Node + " quarantined"
+			did += "; node " + shown(f.Node) + " quarantined"
 		}
 		p("  operator:  %s\n", did)
 		switch {
