@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -597,5 +598,44 @@ func TestStopsOverAPeerNeverQuarantineTheStoppedRanksNode(t *testing.T) {
 	if st.Restarts != 3 || st.InPlaceRestarts != 3 || len(st.QuarantinedNodes) != 0 || st.LastRestartMode != trainingv1alpha1.RestartModeInPlace {
 		t.Errorf("restarts %d, in place %d, quarantined %v, mode %q: want three in-place restarts and no node blamed",
 			st.Restarts, st.InPlaceRestarts, st.QuarantinedNodes, st.LastRestartMode)
+	}
+}
+
+// status.lastFailure is partly others' word: its reason's schema bounds only its length. The
+// escalation of an overdue in-place restart copies it into the Restarting condition, whose
+// schema wants CamelCase words; "exit 1" there had every status write refused, and the restart
+// was never escalated. The condition now says Unrecognized, and the write stands.
+func TestAnOverdueRestartEscalatesWhateverReasonOthersStored(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(3).Generation(1).Defaulted().Obj()
+	var refused []string
+	h := newHarness(t, statusRefusals(t, &refused), job)
+	h.mustReconcile(t, job)
+	h.runAll(t)
+	h.mustReconcile(t, job)
+	timeout := job.Spec.FaultTolerance.InPlaceTimeout.Duration
+	fault := now.Add(-time.Second)
+	h.setPod(t, "llm-0-1", restartedInPlace("n1", 1, 1, fault, fault))
+	h.mustReconcile(t, job)
+	// A status writer's edit between two passes.
+	cur := h.get(t, job)
+	cur.Status.LastFailure.Reason = "exit 1"
+	if err := h.r.Status().Update(context.Background(), cur); err != nil {
+		t.Fatalf("storing a reason the schema accepts: %v", err)
+	}
+	for i, at := range []time.Duration{timeout + time.Second, timeout + 2*time.Second, timeout + 3*time.Second, 2*timeout + 4*time.Second} {
+		h.r.Clock = clockAt(fault.Add(at))
+		if _, err := h.reconcile(t, job); err != nil && len(refused) == 0 {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+	}
+	if len(refused) > 0 {
+		t.Fatalf("the operator wrote %d status(es) its CRD refuses, the first: %s", len(refused), refused[0])
+	}
+	got := h.get(t, job)
+	if st := got.Status; st.LastRestartMode != trainingv1alpha1.RestartModeRecreate || st.Attempt() != 1 {
+		t.Errorf("mode %q, attempt %d: the overdue restart was not escalated", st.LastRestartMode, st.Attempt())
+	}
+	if c := condition(got, trainingv1alpha1.ConditionRestarting); c == nil || c.Reason != trainingv1alpha1.ReasonUnrecognized {
+		t.Errorf("Restarting = %+v, want reason Unrecognized", c)
 	}
 }

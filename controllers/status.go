@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -102,7 +103,7 @@ func (p *pass) setCondition(condType string, status metav1.ConditionStatus, reas
 	return meta.SetStatusCondition(&p.job.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
-		Reason:             reason,
+		Reason:             conditionReason(reason),
 		Message:            bounded.Message(message),
 		ObservedGeneration: p.job.Generation,
 		LastTransitionTime: metav1.NewTime(p.now),
@@ -205,4 +206,18 @@ func soonest(results ...ctrl.Result) ctrl.Result {
 		}
 	}
 	return out
+}
+
+// conditionReasonPattern is what metav1.Condition's schema allows as a reason.
+var conditionReasonPattern = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
+
+// conditionReason is reason as a condition can hold it. Some reasons are copied from status
+// others write (status.lastFailure.reason, whose own schema bounds only its length): one a
+// condition's schema refuses ("exit 1") would have every status write refused, and the
+// restart it names never escalated.
+func conditionReason(reason string) string {
+	if len(reason) <= 1024 && conditionReasonPattern.MatchString(reason) {
+		return reason
+	}
+	return trainingv1alpha1.ReasonUnrecognized
 }

@@ -141,6 +141,9 @@ const (
 	ReasonFailurePatternsLoaded = "FailurePatternsLoaded"
 	// ReasonRestarting: the gang is being restarted from the last checkpoint.
 	ReasonRestarting = "Restarting"
+	// ReasonUnrecognized: a condition's reason taken from a value others wrote
+	// (status.lastFailure.reason) that a condition's reason cannot hold.
+	ReasonUnrecognized = "Unrecognized"
 	// ReasonInPlaceTimedOut: an in-place restart did not bring every rank back within
 	// faultTolerance.inPlaceTimeout, so the gang is recreated.
 	ReasonInPlaceTimedOut = "InPlaceTimedOut"
