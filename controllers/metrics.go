@@ -114,8 +114,12 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		running := false
 		for _, c := range conds {
 			if m, ok := c.(map[string]any); ok && m["status"] == string(metav1.ConditionTrue) {
+				// Only the operator's condition types: any tenant with status access may store
+				// others, and each would be a new series on the cluster's Prometheus.
 				if t, ok := m["type"].(string); ok {
-					counts[t]++
+					if _, known := counts[t]; known {
+						counts[t]++
+					}
 					running = running || t == trainingv1alpha1.ConditionRunning
 				}
 			}
@@ -159,7 +163,13 @@ func jobGauges(ch chan<- prometheus.Metric, job *trainingv1alpha1.ZayaTrainingJo
 	}
 	idle := 0.0
 	if g.Open != nil {
-		idle = max(now.Sub(g.Open.Since.Time).Seconds(), 0)
+		// No longer than the job has existed: goodput.open.since is status, which others may
+		// write (a managedBy job's manager), and the alerts page on this number.
+		since := g.Open.Since.Time
+		if c := job.CreationTimestamp.Time; since.Before(c) {
+			since = c
+		}
+		idle = max(now.Sub(since).Seconds(), 0)
 	}
 	ch <- prometheus.MustNewConstMetric(notTrainingDesc, prometheus.GaugeValue, idle, ns, name)
 }
@@ -188,12 +198,15 @@ func goodputRatio(obj map[string]any, running bool, now time.Time) (float64, boo
 	if !ok1 || !ok2 || wall < 0 || training < 0 {
 		return 0, false
 	}
+	// In floating point: the stored counters and asOf are status others may write, and an
+	// asOf of year 1 added to a large counter wrapped int64 (a ratio of -2.6e12 was exported).
+	w, tr := float64(wall), float64(training)
 	if t, err := time.Parse(time.RFC3339, asOf); err == nil && running && now.After(t) {
-		d := int64(now.Sub(t) / time.Millisecond)
-		wall, training = wall+d, training+d
+		d := float64(now.Sub(t) / time.Millisecond)
+		w, tr = w+d, tr+d
 	}
-	if wall <= 0 {
+	if w <= 0 {
 		return 0, false
 	}
-	return min(float64(training)/float64(wall), 1), true
+	return min(max(tr/w, 0), 1), true
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -118,4 +119,53 @@ func jobsGauge(counts map[string]int) string {
 		fmt.Fprintf(&b, "zaya_jobs{condition=%q} %d\n", c, counts[c])
 	}
 	return b.String()
+}
+
+// Status is partly others' word (a managedBy job's is its manager's): what the collector
+// exports from it is bounded. A ratio stays within 0..1 whatever the counters and asOf, the
+// time since a job trained is no longer than the job has existed, and a condition type the
+// operator does not write is no label value (each would be a new series).
+func TestMetricsFromStatusOthersWriteAreBounded(t *testing.T) {
+	for _, tc := range []struct {
+		wall, training int64
+		asOf           string
+	}{
+		{math.MaxInt64 - 5, math.MaxInt64 - 5, "0001-01-01T00:00:00Z"},
+		{1, math.MaxInt64 - 5, "0001-01-01T00:00:00Z"},
+		{1, math.MaxInt64, now.Format(time.RFC3339)},
+		{math.MaxInt64, 0, "9999-12-31T23:59:59Z"},
+	} {
+		obj := map[string]any{"status": map[string]any{"goodput": map[string]any{
+			"asOf": tc.asOf, "wallMilliseconds": tc.wall, "trainingMilliseconds": tc.training}}}
+		for _, running := range []bool{false, true} {
+			if r, ok := goodputRatio(obj, running, now); ok && (r < 0 || r > 1 || math.IsNaN(r)) {
+				t.Errorf("wall %d, training %d, asOf %s, running %v: ratio %v", tc.wall, tc.training, tc.asOf, running, r)
+			}
+		}
+	}
+
+	created := time.Now().Add(-time.Hour)
+	job := testjob.MakeZayaTrainingJob("forged", "ns").Defaulted().Obj()
+	job.CreationTimestamp = metav1.NewTime(created)
+	job.Status.Goodput = &trainingv1alpha1.GoodputStatus{Open: &trainingv1alpha1.GoodputOpen{Category: "NodeLost", Since: metav1.NewMicroTime(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))}}
+	job.Status.Conditions = []metav1.Condition{{Type: "Running", Status: "True"}}
+	for i := range 15 {
+		job.Status.Conditions = append(job.Status.Conditions, metav1.Condition{Type: fmt.Sprintf("MadeUp%d", i), Status: "True"})
+	}
+	ch := make(chan prometheus.Metric, 64)
+	jobGauges(ch, job, time.Now())
+	close(ch)
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(m.Desc().String(), "zaya_job_not_training_seconds") && d.GetGauge().GetValue() > time.Since(created).Seconds()+1 {
+			t.Errorf("not training for %v s, longer than the job's hour", d.GetGauge().GetValue())
+		}
+	}
+	c := &jobsCollector{reader: fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(job).Build()}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(jobsGauge(map[string]int{"Running": 1})), "zaya_jobs"); err != nil {
+		t.Error(err)
+	}
 }
