@@ -43,7 +43,7 @@ type ZayaTrainingJobSpec struct {
 	// template must not set those (see docs/worker-contract.md). It needs at least one
 	// container, restartPolicy Never or unset, and can change only while the job is suspended (or in the write that suspends it).
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec.restartPolicy) || self.spec.restartPolicy == 'Never'",message="template.spec.restartPolicy must be Never or unset: the operator restarts the whole gang",fieldPath=".spec.restartPolicy"
-	// +kubebuilder:validation:XValidation:rule="!has(self.spec.hostname) && !has(self.spec.subdomain)",message="template.spec.hostname and subdomain are set by the operator for rendezvous DNS",fieldPath=".spec"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.hostname) && !has(self.spec.subdomain) && !has(self.spec.hostnameOverride)",message="template.spec.hostname, subdomain and hostnameOverride are set by the operator for rendezvous DNS (a hostnameOverride would give every rank the same name)",fieldPath=".spec"
 	// +kubebuilder:validation:XValidation:rule="size(self.spec.containers) >= 1",message="template.spec.containers must hold at least one container",fieldPath=".spec.containers"
 	// +required
 	Template corev1.PodTemplateSpec `json:"template"`
