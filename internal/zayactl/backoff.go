@@ -1,6 +1,7 @@
 package zayactl
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -57,7 +58,7 @@ func restartGaps(pods []corev1.Pod) []restartGap {
 		}
 		out = append(out, restartGap{Pod: pods[i].Name, Node: pods[i].Spec.NodeName, Restarts: s.RestartCount, Gap: gap})
 	}
-	slices.SortStableFunc(out, func(a, b restartGap) int { return int(b.Gap - a.Gap) })
+	slices.SortStableFunc(out, func(a, b restartGap) int { return cmp.Compare(b.Gap, a.Gap) })
 	return out
 }
 

@@ -1,6 +1,7 @@
 package zayactl
 
 import (
+	"encoding/xml"
 	"fmt"
 	"strings"
 	"unicode"
@@ -59,21 +60,6 @@ func isPlain(s string) bool {
 // and markup is escaped.
 func xmlText(s string) string {
 	var b strings.Builder
-	for _, r := range shown(s) {
-		switch r {
-		case '<':
-			b.WriteString("&lt;")
-		case '>':
-			b.WriteString("&gt;")
-		case '&':
-			b.WriteString("&amp;")
-		case '"':
-			b.WriteString("&#34;")
-		case '\'':
-			b.WriteString("&#39;")
-		default:
-			b.WriteRune(r)
-		}
-	}
+	_ = xml.EscapeText(&b, []byte(shown(s))) // a strings.Builder does not fail
 	return b.String()
 }

@@ -17,12 +17,7 @@ const timeout = 400 * time.Millisecond
 // is in the hub.
 func gang(t *testing.T, n int) []*Member {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := freeAddr(t)
 	ms := make([]*Member, n)
 	for r := range n {
 		m, err := Join(Config{Rank: r, GPUsPerNode: 8, Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard})
@@ -45,6 +40,18 @@ func gang(t *testing.T, n int) []*Member {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// freeAddr is a loopback address nothing listens at.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }
 
 // stopped waits for m's stop and returns its reason ("" if none came within d).
@@ -164,12 +171,7 @@ func TestAStrangerIsNotAMember(t *testing.T) {
 // A member that joins before the hub listens (rank 0 starts with the others) gets in once it
 // does, and a stop after that reaches it.
 func TestAMemberWaitsForTheHub(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := freeAddr(t)
 	cfg := Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard}
 	m1 := rankOne(t, cfg)
 	outOfEveryHub(t, m1, 3*timeout, "no hub yet")
@@ -278,12 +280,7 @@ func outOfEveryHub(t *testing.T, m *Member, d time.Duration, hub string) {
 // at the line bound, not read on (hundreds of MiB grew rank 0's supervisor), and the gang goes
 // on.
 func TestAStrangersEndlessLineIsCutOff(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := freeAddr(t)
 	// A hub whose hello deadline is far: only the bound can cut the stranger off in time.
 	hello := 10 * time.Second
 	m0, err := Join(Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: hello, Log: io.Discard})
@@ -332,12 +329,7 @@ func (l *failingListener) Accept() (net.Conn, error) {
 // the hub must take members again once descriptors are free, or a restarted rank could never
 // rejoin and the gang would stop for good.
 func TestTheHubAcceptsAgainAfterRunningOutOfDescriptors(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := freeAddr(t)
 	cfg := Config{Hub: addr, Listen: addr, Token: "uid/0", Timeout: timeout, Log: io.Discard}
 	h, err := listen(cfg)
 	if err != nil {
