@@ -27,6 +27,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
+	"github.com/zaya-operator/zaya-operator/controllers/supervisorprobe"
 	"github.com/zaya-operator/zaya-operator/internal/kueue"
 )
 
@@ -133,14 +134,16 @@ func main() {
 		// Kueue's pod groups are always served; its Workloads with --kueue-workloads.
 		Admission: kueuegate.New(mgr.GetClient(), mgr.GetAPIReader(), kueueWorkloads),
 	}
-	if progressInterval > 0 {
-		var proxy *url.URL
-		if workerProxy != "" {
-			if proxy, err = url.Parse(workerProxy); err != nil || proxy.Host == "" {
-				setupLog.Error(err, "bad --worker-proxy: want a URL such as http://proxy:3128")
-				os.Exit(1)
-			}
+	var proxy *url.URL
+	if workerProxy != "" {
+		if proxy, err = url.Parse(workerProxy); err != nil || proxy.Host == "" {
+			setupLog.Error(err, "bad --worker-proxy: want a URL such as http://proxy:3128")
+			os.Exit(1)
 		}
+	}
+	// A rank its peers stopped over is asked directly, through the same proxy.
+	reconciler.Supervisors = (&supervisorprobe.Prober{Proxy: proxy}).Ask
+	if progressInterval > 0 {
 		reconciler.Progress = &liveprogress.Poller{HTTP: liveprogress.NewClient(proxy), Interval: progressInterval}
 		reconciler.ProgressPollInterval = progressInterval
 	}

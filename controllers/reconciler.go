@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -16,6 +17,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
 	"github.com/zaya-operator/zaya-operator/controllers/nodehealth"
+	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 )
 
 // The reconciler's settings and what it keeps across passes; Reconcile and the pass are
@@ -59,6 +61,10 @@ type ZayaTrainingJobReconciler struct {
 	// ProgressPollInterval is how often Progress polls a job: a loss waits a few of them for
 	// rank 0 to say it trains again.
 	ProgressPollInterval time.Duration
+	// Supervisors asks the supervisors of ranks their peers stopped over whether they still
+	// run, to act on a lost node before its Lease lapses (supervisorprobe.Prober's Ask); nil
+	// asks none.
+	Supervisors func(ctx context.Context, pods ...*corev1.Pod) []recovery.Reach
 
 	// Admission is the gate a job's gang passes before it runs: Kueue's, from
 	// controllers/admission/kueuegate, in main.go. Nil admits every job at once and serves

@@ -286,6 +286,101 @@ func TestAHungRankOnALiveNodeIsReplacedAlone(t *testing.T) {
 	}
 }
 
+// A rank its peers named silent, on a node whose kubelet renewed nothing since, is judged
+// by asking its supervisor before the Lease lapses: silent while a peer on another node
+// answers, its node is lost or cut off (replaced elsewhere, the node quarantined, at once);
+// answering, its node lives (hung: replaced alone). The operator reaching nobody, or a peer's
+// word missing, leaves it to the Lease, as without asking.
+func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
+	fault := now.Add(-6 * time.Second)
+	silent := "zaya: stopped: lost rank 9 during the all-reduce at step 52: peer silent: no heartbeat from rank 9 for 5s\n"
+	eof := "zaya: stopped: lost rank 0 during the all-reduce at step 52: EOF\n"
+	for _, tc := range []struct {
+		name       string
+		message    string                    // rank 0's and rank 2's stopped lines
+		reach      map[string]recovery.Reach // by pod name; missing: unknown
+		reason     string                    // rank 1's replacement's ("": none yet)
+		quarantine bool
+		asked      []string // the pods asked, in order
+		requeue    time.Duration
+	}{
+		{"silent, a peer answers: lost", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachAnswered},
+			trainingv1alpha1.FailureReasonNodeLost, true, []string{"llm-0-1", "llm-0-0"}, 0},
+		{"answers: hung on a live node", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachAnswered, "llm-0-0": recovery.ReachAnswered},
+			trainingv1alpha1.FailureReasonHang, false, []string{"llm-0-1", "llm-0-0"}, 0},
+		{"silent, the peer silent too: the Lease decides", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachSilent},
+			"", false, []string{"llm-0-1", "llm-0-0"}, restart.HungRecheck},
+		{"refused: its container between runs", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachAlive, "llm-0-0": recovery.ReachAnswered},
+			"", false, []string{"llm-0-1", "llm-0-0"}, restart.HungRecheck},
+		{"not named: not asked", eof, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachAnswered},
+			"", false, nil, 15 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, job := inPlaceGang(t)
+			var asked []string
+			h.r.Supervisors = func(_ context.Context, pods ...*corev1.Pod) []recovery.Reach {
+				out := make([]recovery.Reach, len(pods))
+				for i, p := range pods {
+					if p != nil {
+						asked = append(asked, p.Name)
+						out[i] = tc.reach[p.Name]
+					}
+				}
+				return out
+			}
+			// Renewed 5 s ago, before the fault's second ended: nothing heard since. 15 s to stale.
+			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-5 * time.Second)))}}); err != nil {
+				t.Fatal(err)
+			}
+			stopped := func(node string) func(*corev1.Pod) {
+				return func(p *corev1.Pod) {
+					restartedInPlace(node, 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second))(p)
+					p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = tc.message
+				}
+			}
+			h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+			h.setPod(t, "llm-0-0", stopped("n0"))
+			h.setPod(t, "llm-0-2", stopped("n2"))
+			h.mustReconcile(t, job) // the in-place restart opens
+			asked = nil
+			res := h.mustReconcile(t, job)
+			if !cmp.Equal(asked, tc.asked) {
+				t.Errorf("asked %v, want %v", asked, tc.asked)
+			}
+			st := h.get(t, job).Status
+			if tc.reason == "" {
+				if len(st.Replacing) != 0 {
+					t.Fatalf("replacing %+v", st.Replacing)
+				}
+				if res.RequeueAfter != tc.requeue {
+					t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.requeue)
+				}
+				return
+			}
+			if len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != tc.reason {
+				t.Fatalf("replacing %+v, want rank 1 for %s", st.Replacing, tc.reason)
+			}
+			if got := len(st.QuarantinedNodes) == 1 && st.QuarantinedNodes[0].Name == "n1"; got != tc.quarantine {
+				t.Errorf("quarantined %+v, want n1 quarantined: %t", st.QuarantinedNodes, tc.quarantine)
+			}
+			f := st.LastFailure
+			if f.Reason != tc.reason || ptr.Deref(f.Rank, -1) != 1 || f.Node != "n1" {
+				t.Errorf("lastFailure %+v, want rank 1 on n1 %s", f, tc.reason)
+			}
+			if tc.reason == trainingv1alpha1.FailureReasonNodeLost && !strings.Contains(f.Message,
+				"its peers found it silent, its supervisor did not answer the operator while a peer's did, and node n1 renewed no Lease since (last 5s ago)") {
+				t.Errorf("message %q names neither look", f.Message)
+			}
+			// A hang keeps the failure its peers' stop named; the replacement says how it was told.
+			if events := strings.Join(h.drainEvents(), "\n"); tc.reason == trainingv1alpha1.FailureReasonHang &&
+				!strings.Contains(events, "its supervisor answered the operator, so its node lives") {
+				t.Errorf("events %q do not say how the node was known alive", events)
+			}
+		})
+	}
+}
+
 // A hung rank's peers restart in place and may rejoin its frozen process (the supervisor's hub
 // lives on rank 0) before its new pod comes up; they then find it silent again. That stop is
 // the restart that replaced it, not a new fault: counted again, one hang would be three

@@ -18,7 +18,7 @@ func (p *pass) restarter(spares []*corev1.Pod) *restart.Executor {
 		Job: p.job, Now: p.now, Host: p, Spares: spares,
 		Cluster: p.r.Client, Live: p.r.apiReader(),
 		Patterns: p.r.failurePatterns(), Stopped: p.r.gate().Stopped, Exits: p.exits,
-		HardwareTaint: p.r.HardwareTaint, TaintMax: p.r.QuarantineTaintMax,
+		HardwareTaint: p.r.HardwareTaint, TaintMax: p.r.QuarantineTaintMax, Reach: p.r.Supervisors,
 	}
 }
 

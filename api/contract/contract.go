@@ -15,6 +15,17 @@ const (
 	// GangWatchPort is where rank 0's zaya-supervisor takes the other ranks' supervisors
 	// (workers/gangwatch), at MASTER_ADDR.
 	GangWatchPort = 29510
+	// SupervisorPort is where an injected zaya-supervisor answers the operator at its pod's
+	// own address (SupervisorPath): the operator asks it only of a rank its peers stopped
+	// over, to tell a lost node from a slow status (docs/design/fast-node-loss.md). The worker
+	// container declares it as SupervisorPortName, which is how the operator knows to ask.
+	SupervisorPort = 29511
+	// SupervisorPortName names SupervisorPort among the worker container's ports.
+	SupervisorPortName = "zaya-supervisor"
+	// SupervisorPath answers any GET with SupervisorAnswer while the supervisor runs.
+	SupervisorPath = "/zaya/v1/supervisor"
+	// SupervisorAnswer is all the supervisor says there.
+	SupervisorAnswer = "zaya-supervisor\n"
 	// HeartbeatFile is where workers touch a file every step (ZAYA_HEARTBEAT_FILE).
 	HeartbeatFile = "/dev/shm/zaya-heartbeat"
 	// TerminationMessageCheckpointPrefix starts the termination-message line that reports

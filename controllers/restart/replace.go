@@ -125,13 +125,13 @@ func (e *Executor) replaceLaggards(ctx context.Context, g gang.Gang, since time.
 	return true
 }
 
-// LostNodes acts on the fastest reliable sign of a lost node: during an in-place restart that
-// most ranks have come back from, a rank that did not restart with its peers, on a node whose
-// kubelet stopped renewing its Lease, is lost with its node. Either sign alone is not enough:
-// a slow rank on a live node rejoins, and a kubelet's Lease lapses while its processes run.
-// On a node whose kubelet renewed its Lease since the restart began, such a rank that still
-// runs its old process and that its peers found silent is hung, and is replaced alone.
-// It returns when to look again while a laggard's Lease may still lapse.
+// LostNodes acts on the fastest reliable signs of a lost node: during an in-place restart
+// that most ranks have come back from, a rank that did not restart with its peers is lost
+// with its node when its kubelet stopped renewing its Lease, or, sooner, when its peers named
+// it silent, its kubelet renewed nothing since, and its supervisor answers the operator no
+// more while a peer's does (recovery.LaggardFate). A rank its peers named silent on a node
+// that lives (a renewal since, or its supervisor's answer) is hung, and is replaced alone.
+// It returns when to look again while a laggard's fate is open.
 func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	since, ok := recovery.InPlaceUnderWay(&e.Job.Status)
 	if !ok || !recovery.ReplacesPods(&e.Job.Spec.FaultTolerance) {
@@ -147,37 +147,56 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 	// second may have come before the fault (a node lost at .9 renewed at .3), so only a later
 	// one proves the node alive, as for lapsedRank.
 	alive := since.Truncate(time.Second).Add(time.Second)
-	for _, r := range laggards {
+	signs := make([]recovery.Laggard, len(laggards))
+	var ask []*corev1.Pod
+	for i, r := range laggards {
 		pod := g.Ranks[r]
 		age, stale, err := e.leaseAge(ctx, pod.Spec.NodeName)
 		if err != nil {
 			return 0, err
 		}
-		if age < 0 {
-			continue // no Lease to judge by: the in-place timeout decides
+		l := recovery.Laggard{LeaseAge: age, Stale: stale, SinceStop: e.Now.Sub(alive),
+			NamedSilent: recovery.HungLaggard(g, r, since, e.Job.Spec.GPUsPerNode)}
+		signs[i] = l
+		// Only a rank its peers named, on a node not yet judged by its Lease, is asked.
+		if l.NamedSilent && e.Reach != nil && (age < 0 || (age < stale && l.SinceStop <= age)) {
+			ask = append(ask, pod)
 		}
-		if age < stale {
-			due := stale - age
-			if recovery.HungLaggard(g, r, since, e.Job.Spec.GPUsPerNode) {
-				if e.Now.Sub(alive) > age { // the kubelet renewed its Lease since: the node is alive
-					if going() {
-						return 0, nil // the job goes with its namespace: nothing to replace
-					}
-					e.replaceHung(ctx, g, r)
-					continue
-				}
-				due = min(due, HungRecheck) // its next renewal tells a hung rank from a lost node
+	}
+	if len(ask) > 0 {
+		control := backPeer(g, since, ask)
+		reach := e.Reach(ctx, append(ask, control)...)
+		for i, r := range laggards {
+			if j := slices.Index(ask, g.Ranks[r]); j >= 0 {
+				signs[i].Reach, signs[i].Control = reach[j], reach[len(ask)]
 			}
-			if next == 0 || due < next {
+		}
+	}
+	for i, r := range laggards {
+		pod, l := g.Ranks[r], signs[i]
+		fate, due := recovery.LaggardFate(l, HungRecheck)
+		switch fate {
+		case recovery.FateWait:
+			if due > 0 && (next == 0 || due < next) {
 				next = due
 			}
 			continue
+		case recovery.FateHung:
+			if going() {
+				return 0, nil // the job goes with its namespace: nothing to replace
+			}
+			e.replaceHung(ctx, g, r, l.Reach == recovery.ReachAnswered && l.SinceStop <= l.LeaseAge)
+			continue
+		}
+		why := fmt.Sprintf("node %s stopped renewing its Lease (last renewed %s ago)", pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
+		if l.LeaseAge < l.Stale {
+			why = fmt.Sprintf("its peers found it silent, its supervisor did not answer the operator while a peer's did, and node %s renewed no Lease since (last %s ago)",
+				pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
 		}
 		f := trainingv1alpha1.JobFailure{
 			Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: e.Job.Status.Restarts,
 			Node: pod.Spec.NodeName, Rank: ptr.To(r),
-			Message: bounded.Message(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and node %s stopped renewing its Lease (last renewed %s ago)",
-				r, pod.Name, pod.Spec.NodeName, age.Round(time.Second))),
+			Message: bounded.Message(fmt.Sprintf("rank %d (pod %s) did not restart with its peers and %s", r, pod.Name, why)),
 		}
 		if going() {
 			return 0, nil
@@ -189,6 +208,18 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		e.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
 	}
 	return next, nil
+}
+
+// backPeer is a rank back from the in-place restart that began at since, on a node none of
+// the asked pods is on (nil if none): what it answers tells whether the operator reaches the
+// job's pods at all.
+func backPeer(g gang.Gang, since time.Time, asked []*corev1.Pod) *corev1.Pod {
+	for r, pod := range g.Ranks {
+		if pod != nil && g.Back(r, since) && !slices.ContainsFunc(asked, func(a *corev1.Pod) bool { return a.Spec.NodeName == pod.Spec.NodeName }) {
+			return pod
+		}
+	}
+	return nil
 }
 
 // lapsedRank finds, among the ranks still on their nodes while their peers stopped over a
@@ -248,16 +279,20 @@ func (e *Executor) lapsedRank(ctx context.Context, g gang.Gang, since time.Time)
 const HungRecheck = 2 * time.Second
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
-// since the restart began), so it is not quarantined; the kubelet kills the frozen process
+// since the restart began, or its supervisor answered: answered), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
+func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32, answered bool) {
 	pod := g.Ranks[rank]
+	how := ""
+	if answered {
+		how = "; its supervisor answered the operator, so its node lives"
+	}
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: e.Job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
-		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
-			rank, pod.Name, pod.Spec.NodeName)),
+		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)%s",
+			rank, pod.Name, pod.Spec.NodeName, how)),
 	}
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
 	// (each would count against the node, and three quarantine it).

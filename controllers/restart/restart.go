@@ -85,6 +85,9 @@ type Executor struct {
 	// HardwareTaint is the cluster-wide suspicion of nodes; TaintMax bounds a quarantine taint.
 	HardwareTaint nodehealth.HardwareTaintPolicy
 	TaintMax      time.Duration
+	// Reach asks the supervisors of pods, at once, whether they run, and reports what came
+	// back in their order (controllers/supervisorprobe; nil: never asked, the Leases decide).
+	Reach func(ctx context.Context, pods ...*corev1.Pod) []recovery.Reach
 }
 
 // maxRecentFailures bounds status.recentFailures (the CRD's MaxItems).

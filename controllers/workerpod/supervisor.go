@@ -78,6 +78,14 @@ func InjectSupervisor(job *trainingv1alpha1.ZayaTrainingJob, pod *corev1.Pod, im
 		Name: trainingv1alpha1.SupervisorVolumeName, MountPath: trainingv1alpha1.SupervisorMountPath, ReadOnly: true,
 	})
 	w.Command = append([]string{supervisorBinary, "--"}, w.Command...)
+	// The port the supervisor answers the operator on: declared, it says that the supervisor
+	// there is one that answers (docs/design/fast-node-loss.md). A template that took the
+	// number or the name keeps it, and its ranks are judged by their Leases alone.
+	if !slices.ContainsFunc(w.Ports, func(p corev1.ContainerPort) bool {
+		return p.ContainerPort == contract.SupervisorPort || p.Name == contract.SupervisorPortName
+	}) {
+		w.Ports = append(w.Ports, corev1.ContainerPort{Name: contract.SupervisorPortName, ContainerPort: contract.SupervisorPort, Protocol: corev1.ProtocolTCP})
+	}
 	w.Env = append(w.Env, corev1.EnvVar{Name: contract.EnvPodIP, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 	}})

@@ -42,6 +42,9 @@ func TestTheSupervisorIsPutInFrontOfTheWorkersCommand(t *testing.T) {
 		w.Env[i].ValueFrom == nil || w.Env[i].ValueFrom.FieldRef.FieldPath != "status.podIP" {
 		t.Errorf("worker env %v: want %s from status.podIP (where the supervisor binds)", w.Env, contract.EnvPodIP)
 	}
+	if want := []corev1.ContainerPort{{Name: contract.SupervisorPortName, ContainerPort: contract.SupervisorPort, Protocol: corev1.ProtocolTCP}}; !cmp.Equal(w.Ports, want) {
+		t.Errorf("worker ports %+v, want %+v (what tells the operator it may ask)", w.Ports, want)
+	}
 	if len(pod.Spec.InitContainers) != 1 {
 		t.Fatalf("init containers %+v, want the install one", pod.Spec.InitContainers)
 	}
@@ -66,6 +69,25 @@ func TestTheSupervisorIsPutInFrontOfTheWorkersCommand(t *testing.T) {
 	b, _ := json.Marshal(pod)
 	plain, _ := json.Marshal(Render(job, nil, 1))
 	t.Logf("the pod grows by %d bytes", len(b)-len(plain))
+}
+
+// A template that already uses the port's number or name keeps its own: its ranks are then
+// judged by their Leases alone.
+func TestATemplatesOwnPortIsKept(t *testing.T) {
+	for _, own := range []corev1.ContainerPort{
+		{Name: "metrics", ContainerPort: contract.SupervisorPort},
+		{Name: contract.SupervisorPortName, ContainerPort: 8080},
+	} {
+		job := supervisedJob("torchrun")
+		job.Spec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{own}
+		pod := Render(job, nil, 1)
+		if skip := InjectSupervisor(job, pod, testSupervisorImage); skip != "" {
+			t.Fatalf("not injected: %s", skip)
+		}
+		if got := pod.Spec.Containers[WorkerContainer(&pod.Spec)].Ports; !cmp.Equal(got, []corev1.ContainerPort{own}) {
+			t.Errorf("ports %+v, want the template's %+v alone", got, own)
+		}
+	}
 }
 
 // Where it is not injected, and why: the job turned it off, the command already is the

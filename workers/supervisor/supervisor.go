@@ -57,6 +57,9 @@ type Config struct {
 	ProgressListen string
 	// ProgressPoll is how often the progress file is read (0: every second).
 	ProgressPoll time.Duration
+	// AnswerListen is where the supervisor answers the operator (contract.SupervisorPath)
+	// while it runs ("": nowhere).
+	AnswerListen string
 }
 
 // forwarded are the signals the worker gets as the container would have given them to it.
@@ -78,6 +81,7 @@ func (cfg Config) run() int32 {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
+	defer serveAnswer(cfg.AnswerListen, cfg.Log)()
 
 	var gang *gangwatch.Member
 	var gangStop <-chan string

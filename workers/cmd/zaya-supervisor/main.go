@@ -43,6 +43,11 @@ func main() {
 	ip := os.Getenv(contract.EnvPodIP)
 	listen, timeout, watch := net.JoinHostPort(ip, strconv.Itoa(contract.GangWatchPort)), 5*time.Second, true
 	progressListen := net.JoinHostPort(ip, strconv.Itoa(contract.ProgressPort))
+	answerListen := ""
+	if ip != "" {
+		// Only where the operator injected it and said where: its pod declares the port.
+		answerListen = net.JoinHostPort(ip, strconv.Itoa(contract.SupervisorPort))
+	}
 	if d, err := time.ParseDuration(os.Getenv(contract.EnvPeerTimeout)); err == nil && d > 0 {
 		timeout = d
 	}
@@ -61,6 +66,9 @@ func main() {
 		case strings.HasPrefix(a, "--progress-listen="):
 			progressListen = strings.TrimPrefix(a, "--progress-listen=")
 			continue
+		case strings.HasPrefix(a, "--answer-listen="):
+			answerListen = strings.TrimPrefix(a, "--answer-listen=")
+			continue
 		case strings.HasPrefix(a, "--gang-timeout="):
 			d, err := time.ParseDuration(strings.TrimPrefix(a, "--gang-timeout="))
 			if err != nil || d < 100*time.Millisecond {
@@ -74,7 +82,7 @@ func main() {
 		break
 	}
 	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second,
-		ProgressListen: progressListen}
+		ProgressListen: progressListen, AnswerListen: answerListen}
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
 	}

@@ -1,0 +1,86 @@
+package recovery
+
+import "time"
+
+// Reach is what the operator learned by asking a rank's supervisor directly
+// (controllers/supervisorprobe): a second look, from another place than the gang's hub.
+type Reach int
+
+const (
+	// ReachUnknown: not asked (no address, no port declared), or what came back proves nothing.
+	ReachUnknown Reach = iota
+	// ReachAnswered: the supervisor answered: its process, its kernel and its network live.
+	ReachAnswered
+	// ReachAlive: its pod's address refused: a live kernel there, no supervisor listening (a
+	// container between two runs).
+	ReachAlive
+	// ReachSilent: nothing came back within the tries.
+	ReachSilent
+)
+
+// Laggard is what the operator knows of a rank that has not come back from an in-place
+// restart its peers came back from.
+type Laggard struct {
+	// NamedSilent: a peer that came back named it silent (HungLaggard).
+	NamedSilent bool
+	// LeaseAge is how long ago its node's kubelet renewed its Lease (negative: no Lease),
+	// Stale the age at which the kubelet counts as gone, SinceStop how long ago the first
+	// whole second after the fault ended (a renewal younger than that came after the fault).
+	LeaseAge, Stale, SinceStop time.Duration
+	// Reach is what asking its supervisor found; Control what asking a peer that is back,
+	// on another node, found at the same time: only when the operator reaches that one is
+	// a silence the rank's own.
+	Reach, Control Reach
+}
+
+// Fate is what LaggardFate decides for a laggard.
+type Fate int
+
+const (
+	// FateWait: nothing yet; look again after the returned delay (0: on the next event).
+	FateWait Fate = iota
+	// FateHung: its node lives and its process does not: replace the pod, no quarantine.
+	FateHung
+	// FateLost: its node is lost or cut off: replace the pod elsewhere and quarantine the node.
+	FateLost
+)
+
+// LaggardFate decides a laggard's fate, and when to look again if it waits
+// (docs/design/fast-node-loss.md):
+//   - its kubelet missed two Lease renewals: Lost (the Lease alone, as before any probe);
+//   - its kubelet renewed since the fault: its node lives; Hung if its peers named it silent;
+//   - its peers named it silent, no renewal since the fault, and its supervisor silent while a
+//     peer's answered: Lost now, without waiting for the Lease (a lost node, or one cut off
+//     from the pod network). Both looks, from two places, are needed: a frozen worker or the
+//     hub's own blip reads as the first, a NetworkPolicy or a proxy as the second;
+//   - its supervisor answered, and its peers named it silent: Hung (the node lives: the
+//     answer proves it as a renewal would);
+//   - otherwise it waits for the Lease: a rank its peers named is looked at again every
+//     HungRecheck, the others when the Lease would lapse.
+//
+// With no Lease to judge by, only an answer decides (Hung); the in-place timeout does the rest.
+func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
+	if l.LeaseAge < 0 {
+		if l.NamedSilent && l.Reach == ReachAnswered {
+			return FateHung, 0
+		}
+		return FateWait, 0
+	}
+	if l.LeaseAge >= l.Stale {
+		return FateLost, 0
+	}
+	renewed := l.SinceStop > l.LeaseAge
+	switch {
+	case renewed && l.NamedSilent:
+		return FateHung, 0
+	case !renewed && l.NamedSilent && l.Reach == ReachSilent && l.Control == ReachAnswered:
+		return FateLost, 0
+	case l.NamedSilent && l.Reach == ReachAnswered:
+		return FateHung, 0
+	}
+	due := l.Stale - l.LeaseAge
+	if l.NamedSilent {
+		due = min(due, recheck)
+	}
+	return FateWait, due
+}

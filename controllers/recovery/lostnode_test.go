@@ -1,0 +1,61 @@
+package recovery
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLaggardFate(t *testing.T) {
+	const recheck = 2 * time.Second
+	// A 40 s Lease: stale at 20 s. The fault's first whole second ended 4 s ago.
+	base := Laggard{Stale: 20 * time.Second, SinceStop: 4 * time.Second}
+	with := func(mut func(*Laggard)) Laggard { l := base; mut(&l); return l }
+	for _, tc := range []struct {
+		name string
+		l    Laggard
+		fate Fate
+		due  time.Duration
+	}{
+		{"Lease lapsed", with(func(l *Laggard) { l.LeaseAge = 21 * time.Second }), FateLost, 0},
+		{"Lease lapsed, even if its supervisor answers", with(func(l *Laggard) {
+			l.LeaseAge, l.Reach, l.Control = 21*time.Second, ReachAnswered, ReachAnswered
+		}), FateLost, 0},
+		{"named silent, renewed since", with(func(l *Laggard) { l.LeaseAge, l.NamedSilent = time.Second, true }), FateHung, 0},
+		{"named silent, silent to the operator, a peer answered", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachAnswered
+		}), FateLost, 0},
+		{"named silent, silent, the peer silent too: the operator reaches nobody", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachSilent
+		}), FateWait, recheck},
+		{"named silent, silent, no peer to ask", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach = 6*time.Second, true, ReachSilent
+		}), FateWait, recheck},
+		{"silent to the operator but nobody named it", with(func(l *Laggard) {
+			l.LeaseAge, l.Reach, l.Control = 6*time.Second, ReachSilent, ReachAnswered
+		}), FateWait, 14 * time.Second},
+		{"named silent, its supervisor answered", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachAnswered, ReachAnswered
+		}), FateHung, 0},
+		{"named silent, its address refused: a container between runs", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachAlive, ReachAnswered
+		}), FateWait, recheck},
+		{"named silent, not asked", with(func(l *Laggard) { l.LeaseAge, l.NamedSilent = 6*time.Second, true }), FateWait, recheck},
+		// A renewal in the fault's own second may have come before the fault.
+		{"renewed only in the fault's second, silent", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 4*time.Second, true, ReachSilent, ReachAnswered
+		}), FateLost, 0},
+		{"no Lease, named silent, answered", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach = -1, true, ReachAnswered
+		}), FateHung, 0},
+		{"no Lease, named silent, silent: the in-place timeout decides", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = -1, true, ReachSilent, ReachAnswered
+		}), FateWait, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fate, due := LaggardFate(tc.l, recheck)
+			if fate != tc.fate || due != tc.due {
+				t.Errorf("LaggardFate(%+v) = %d, %s; want %d, %s", tc.l, fate, due, tc.fate, tc.due)
+			}
+		})
+	}
+}
