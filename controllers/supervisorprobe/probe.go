@@ -156,17 +156,20 @@ func (p *Prober) try(ctx context.Context, addr string, timeout time.Duration) re
 }
 
 // reachOf reads a failed try: a deadline passed or no route is Silent, a refusal is Alive,
-// the rest (and any failure through a proxy, which hides the pod's side) Unknown.
+// the rest Unknown. Through a proxy only the deadline counts (Silent: the proxy, or the pod
+// behind it, said nothing; LaggardFate counts it only when a peer's answer came through the
+// same proxy): the proxy's own errors hide the pod's side.
 func reachOf(ctx context.Context, err error, proxied bool) recovery.Reach {
-	if proxied {
-		return recovery.ReachUnknown
-	}
 	var ne net.Error
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 	switch {
+	case proxied && timedOut:
+		return recovery.ReachSilent
+	case proxied:
+		return recovery.ReachUnknown
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return recovery.ReachAlive
-	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout(),
-		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+	case timedOut, errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return recovery.ReachSilent
 	}
 	return recovery.ReachUnknown

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"testing"
 	"time"
@@ -68,6 +69,15 @@ func hostPort(t *testing.T, srv *httptest.Server) string {
 	return u.Host
 }
 
+func proxyURL(t *testing.T, srv *httptest.Server) *url.URL {
+	t.Helper()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 func TestAsk(t *testing.T) {
 	fast := &Prober{Timeout: 200 * time.Millisecond, Gap: 10 * time.Millisecond}
 	answers := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -96,6 +106,10 @@ func TestAsk(t *testing.T) {
 	refused := closed.Addr().String()
 	_ = closed.Close()
 
+	// A forwarding proxy, as --worker-proxy names one.
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL }})
+	defer proxy.Close()
+
 	for _, tc := range []struct {
 		name string
 		p    *Prober
@@ -108,6 +122,10 @@ func TestAsk(t *testing.T) {
 		{"refused: a live kernel", fast, refused, recovery.ReachAlive},
 		{"through a proxy, a failure hides the pod's side", &Prober{Proxy: &url.URL{Scheme: "http", Host: refused}, Timeout: 200 * time.Millisecond},
 			hostPort(t, answers), recovery.ReachUnknown},
+		{"through a proxy, the answer", &Prober{Proxy: proxyURL(t, proxy), Timeout: 500 * time.Millisecond}, hostPort(t, answers), recovery.ReachAnswered},
+		{"through a proxy, a pod that never answers", &Prober{Proxy: proxyURL(t, proxy), Timeout: 200 * time.Millisecond, Gap: 10 * time.Millisecond},
+			frozen.Addr().String(), recovery.ReachSilent},
+		{"through a proxy, a refusal is the proxy's error", &Prober{Proxy: proxyURL(t, proxy), Timeout: 500 * time.Millisecond}, refused, recovery.ReachUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.p.ask(context.Background(), tc.addr); got != tc.want {
