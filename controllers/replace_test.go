@@ -295,6 +295,7 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 	fault := now.Add(-6 * time.Second)
 	silent := "zaya: stopped: lost rank 9 during the all-reduce at step 52: peer silent: no heartbeat from rank 9 for 5s\n"
 	eof := "zaya: stopped: lost rank 0 during the all-reduce at step 52: EOF\n"
+	gone := "zaya-supervisor: gang watch: node rank 1's supervisor went away: EOF\n"
 	for _, tc := range []struct {
 		name       string
 		message    string                    // rank 0's and rank 2's stopped lines
@@ -311,6 +312,10 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 		{"silent, the peer silent too: the Lease decides", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachSilent},
 			"", false, []string{"llm-0-1", "llm-0-0"}, restart.HungRecheck},
 		{"refused: its container between runs", silent, map[string]recovery.Reach{"llm-0-1": recovery.ReachAlive, "llm-0-0": recovery.ReachAnswered},
+			"", false, []string{"llm-0-1", "llm-0-0"}, restart.HungRecheck},
+		{"gone, silent, a peer answers: its node shut down", gone, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachAnswered},
+			trainingv1alpha1.FailureReasonNodeLost, true, []string{"llm-0-1", "llm-0-0"}, 0},
+		{"gone, answers: not a hang, its kubelet will say", gone, map[string]recovery.Reach{"llm-0-1": recovery.ReachAnswered, "llm-0-0": recovery.ReachAnswered},
 			"", false, []string{"llm-0-1", "llm-0-0"}, restart.HungRecheck},
 		{"not named: not asked", eof, map[string]recovery.Reach{"llm-0-1": recovery.ReachSilent, "llm-0-0": recovery.ReachAnswered},
 			"", false, nil, 15 * time.Second},
@@ -368,8 +373,12 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 			if f.Reason != tc.reason || ptr.Deref(f.Rank, -1) != 1 || f.Node != "n1" {
 				t.Errorf("lastFailure %+v, want rank 1 on n1 %s", f, tc.reason)
 			}
+			named := "found it silent"
+			if tc.message == gone {
+				named = "lost its supervisor"
+			}
 			if tc.reason == trainingv1alpha1.FailureReasonNodeLost && !strings.Contains(f.Message,
-				"its peers found it silent, its supervisor did not answer the operator while a peer's did, and node n1 renewed no Lease since (last 5s ago)") {
+				"its peers "+named+", its supervisor did not answer the operator while a peer's did, and node n1 renewed no Lease since (last 5s ago)") {
 				t.Errorf("message %q names neither look", f.Message)
 			}
 			// A hang keeps the failure its peers' stop named; the replacement says how it was told.

@@ -258,15 +258,25 @@ func BlameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gp
 // reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
 // too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
 func HungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bool {
+	silent, _ := NamedLaggard(g, rank, since, gpusPerNode)
+	return silent
+}
+
+// NamedLaggard reports how the peers that came back from the in-place restart that began at
+// since named rank, which still runs (as its status says) the process they stopped over:
+// silent (HungLaggard), or gone (the gang watch's "node rank N's supervisor went away": its
+// connection ended, as it does when its node shuts down; its status would have said so by now
+// were its kubelet alive).
+func NamedLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) (silent, gone bool) {
 	s := gang.WorkerStatus(g.Ranks[rank])
 	if s == nil || s.State.Running == nil || g.Renewed[rank] {
-		return false
+		return false, false
 	}
 	if g.Base != nil && g.Counts[rank] != g.Base[rank] {
-		return false // restarted since the fault
+		return false, false // restarted since the fault
 	}
 	if g.Base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
-		return false
+		return false, false
 	}
 	for r, pod := range g.Ranks {
 		if pod == nil || int32(r) == rank || !g.Back(r, since) {
@@ -278,12 +288,21 @@ func HungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bo
 		}
 		for _, m := range SilentPeer.FindAllStringSubmatch(exit.Message, -1) {
 			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {
-				return true
+				silent = true
+			}
+		}
+		for _, m := range SupervisorGone.FindAllStringSubmatch(exit.Message, -1) {
+			if n, err := strconv.ParseInt(m[1]+m[2], 10, 32); err == nil && n == int64(rank) {
+				gone = true
 			}
 		}
 	}
-	return false
+	return silent, gone
 }
+
+// SupervisorGone is the gang watch's report of a node rank whose supervisor's connection to
+// the hub ended, as the hub says it of a member and a member of the hub (workers/gangwatch).
+var SupervisorGone = regexp.MustCompile(`node rank (\d+)'s supervisor went away|lost the hub \(node rank (\d+)\b`)
 
 // Signalled is how the reference worker says it stopped on its own SIGTERM (its peers say
 // "peer rank N was stopped").

@@ -21,8 +21,9 @@ const (
 // Laggard is what the operator knows of a rank that has not come back from an in-place
 // restart its peers came back from.
 type Laggard struct {
-	// NamedSilent: a peer that came back named it silent (HungLaggard).
-	NamedSilent bool
+	// NamedSilent: a peer that came back named it silent; NamedGone: one said its supervisor
+	// went away (NamedLaggard).
+	NamedSilent, NamedGone bool
 	// LeaseAge is how long ago its node's kubelet renewed its Lease (negative: no Lease),
 	// Stale the age at which the kubelet counts as gone, SinceStop how long ago the first
 	// whole second after the fault ended (a renewal younger than that came after the fault).
@@ -49,14 +50,15 @@ const (
 // (docs/design/fast-node-loss.md):
 //   - its kubelet missed two Lease renewals: Lost (the Lease alone, as before any probe);
 //   - its kubelet renewed since the fault: its node lives; Hung if its peers named it silent;
-//   - its peers named it silent, no renewal since the fault, and its supervisor silent while a
-//     peer's answered: Lost now, without waiting for the Lease (a lost node, or one cut off
-//     from the pod network). Both looks, from two places, are needed: a frozen worker or the
-//     hub's own blip reads as the first, a NetworkPolicy or a proxy as the second;
+//   - its peers named it silent or gone, no renewal since the fault, and its supervisor silent
+//     while a peer's answered: Lost now, without waiting for the Lease (a lost node, or one
+//     cut off from the pod network). Both looks, from two places, are needed: a frozen worker
+//     or the hub's own blip reads as the first, a NetworkPolicy or a proxy as the second. (A
+//     supervisor that went away on a live node leaves its pod's address refusing: Alive.);
 //   - its supervisor answered, and its peers named it silent: Hung (the node lives: the
 //     answer proves it as a renewal would);
 //   - otherwise it waits for the Lease: a rank its peers named is looked at again every
-//     HungRecheck, the others when the Lease would lapse.
+//     recheck, the others when the Lease would lapse.
 //
 // With no Lease to judge by, only an answer decides (Hung); the in-place timeout does the rest.
 func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
@@ -73,13 +75,13 @@ func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
 	switch {
 	case renewed && l.NamedSilent:
 		return FateHung, 0
-	case !renewed && l.NamedSilent && l.Reach == ReachSilent && l.Control == ReachAnswered:
+	case !renewed && (l.NamedSilent || l.NamedGone) && l.Reach == ReachSilent && l.Control == ReachAnswered:
 		return FateLost, 0
 	case l.NamedSilent && l.Reach == ReachAnswered:
 		return FateHung, 0
 	}
 	due := l.Stale - l.LeaseAge
-	if l.NamedSilent {
+	if l.NamedSilent || (l.NamedGone && !renewed) {
 		due = min(due, recheck)
 	}
 	return FateWait, due

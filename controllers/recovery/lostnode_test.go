@@ -44,6 +44,15 @@ func TestLaggardFate(t *testing.T) {
 		{"renewed only in the fault's second, silent", with(func(l *Laggard) {
 			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 4*time.Second, true, ReachSilent, ReachAnswered
 		}), FateLost, 0},
+		{"named gone, silent, a peer answered: its node shut down", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedGone, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachAnswered
+		}), FateLost, 0},
+		{"named gone, answered: a new supervisor, not a hang", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedGone, l.Reach, l.Control = 6*time.Second, true, ReachAnswered, ReachAnswered
+		}), FateWait, recheck},
+		{"named gone, renewed since: its kubelet will say", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedGone, l.Reach, l.Control = time.Second, true, ReachSilent, ReachAnswered
+		}), FateWait, 19 * time.Second},
 		{"no Lease, named silent, answered", with(func(l *Laggard) {
 			l.LeaseAge, l.NamedSilent, l.Reach = -1, true, ReachAnswered
 		}), FateHung, 0},
@@ -57,5 +66,24 @@ func TestLaggardFate(t *testing.T) {
 				t.Errorf("LaggardFate(%+v) = %d, %s; want %d, %s", tc.l, fate, due, tc.fate, tc.due)
 			}
 		})
+	}
+}
+
+// The gang watch's words for a connection that ended, either side, name the node rank.
+func TestSupervisorGoneNamesTheNodeRank(t *testing.T) {
+	for msg, want := range map[string]string{
+		"zaya-supervisor: gang watch: node rank 3's supervisor went away: EOF":                          "3",
+		"zaya-supervisor: gang watch: lost the hub (node rank 0 at llm-0-0.llm:29510): EOF":             "0",
+		"zaya-supervisor: gang watch: lost rank 0 (node rank 0, the hub at llm-0-0:29510): peer silent": "",
+		"zaya-supervisor: gang watch: node rank 2's worker failed: exit 1":                              "",
+	} {
+		m := SupervisorGone.FindStringSubmatch(msg)
+		got := ""
+		if m != nil {
+			got = m[1] + m[2]
+		}
+		if got != want {
+			t.Errorf("%q names node rank %q, want %q", msg, got, want)
+		}
 	}
 }

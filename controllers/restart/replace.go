@@ -155,11 +155,11 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		if err != nil {
 			return 0, err
 		}
-		l := recovery.Laggard{LeaseAge: age, Stale: stale, SinceStop: e.Now.Sub(alive),
-			NamedSilent: recovery.HungLaggard(g, r, since, e.Job.Spec.GPUsPerNode)}
+		l := recovery.Laggard{LeaseAge: age, Stale: stale, SinceStop: e.Now.Sub(alive)}
+		l.NamedSilent, l.NamedGone = recovery.NamedLaggard(g, r, since, e.Job.Spec.GPUsPerNode)
 		signs[i] = l
 		// Only a rank its peers named, on a node not yet judged by its Lease, is asked.
-		if l.NamedSilent && e.Reach != nil && (age < 0 || (age < stale && l.SinceStop <= age)) {
+		if (l.NamedSilent || l.NamedGone) && e.Reach != nil && (age < 0 || (age < stale && l.SinceStop <= age)) {
 			ask = append(ask, pod)
 		}
 	}
@@ -190,8 +190,12 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		}
 		why := fmt.Sprintf("node %s stopped renewing its Lease (last renewed %s ago)", pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
 		if l.LeaseAge < l.Stale {
-			why = fmt.Sprintf("its peers found it silent, its supervisor did not answer the operator while a peer's did, and node %s renewed no Lease since (last %s ago)",
-				pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
+			named := "found it silent"
+			if !l.NamedSilent {
+				named = "lost its supervisor"
+			}
+			why = fmt.Sprintf("its peers %s, its supervisor did not answer the operator while a peer's did, and node %s renewed no Lease since (last %s ago)",
+				named, pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
 		}
 		f := trainingv1alpha1.JobFailure{
 			Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonNodeLost, Attempt: e.Job.Status.Restarts,
