@@ -7,14 +7,14 @@ import "time"
 type Reach int
 
 const (
-	// ReachUnknown: not asked (no address, no port declared), or what came back proves nothing.
+	// ReachUnknown means not asked (no address, no port declared), or what came back proves nothing.
 	ReachUnknown Reach = iota
-	// ReachAnswered: the supervisor answered: its process, its kernel and its network live.
+	// ReachAnswered means the supervisor answered: its process, its kernel and its network live.
 	ReachAnswered
-	// ReachAlive: its pod's address refused: a live kernel there, no supervisor listening (a
+	// ReachAlive means its pod's address refused: a live kernel there, no supervisor listening (a
 	// container between two runs).
 	ReachAlive
-	// ReachSilent: nothing came back within the tries.
+	// ReachSilent means nothing came back within the tries.
 	ReachSilent
 )
 
@@ -38,11 +38,11 @@ type Laggard struct {
 type Fate int
 
 const (
-	// FateWait: nothing yet; look again after the returned delay (0: on the next event).
+	// FateWait decides nothing yet; look again after the returned delay (0: on the next event).
 	FateWait Fate = iota
-	// FateHung: its node lives and its process does not: replace the pod, no quarantine.
+	// FateHung means its node lives and its process does not: replace the pod, no quarantine.
 	FateHung
-	// FateLost: its node is lost or cut off: replace the pod elsewhere and quarantine the node.
+	// FateLost means its node is lost or cut off: replace the pod elsewhere and quarantine the node.
 	FateLost
 )
 
