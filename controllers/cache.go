@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
@@ -81,6 +83,10 @@ func slimPod(o any) (any, error) {
 	containers := make([]corev1.Container, len(p.Spec.Containers))
 	for i, c := range p.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, RestartPolicyRules: c.RestartPolicyRules}
+		// The supervisor's port says the operator may ask it (supervisorprobe.Addr).
+		if j := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == contract.SupervisorPortName }); j >= 0 {
+			containers[i].Ports = []corev1.ContainerPort{c.Ports[j]}
+		}
 	}
 	// HostNetwork: a rank on the node's network is never polled (liveprogress.Addr).
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,

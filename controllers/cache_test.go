@@ -12,7 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
+	"github.com/zaya-operator/zaya-operator/controllers/supervisorprobe"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
@@ -118,5 +120,26 @@ func TestAHostNetworkRankIsNeverPolledFromTheCache(t *testing.T) {
 	cached.Spec.HostNetwork = false // a pod whose spec says nothing, on the node's address all the same
 	if addr := liveprogress.Addr(cached); addr != "" {
 		t.Errorf("a rank on the node's address is polled at %s", addr)
+	}
+}
+
+// The supervisor's declared port is what says the operator may ask it (supervisorprobe.Addr),
+// and the operator reads pods from the cache: the port survives the slimming, nothing else of
+// the ports does.
+func TestTheSupervisorsPortSurvivesTheCache(t *testing.T) {
+	port := corev1.ContainerPort{Name: contract.SupervisorPortName, ContainerPort: contract.SupervisorPort, Protocol: corev1.ProtocolTCP}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "worker",
+		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9400}, port}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.7", HostIP: "172.18.0.3"}}
+	slim, err := slimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := slim.(*corev1.Pod)
+	if got := cached.Spec.Containers[0].Ports; len(got) != 1 || got[0] != port {
+		t.Errorf("cached ports %+v, want the supervisor's alone", got)
+	}
+	if addr := supervisorprobe.Addr(cached); addr != "10.244.1.7:29511" {
+		t.Errorf("the cached pod's supervisor is asked at %q", addr)
 	}
 }

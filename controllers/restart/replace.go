@@ -169,6 +169,9 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		for i, r := range laggards {
 			if j := slices.Index(ask, g.Ranks[r]); j >= 0 {
 				signs[i].Reach, signs[i].Control = reach[j], reach[len(ask)]
+				log.FromContext(ctx).Info("asked the supervisor of a rank its peers named", "rank", r, "pod", g.Ranks[r].Name,
+					"silent", signs[i].NamedSilent, "gone", signs[i].NamedGone, "reach", reach[j], "control", reach[len(ask)],
+					"leaseAge", signs[i].LeaseAge.String())
 			}
 		}
 	}

@@ -24,6 +24,10 @@ import (
 // completes with one restart counted, and the frozen node is quarantined. With a warm spare
 // held, the new pod goes to the spare's node and a spare is held again afterwards. The log
 // lines give the time from the freeze to training steps advancing again, each way.
+//
+// Without a spare the worker runs alone and the node's Lease decides; with one, under the
+// injected zaya-supervisor, whose silence to the operator (frozen with its node) while a
+// peer's answers decides at once, before the Lease lapses (docs/design/fast-node-loss.md).
 func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 	for _, spares := range []int32{0, 1} {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
@@ -37,7 +41,15 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	// The gang, a node for the frozen rank's new pod, and one more per spare (the spare the
 	// new pod takes is held again elsewhere). On kwok a cluster of its own: the frozen node
 	// stays frozen (and schedulable) until it ends.
-	procs := w.processes(t, int(trainNodes)+1+int(spares))
+	// The supervised run's nodes hold a kubelet's 40 s Lease, so that the Lease cannot decide
+	// before the operator asks (its half lapses 20 s after the last renewal; the peers are
+	// back 6–8 s after the freeze).
+	supervised := spares > 0
+	nodes := w.processes
+	if supervised {
+		nodes = w.kubeletProcesses
+	}
+	procs := nodes(t, int(trainNodes)+1+int(spares))
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
@@ -45,6 +57,10 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	job := trainingJob(procs, ns, "frozen", "frozen", steps)
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
 	job.Spec.FaultTolerance.Spares = spares
+	if supervised {
+		job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorInject
+		procs.inject(t, &job.Spec.Template.Spec.Containers[0])
+	}
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunning(g, job, 0)
 
@@ -104,7 +120,7 @@ func frozenNodeRun(t *testing.T, spares int32) {
 		}
 		g.Expect(after[name].UID).To(Equal(p.UID), "rank pod %s was replaced", name)
 	}
-	t.Logf("spares %d: node frozen -> training advancing again: %v (1 pod replaced of %d)", spares, advancing.Round(10*time.Millisecond), len(before))
+	t.Logf("spares %d, supervised %t: node frozen -> training advancing again: %v (1 pod replaced of %d)", spares, supervised, advancing.Round(10*time.Millisecond), len(before))
 	if spares > 0 {
 		// Replenished, off the frozen node and the taken one.
 		g.Eventually(func(g Gomega) {
@@ -122,6 +138,12 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	g.Expect(done.Status.QuarantinedNodes).To(ContainElement(HaveField("Name", node)))
 	g.Expect(done.Status.LastFailure).NotTo(BeNil())
 	t.Logf("last failure %s: %s", done.Status.LastFailure.Reason, done.Status.LastFailure.Message)
+	decided := "stopped renewing its Lease"
+	if supervised {
+		decided = "its supervisor did not answer the operator while a peer's did"
+	}
+	g.Expect(done.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeLost))
+	g.Expect(done.Status.LastFailure.Message).To(ContainSubstring(decided))
 	_, held := pods(g)
 	g.Eventually(func(g Gomega) map[string]corev1.Pod { _, held = pods(g); return held }, time.Minute, interval).Should(BeEmpty(), "spares outlived the job")
 }

@@ -175,6 +175,9 @@ func (k *kindWorld) processes(t *testing.T, n int) processNodes {
 	return kindProcesses{k}
 }
 
+// kubeletProcesses: kind's kubelets hold their default Lease.
+func (k *kindWorld) kubeletProcesses(t *testing.T, n int) processNodes { return k.processes(t, n) }
+
 type kindProcesses struct{ k *kindWorld }
 
 func (p kindProcesses) place(ps *corev1.PodSpec) {
@@ -196,6 +199,9 @@ func (p kindProcesses) placeTorch(t testing.TB, job *trainingv1alpha1.ZayaTraini
 func (kindProcesses) supervise(_ testing.TB, c *corev1.Container) {
 	c.Command = append([]string{"zaya-supervisor", "--"}, c.Command...)
 }
+
+// inject: the image's PATH finds zaya-worker; the operator copies zaya-supervisor in.
+func (kindProcesses) inject(testing.TB, *corev1.Container) {}
 
 // sharedClaim binds a claim to a hostPath volume in the shared folder, which every node
 // mounts at the same path: a ReadWriteMany share, as the worker contract asks.

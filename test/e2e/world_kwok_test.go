@@ -105,7 +105,12 @@ func (kwokWorld) processes(t *testing.T, n int) processNodes {
 	return kwokProcesses{processCluster(t, n)}
 }
 
-func processCluster(t *testing.T, n int) *nodeagent.Agent {
+func (kwokWorld) kubeletProcesses(t *testing.T, n int) processNodes {
+	return kwokProcesses{processCluster(t, n, 40*time.Second)}
+}
+
+// processCluster starts an agent playing n nodes; lease, if given, is their Lease's duration.
+func processCluster(t *testing.T, n int, lease ...time.Duration) *nodeagent.Agent {
 	t.Helper()
 	worker := os.Getenv("ZAYA_E2E_WORKER")
 	if worker == "" {
@@ -118,7 +123,7 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		nodes[i] = fmt.Sprintf("proc-%d-%d", stamp, i)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := nodeagent.Start(ctx, nodeagent.Options{
+	opts := nodeagent.Options{
 		Client: cs, Nodes: nodes, WorkDir: t.TempDir(),
 		Labels: map[string]string{agentLabel: "true"},
 		Taints: []corev1.Taint{{Key: agentLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
@@ -137,7 +142,11 @@ func processCluster(t *testing.T, n int) *nodeagent.Agent {
 		// replaced rank 0 at its new address.
 		HostsFile: hostsFile(t),
 		Logf:      t.Logf,
-	})
+	}
+	if len(lease) > 0 {
+		opts.LeaseDuration = lease[0]
+	}
+	a, err := nodeagent.Start(ctx, opts)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -198,6 +207,18 @@ func (kwokProcesses) supervise(t testing.TB, c *corev1.Container) {
 		cmd[0] = os.Getenv("ZAYA_E2E_WORKER")
 	}
 	c.Command = append([]string{"zaya-supervisor", "--"}, cmd...)
+}
+
+// inject names the worker by its path, for the supervisor the operator puts in front of it
+// (the node agent runs ZAYA_E2E_SUPERVISOR for the copy its init container would make).
+func (kwokProcesses) inject(t testing.TB, c *corev1.Container) {
+	t.Helper()
+	if os.Getenv("ZAYA_E2E_SUPERVISOR") == "" {
+		t.Fatal("ZAYA_E2E_SUPERVISOR (the zaya-supervisor binary) is not set: run through make test-e2e")
+	}
+	if len(c.Command) > 0 && c.Command[0] == "zaya-worker" {
+		c.Command = append([]string{os.Getenv("ZAYA_E2E_WORKER")}, c.Command[1:]...)
+	}
 }
 
 // sharedClaim is a claim bound to a volume of its own (the agent backs it with a folder).

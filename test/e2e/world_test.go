@@ -38,6 +38,9 @@ type world interface {
 	claimVolumes(t *testing.T, ns string, claims ...string)
 	// processes is n nodes whose pods run the real worker, for this test.
 	processes(t *testing.T, n int) processNodes
+	// kubeletProcesses are processes whose nodes hold a kubelet's default Lease (40 s,
+	// renewed every 10 s), where processes' hold a shorter one on kwok.
+	kubeletProcesses(t *testing.T, n int) processNodes
 	// restartOperator restarts the suite's operator and returns its process on this machine
 	// and a check that it still runs.
 	restartOperator(t *testing.T, g Gomega) (pid int, alive func() error)
@@ -53,6 +56,9 @@ type processNodes interface {
 	place(ps *corev1.PodSpec)
 	// supervise runs the worker container's command under zaya-supervisor.
 	supervise(t testing.TB, c *corev1.Container)
+	// inject readies the worker container for the operator to put zaya-supervisor in front
+	// of its command (faultTolerance.supervisor Inject, the chart's default).
+	inject(t testing.TB, c *corev1.Container)
 	// placeTorch puts a PyTorch job's pods on these nodes with Debian's torchrun (kwok: the
 	// host's; kind: the zaya-pytorch image), gloo on the interface their ranks share.
 	placeTorch(t testing.TB, job *trainingv1alpha1.ZayaTrainingJob)

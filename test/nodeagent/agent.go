@@ -69,6 +69,10 @@ type Options struct {
 	// (kind showed a killed rank's exit reaching the API server after its peers' stops).
 	// Zero: the kubelet's 1 s; negative: at once.
 	RelistPeriod time.Duration
+	// LeaseDuration is the nodes' Lease duration, renewed every quarter of it as a kubelet
+	// does. Zero: 20 s (a kubelet's default is 40 s: 20 s lets a test see a Lease lapse in
+	// seconds rather than half a minute).
+	LeaseDuration time.Duration
 	// Logf reports what the agent does (nil: nothing).
 	Logf func(format string, args ...any)
 	// HostsFile, where set (/etc/hosts, if the agent may write it), is where the agent
@@ -316,7 +320,7 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](leaseSeconds), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To(a.leaseSeconds()), RenewTime: &now},
 		}, metav1.CreateOptions{FieldManager: FieldManager})
 		if !apierrors.IsAlreadyExists(err) {
 			return err
@@ -328,18 +332,22 @@ func (a *Agent) postStatus(ctx context.Context, name string) error {
 		return err
 	}
 	// The node's Lease is its kubelet's: held by the node's name, as a kubelet holds it.
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(name), ptr.To[int32](leaseSeconds), &now
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(name), ptr.To(a.leaseSeconds()), &now
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: FieldManager})
 	return err
 }
 
-// leaseSeconds is the nodes' Lease duration. A kubelet's default is 40 s, renewed every
-// quarter of it; the agent renews every 5 s, so 20 s keeps the same ratio and lets a test see
-// a Lease lapse in seconds rather than half a minute.
-const leaseSeconds = 20
+// leaseSeconds is the nodes' Lease duration in whole seconds (Options.LeaseDuration).
+func (a *Agent) leaseSeconds() int32 {
+	if a.opts.LeaseDuration >= time.Second {
+		return int32(a.opts.LeaseDuration / time.Second)
+	}
+	return 20
+}
 
+// heartbeat posts the nodes' status and renews their Leases every quarter of the Lease.
 func (a *Agent) heartbeat(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(time.Duration(a.leaseSeconds()) * time.Second / 4)
 	defer t.Stop()
 	for {
 		select {
