@@ -55,6 +55,7 @@ type Member struct {
 	conn    net.Conn // to the hub, once connected
 	hub     *hub
 	stopped bool
+	lostHub bool      // the stop is this member's own loss of the hub, not the hub's word
 	stopAt  time.Time // when the stop was heard, set before it is sent
 }
 
@@ -121,13 +122,25 @@ func (m *Member) Leave(failed bool, why string) {
 	}
 }
 
-func (m *Member) fire(why string) {
+func (m *Member) fire(why string) { m.fireLost(why, false) }
+
+// fireLost fires the stop; lost says this member lost the hub.
+func (m *Member) fireLost(why string, lost bool) {
 	m.once.Do(func() {
 		m.mu.Lock()
-		m.stopAt = time.Now()
+		m.stopAt, m.lostHub = time.Now(), lost
 		m.mu.Unlock()
 		m.stop <- why
 	})
+}
+
+// LostHub reports whether the gang stopped because this member lost the hub (silent or
+// gone) rather than by the hub's word: this rank may be the one cut off, and its rank
+// replaced elsewhere while it still runs.
+func (m *Member) LostHub() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lostHub
 }
 
 // connect dials the hub until it answers (it may not run yet: rank 0 starts with the others),
@@ -176,9 +189,9 @@ func (m *Member) connect(ctx context.Context) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				m.fire(fmt.Sprintf("gang watch: lost rank 0 (node rank 0, the hub at %s): peer silent for %s", m.cfg.Hub, m.cfg.Timeout))
+				m.fireLost(fmt.Sprintf("gang watch: lost rank 0 (node rank 0, the hub at %s): peer silent for %s", m.cfg.Hub, m.cfg.Timeout), true)
 			} else {
-				m.fire(fmt.Sprintf("gang watch: lost the hub (node rank 0 at %s): %v", m.cfg.Hub, err))
+				m.fireLost(fmt.Sprintf("gang watch: lost the hub (node rank 0 at %s): %v", m.cfg.Hub, err), true)
 			}
 			return
 		}

@@ -345,3 +345,21 @@ func TestTheHubAcceptsAgainAfterRunningOutOfDescriptors(t *testing.T) {
 		t.Fatal("not joined: the hub stopped accepting after its accepts failed")
 	}
 }
+
+// A member that loses the hub itself (rank 0 killed, or this rank cut off) knows it was not
+// told: its supervisor stops its worker at once, as its rank may be replaced elsewhere. A
+// stop the hub sent is the gang's, however it came.
+func TestAMemberKnowsItLostTheHubItself(t *testing.T) {
+	ms := gang(t, 3)
+	crash(ms[0])
+	for _, r := range []int{1, 2} {
+		if why := stopped(ms[r], 2*time.Second); why == "" || !ms[r].LostHub() {
+			t.Errorf("rank %d: stop %q, lost the hub %t; want the hub lost", r, why, ms[r].LostHub())
+		}
+	}
+	told := gang(t, 3)
+	told[1].Leave(true, "exit 1")
+	if why := stopped(told[2], 2*time.Second); why == "" || told[2].LostHub() {
+		t.Errorf("stop %q, lost the hub %t; want the hub's word", why, told[2].LostHub())
+	}
+}

@@ -60,6 +60,11 @@ type Config struct {
 	// AnswerListen is where the supervisor answers the operator (contract.SupervisorPath)
 	// while it runs ("": nowhere).
 	AnswerListen string
+	// CutGrace is how long a worker gets after SIGTERM, sent at once, when this rank lost the
+	// hub itself: it may be the rank cut off, which the operator replaces elsewhere as soon
+	// as its peers are back and it does not answer (docs/design/fast-node-loss.md); its worker
+	// must be gone before the replacement's can start. 0: StopGrace.
+	CutGrace time.Duration
 }
 
 // forwarded are the signals the worker gets as the container would have given them to it.
@@ -128,6 +133,7 @@ func (cfg Config) run() int32 {
 	var stoppedAt time.Time // when this rank's gang watch heard it
 	signalled := false      // the supervisor sent the worker SIGTERM for the stop
 	var term, kill <-chan time.Time
+	var own, grace time.Duration // before SIGTERM, and after it before SIGKILL
 	for {
 		select {
 		case s := <-sigs:
@@ -137,12 +143,16 @@ func (cfg Config) run() int32 {
 			// A peer failed or was lost: this rank's worker may sit in a collective for as
 			// long as its backend allows. Stop it now; the kubelet restarts the container.
 			stopped, stoppedAt, gangStop = why, gang.StoppedAt(), nil
-			term = time.After(cfg.OwnStop)
+			own, grace = cfg.OwnStop, cfg.StopGrace
+			if gang.LostHub() && cfg.CutGrace > 0 {
+				own, grace = 0, cfg.CutGrace
+			}
+			term = time.After(own)
 		case <-term:
 			fmt.Fprintf(cfg.Log, "zaya-supervisor: stopping the worker: %s\n", stopped)
 			_ = syscall.Kill(-pid, syscall.SIGTERM)
 			signalled = true
-			kill = time.After(cfg.StopGrace)
+			kill = time.After(grace)
 		case <-kill:
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		case x := <-done:

@@ -1,10 +1,18 @@
 package supervisor
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/workers/gangwatch"
 )
 
 // A worker that ended before the gang's stop reached its supervisor ended on its own: its
@@ -34,4 +42,61 @@ func TestAnExitBeforeTheGangsStopIsTheWorkersOwn(t *testing.T) {
 			t.Errorf("%s: caused by the stop %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// A rank that lost the hub itself may be the one cut off, replaced elsewhere once its peers
+// are back: its worker is stopped at once and killed after CutGrace, whatever OwnStop and
+// StopGrace allow a stop the hub sent. Here a worker that ignores SIGTERM, under a stop
+// policy of an hour, still ends.
+func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	// A hub that welcomes the member, then freezes: it says nothing more.
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close() }()
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "welcome\n")
+		time.Sleep(time.Minute)
+	}()
+	dir := t.TempDir()
+	term := filepath.Join(dir, "termination-log")
+	var log strings.Builder
+	cfg := Config{
+		Args:           []string{"sh", "-c", `trap "" TERM; touch ` + filepath.Join(dir, "started") + `; while :; do sleep 0.1; done`},
+		TerminationLog: term, Log: &syncWriter{w: &log},
+		Gang:     &gangwatch.Config{Rank: 1, GPUsPerNode: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: 500 * time.Millisecond, Log: io.Discard},
+		JoinWait: time.Minute, OwnStop: time.Hour, StopGrace: time.Hour, CutGrace: 100 * time.Millisecond,
+	}
+	done := make(chan int32, 1)
+	go func() { done <- cfg.run() }()
+	select {
+	case code := <-done:
+		msg, _ := os.ReadFile(term)
+		if code != contract.ExitStopped || !strings.Contains(string(msg), "lost rank 0 (node rank 0, the hub at") {
+			t.Errorf("exit %d, message %q; want 75 and the lost hub", code, msg)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker still runs 30 s after its rank lost the hub: %s", log.String())
+	}
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

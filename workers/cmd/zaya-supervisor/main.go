@@ -2,12 +2,14 @@
 // kubelet has no container restart rules (faultTolerance.inPlaceMechanism Supervisor), and
 // stops it when another rank of the gang fails or is lost (the gang watch):
 //
-//	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--progress-listen=ADDR] [--] command [args...]
+//	zaya-supervisor [--gang-listen=ADDR] [--gang-timeout=DURATION] [--no-gang] [--progress-listen=ADDR] [--answer-listen=ADDR] [--] command [args...]
 //	zaya-supervisor install DIR
 //
 // It also reports the progress a trainer writes to ZAYA_PROGRESS_FILE, serving it at
-// --progress-listen (default :9400; empty: nowhere) once the trainer wrote a report. It needs
-// no API access. See docs/worker-contract.md, "Progress" and "The supervisor". `install`
+// --progress-listen (default :9400; empty: nowhere) once the trainer wrote a report, and
+// answers the operator at --answer-listen (default $ZAYA_POD_IP:29511; nowhere without it)
+// while it runs, so that a rank its peers lost can be told from a lost node. It needs no API
+// access. See docs/worker-contract.md, "Progress" and "The supervisor". `install`
 // copies the binary into DIR, as the init container the operator adds does (faultTolerance.
 // supervisor Inject).
 package main
@@ -81,7 +83,7 @@ func main() {
 		}
 		break
 	}
-	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second,
+	cfg := supervisor.Config{Args: args, TerminationLog: os.Getenv(contract.EnvTerminationLog), Log: os.Stderr, JoinWait: 2 * time.Minute, OwnStop: 2 * time.Second, StopGrace: 5 * time.Second, CutGrace: time.Second,
 		ProgressListen: progressListen, AnswerListen: answerListen}
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
