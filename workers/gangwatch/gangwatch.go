@@ -135,8 +135,8 @@ func (m *Member) fireLost(why string, lost bool) {
 }
 
 // LostHub reports whether the gang stopped because this member lost the hub (silent or
-// gone) rather than by the hub's word: this rank may be the one cut off, and its rank
-// replaced elsewhere while it still runs.
+// gone), or, on rank 0, because its hub lost a member, rather than by a failure's word: this
+// rank may be the one cut off, and its rank replaced elsewhere while it still runs.
 func (m *Member) LostHub() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -197,7 +197,7 @@ func (m *Member) connect(ctx context.Context) {
 		}
 		word := strings.TrimSpace(line)
 		if why, ok := strings.CutPrefix(word, "stop "); ok {
-			m.fire("gang watch: " + why)
+			m.fireLost("gang watch: "+why, m.hub != nil && m.hub.lost())
 			return
 		}
 		if word == "end" {
@@ -266,6 +266,7 @@ type hub struct {
 	mu       sync.Mutex
 	members  map[int]*member
 	stopped  bool
+	lostPeer bool // the stop is a member lost, not a word
 	stopDone chan struct{}
 }
 
@@ -387,6 +388,9 @@ func (h *hub) admit(c net.Conn) {
 			continue // a word of a newer supervisor
 		}
 		var ne net.Error
+		h.mu.Lock()
+		h.lostPeer = true // rank 0 may be the one cut off: its own member stops at once
+		h.mu.Unlock()
 		if errors.As(err, &ne) && ne.Timeout() {
 			g := rank * max(h.cfg.GPUsPerNode, 1)
 			h.stopAll(rank, fmt.Sprintf("lost rank %d (node rank %d): peer silent for %s", g, rank, h.cfg.Timeout))
@@ -412,6 +416,13 @@ func (h *hub) stopAll(from int, why string) {
 	if h.finish(from, "stop "+oneLine(why)) {
 		fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: stopping the gang: %s\n", why)
 	}
+}
+
+// lost reports whether the hub stopped the gang over a member it lost (silent or gone).
+func (h *hub) lost() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lostPeer
 }
 
 // end tells every member that rank 0's run is complete, and takes no one in any more.

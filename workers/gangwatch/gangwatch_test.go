@@ -347,8 +347,9 @@ func TestTheHubAcceptsAgainAfterRunningOutOfDescriptors(t *testing.T) {
 }
 
 // A member that loses the hub itself (rank 0 killed, or this rank cut off) knows it was not
-// told: its supervisor stops its worker at once, as its rank may be replaced elsewhere. A
-// stop the hub sent is the gang's, however it came.
+// told: its supervisor stops its worker at once, as its rank may be replaced elsewhere; so
+// does rank 0 when its hub lost a member (rank 0 may be the one cut off). A failure's word
+// from the hub is the gang's.
 func TestAMemberKnowsItLostTheHubItself(t *testing.T) {
 	ms := gang(t, 3)
 	crash(ms[0])
@@ -359,7 +360,17 @@ func TestAMemberKnowsItLostTheHubItself(t *testing.T) {
 	}
 	told := gang(t, 3)
 	told[1].Leave(true, "exit 1")
-	if why := stopped(told[2], 2*time.Second); why == "" || told[2].LostHub() {
-		t.Errorf("stop %q, lost the hub %t; want the hub's word", why, told[2].LostHub())
+	for _, r := range []int{0, 2} {
+		if why := stopped(told[r], 2*time.Second); why == "" || told[r].LostHub() {
+			t.Errorf("rank %d: stop %q, lost the hub %t; want the hub's word of a failure", r, why, told[r].LostHub())
+		}
+	}
+	// Rank 0's hub lost a member: rank 0 may be the one cut off; the others heard the hub.
+	cut := gang(t, 3)
+	crash(cut[2])
+	for r, want := range []bool{true, false} {
+		if why := stopped(cut[r], 2*time.Second); why == "" || cut[r].LostHub() != want {
+			t.Errorf("rank %d: stop %q, lost the hub %t; want %t", r, why, cut[r].LostHub(), want)
+		}
 	}
 }
