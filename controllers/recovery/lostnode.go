@@ -55,17 +55,15 @@ const (
 //     cut off from the pod network). Both looks, from two places, are needed: a frozen worker
 //     or the hub's own blip reads as the first, a NetworkPolicy or a proxy as the second. (A
 //     supervisor that went away on a live node leaves its pod's address refusing: Alive.);
-//   - its supervisor answered, and its peers named it silent: Hung (the node lives: the
-//     answer proves it as a renewal would);
+//   - its supervisor answered: its node lives, but it is not judged hung before its kubelet
+//     renews (as without asking): the supervisor, alive, kills a worker that ignores the
+//     gang's stop within seconds, and the kubelet restarts it in place, no pod replaced;
 //   - otherwise it waits for the Lease: a rank its peers named is looked at again every
 //     recheck, the others when the Lease would lapse.
 //
-// With no Lease to judge by, only an answer decides (Hung); the in-place timeout does the rest.
+// With no Lease to judge by, the in-place timeout decides.
 func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
 	if l.LeaseAge < 0 {
-		if l.NamedSilent && l.Reach == ReachAnswered {
-			return FateHung, 0
-		}
 		return FateWait, 0
 	}
 	if l.LeaseAge >= l.Stale {
@@ -77,8 +75,6 @@ func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
 		return FateHung, 0
 	case !renewed && (l.NamedSilent || l.NamedGone) && l.Reach == ReachSilent && l.Control == ReachAnswered:
 		return FateLost, 0
-	case l.NamedSilent && l.Reach == ReachAnswered:
-		return FateHung, 0
 	}
 	due := l.Stale - l.LeaseAge
 	if l.NamedSilent || (l.NamedGone && !renewed) {

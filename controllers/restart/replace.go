@@ -130,7 +130,7 @@ func (e *Executor) replaceLaggards(ctx context.Context, g gang.Gang, since time.
 // with its node when its kubelet stopped renewing its Lease, or, sooner, when its peers named
 // it silent, its kubelet renewed nothing since, and its supervisor answers the operator no
 // more while a peer's does (recovery.LaggardFate). A rank its peers named silent on a node
-// that lives (a renewal since, or its supervisor's answer) is hung, and is replaced alone.
+// whose kubelet renewed since is hung, and is replaced alone.
 // It returns when to look again while a laggard's fate is open.
 func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, error) {
 	since, ok := recovery.InPlaceUnderWay(&e.Job.Status)
@@ -188,7 +188,7 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 			if going() {
 				return 0, nil // the job goes with its namespace: nothing to replace
 			}
-			e.replaceHung(ctx, g, r, l.Reach == recovery.ReachAnswered && l.SinceStop <= l.LeaseAge)
+			e.replaceHung(ctx, g, r)
 			continue
 		}
 		why := fmt.Sprintf("node %s stopped renewing its Lease (last renewed %s ago)", pod.Spec.NodeName, l.LeaseAge.Round(time.Second))
@@ -286,20 +286,16 @@ func (e *Executor) lapsedRank(ctx context.Context, g gang.Gang, since time.Time)
 const HungRecheck = 2 * time.Second
 
 // replaceHung gives a hung rank a new pod: its node is alive (its kubelet renewed its Lease
-// since the restart began, or its supervisor answered: answered), so it is not quarantined; the kubelet kills the frozen process
+// since the restart began), so it is not quarantined; the kubelet kills the frozen process
 // when the old pod is deleted. Waiting for its liveness probe (hangTimeout) would hold every
 // other rank at the rendezvous that long.
-func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32, answered bool) {
+func (e *Executor) replaceHung(ctx context.Context, g gang.Gang, rank int32) {
 	pod := g.Ranks[rank]
-	how := ""
-	if answered {
-		how = "; its supervisor answered the operator, so its node lives"
-	}
 	f := trainingv1alpha1.JobFailure{
 		Time: metav1.Time{Time: e.Now}, Reason: trainingv1alpha1.FailureReasonHang, Attempt: e.Job.Status.Restarts,
 		Node: pod.Spec.NodeName, Rank: ptr.To(rank),
-		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)%s",
-			rank, pod.Name, pod.Spec.NodeName, how)),
+		Message: bounded.Message(fmt.Sprintf("rank %d (pod %s on %s) kept running after its peers stopped and restarted: they found it silent (hung)",
+			rank, pod.Name, pod.Spec.NodeName)),
 	}
 	// Its peers named it silent, so the restart is already this hang's: one fault, one failure
 	// (each would count against the node, and three quarantine it).

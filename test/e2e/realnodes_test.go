@@ -155,6 +155,8 @@ type nodeFault struct {
 	// replaced is how many pods an in-place restart replaces; a recreate replaces them all.
 	replaced int
 	category string
+	// decided, if set, is in the failure's message: how the operator knew.
+	decided string
 }
 
 func killWorker(sig string) func(t *testing.T, g Gomega, node string) {
@@ -218,11 +220,18 @@ func TestRecoveryOnRealKubelets(t *testing.T) {
 		{name: "node-stopped/recreate", mode: recreate, inject: w.loseNode, replaced: ranks, category: "NodeLost"},
 		{name: "node-frozen/in-place", mode: inPlace, inject: frozen, replaced: 1, category: "NodeLost"},
 		{name: "network-cut/in-place", mode: inPlace, inject: cutNode, replaced: 1, category: "NodeLost"},
+		// Under the injected supervisor the operator asks the rank its peers found silent,
+		// and does not wait for the kubelet's Lease (docs/design/fast-node-loss.md).
+		{name: "node-frozen/injected", mode: inPlace, injected: true, inject: frozen, replaced: 1, category: "NodeLost", decided: asked},
+		{name: "network-cut/injected", mode: inPlace, injected: true, inject: cutNode, replaced: 1, category: "NodeLost", decided: asked},
 		{name: "gpu-unhealthy/in-place", mode: inPlace, inject: w.unhealthyGPU, replaced: 1, category: "GPUHardware"},
 	} {
 		t.Run(f.name, func(t *testing.T) { faultRun(t, f, want) })
 	}
 }
+
+// asked is how a node fault's failure reads when the operator asked the rank's supervisor.
+const asked = "its supervisor did not answer the operator while a peer's did"
 
 func faultRun(t *testing.T, f nodeFault, want []byte) {
 	g := NewWithT(t)
@@ -287,6 +296,9 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	// the stop, exit 75 like its peer, and the peer was blamed: 1 run in 3).
 	g.Expect(lf.Rank).To(HaveValue(Equal(int32(1))), "the root rank")
 	g.Expect(lf.Category).To(Equal(f.category))
+	if f.decided != "" {
+		g.Expect(lf.Message).To(ContainSubstring(f.decided))
+	}
 	g.Expect(got.Status.LastRestartMode).To(Equal(f.mode))
 	wantReplaced := f.replaced
 	if f.mode == trainingv1alpha1.RestartModeRecreate {
