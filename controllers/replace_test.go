@@ -223,6 +223,27 @@ func interceptDelete(c client.Client, seen func(*client.DeleteOptions)) client.C
 	return deleteSpy{Client: c, seen: seen}
 }
 
+// rank1LeftBehind opens an in-place restart of inPlaceGang's job at fault: ranks 0 and 2
+// stopped with message and are back, rank 1 still runs its old process on n1, whose kubelet
+// last renewed its 40 s Lease at renewed.
+func rank1LeftBehind(t *testing.T, h *harness, job *trainingv1alpha1.ZayaTrainingJob, fault, renewed time.Time, message string) {
+	t.Helper()
+	if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(renewed))}}); err != nil {
+		t.Fatal(err)
+	}
+	stopped := func(node string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			restartedInPlace(node, 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second))(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = message
+		}
+	}
+	h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+	h.setPod(t, "llm-0-0", stopped("n0"))
+	h.setPod(t, "llm-0-2", stopped("n2"))
+	h.mustReconcile(t, job) // the in-place restart opens
+}
+
 // A rank that keeps running the process its peers stopped over, on a node whose kubelet is
 // alive (it renewed its Lease since the restart began), and that a peer found silent, is hung:
 // its pod alone is replaced at once, the node is not quarantined. Without the peer's word, or
@@ -248,20 +269,7 @@ func TestAHungRankOnALiveNodeIsReplacedAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, job := inPlaceGang(t)
-			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
-				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(tc.renewed))}}); err != nil {
-				t.Fatal(err)
-			}
-			stopped := func(node string) func(*corev1.Pod) {
-				return func(p *corev1.Pod) {
-					restartedInPlace(node, 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second))(p)
-					p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = tc.message
-				}
-			}
-			h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
-			h.setPod(t, "llm-0-0", stopped("n0"))
-			h.setPod(t, "llm-0-2", stopped("n2"))
-			h.mustReconcile(t, job) // the in-place restart opens
+			rank1LeftBehind(t, h, job, fault, tc.renewed, tc.message)
 			res := h.mustReconcile(t, job)
 			st := h.get(t, job).Status
 			if !tc.replaced {
@@ -334,20 +342,7 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 				return out
 			}
 			// Renewed 5 s ago, before the fault's second ended: nothing heard since. 15 s to stale.
-			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
-				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-5 * time.Second)))}}); err != nil {
-				t.Fatal(err)
-			}
-			stopped := func(node string) func(*corev1.Pod) {
-				return func(p *corev1.Pod) {
-					restartedInPlace(node, 1, trainingv1alpha1.ExitStopped, fault, fault.Add(time.Second))(p)
-					p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = tc.message
-				}
-			}
-			h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
-			h.setPod(t, "llm-0-0", stopped("n0"))
-			h.setPod(t, "llm-0-2", stopped("n2"))
-			h.mustReconcile(t, job) // the in-place restart opens
+			rank1LeftBehind(t, h, job, fault, now.Add(-5*time.Second), tc.message)
 			asked = nil
 			res := h.mustReconcile(t, job)
 			if !cmp.Equal(asked, tc.asked) {
