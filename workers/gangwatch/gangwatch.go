@@ -122,10 +122,8 @@ func (m *Member) Leave(failed bool, why string) {
 	}
 }
 
-func (m *Member) fire(why string) { m.fireLost(why, false) }
-
-// fireLost fires the stop; lost says this member lost the hub.
-func (m *Member) fireLost(why string, lost bool) {
+// fire fires the stop; lost says this member lost the hub.
+func (m *Member) fire(why string, lost bool) {
 	m.once.Do(func() {
 		m.mu.Lock()
 		m.stopAt, m.lostHub = time.Now(), lost
@@ -189,15 +187,15 @@ func (m *Member) connect(ctx context.Context) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				m.fireLost(fmt.Sprintf("gang watch: lost rank 0 (node rank 0, the hub at %s): peer silent for %s", m.cfg.Hub, m.cfg.Timeout), true)
+				m.fire(fmt.Sprintf("gang watch: lost rank 0 (node rank 0, the hub at %s): peer silent for %s", m.cfg.Hub, m.cfg.Timeout), true)
 			} else {
-				m.fireLost(fmt.Sprintf("gang watch: lost the hub (node rank 0 at %s): %v", m.cfg.Hub, err), true)
+				m.fire(fmt.Sprintf("gang watch: lost the hub (node rank 0 at %s): %v", m.cfg.Hub, err), true)
 			}
 			return
 		}
 		word := strings.TrimSpace(line)
 		if why, ok := strings.CutPrefix(word, "stop "); ok {
-			m.fireLost("gang watch: "+why, m.hub != nil && m.hub.lost())
+			m.fire("gang watch: "+why, m.hub != nil && m.hub.lost())
 			return
 		}
 		if word == "end" {
