@@ -218,10 +218,10 @@ func TestRecoveryOnRealKubelets(t *testing.T) {
 		{name: "worker-hung/in-place", mode: inPlace, inject: killWorker("STOP"), replaced: 1, category: "Hang"},
 		{name: "node-stopped/in-place", mode: inPlace, inject: w.loseNode, replaced: 1, category: "NodeLost"},
 		{name: "node-stopped/recreate", mode: recreate, inject: w.loseNode, replaced: ranks, category: "NodeLost"},
-		{name: "node-frozen/in-place", mode: inPlace, inject: frozen, replaced: 1, category: "NodeLost"},
-		{name: "network-cut/in-place", mode: inPlace, inject: cutNode, replaced: 1, category: "NodeLost"},
-		// Under the injected supervisor the operator asks the rank its peers found silent,
-		// and does not wait for the kubelet's Lease (docs/design/fast-node-loss.md).
+		// Under the injected supervisor (the chart's default) the operator asks the rank its
+		// peers found silent, and does not wait for the kubelet's Lease
+		// (docs/design/fast-node-loss.md); the Lease alone decides node-stopped/in-place here
+		// and the frozen node without the supervisor on the process nodes.
 		{name: "node-frozen/injected", mode: inPlace, injected: true, inject: frozen, replaced: 1, category: "NodeLost", decided: asked},
 		{name: "network-cut/injected", mode: inPlace, injected: true, inject: cutNode, replaced: 1, category: "NodeLost", decided: asked},
 		{name: "gpu-unhealthy/in-place", mode: inPlace, inject: w.unhealthyGPU, replaced: 1, category: "GPUHardware"},
