@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -179,4 +180,15 @@ func ExitMessage(pod *corev1.Pod) string {
 		return s.LastTerminationState.Terminated.Message
 	}
 	return ""
+}
+
+// PodNetworkIP is a running pod's own address on the pod network ("" otherwise): what the
+// operator dials to reach the rank's processes. A pod on the host's network has none: its
+// address is the node's, and whatever listens there is not the rank's to answer for.
+func PodNetworkIP(pod *corev1.Pod) string {
+	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Spec.HostNetwork ||
+		net.ParseIP(pod.Status.PodIP) == nil || pod.Status.PodIP == pod.Status.HostIP {
+		return ""
+	}
+	return pod.Status.PodIP
 }

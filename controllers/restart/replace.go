@@ -158,8 +158,9 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		l := recovery.Laggard{LeaseAge: age, Stale: stale, SinceStop: e.Now.Sub(alive)}
 		l.NamedSilent, l.NamedGone = recovery.NamedLaggard(g, r, since, e.Job.Spec.GPUsPerNode)
 		signs[i] = l
-		// Only a rank its peers named, on a node not yet judged by its Lease, is asked.
-		if (l.NamedSilent || l.NamedGone) && e.Reach != nil && (age < 0 || (age < stale && l.SinceStop <= age)) {
+		// Only where the answer can decide (recovery.LaggardFate): a rank its peers named, on a
+		// node with a Lease neither lapsed nor renewed since the fault.
+		if (l.NamedSilent || l.NamedGone) && e.Reach != nil && age >= 0 && age < stale && l.SinceStop <= age {
 			ask = append(ask, pod)
 		}
 	}
@@ -169,7 +170,7 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		for i, r := range laggards {
 			if j := slices.Index(ask, g.Ranks[r]); j >= 0 {
 				signs[i].Reach, signs[i].Control = reach[j], reach[len(ask)]
-				log.FromContext(ctx).Info("asked the supervisor of a rank its peers named", "rank", r, "pod", g.Ranks[r].Name,
+				log.FromContext(ctx).V(1).Info("asked the supervisor of a rank its peers named", "rank", r, "pod", g.Ranks[r].Name,
 					"silent", signs[i].NamedSilent, "gone", signs[i].NamedGone, "reach", reach[j], "control", reach[len(ask)],
 					"leaseAge", signs[i].LeaseAge.String())
 			}

@@ -25,26 +25,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/zaya-operator/zaya-operator/api/contract"
+	"github.com/zaya-operator/zaya-operator/controllers/gang"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
 )
 
 // Addr is where pod's supervisor answers ("" where it cannot be asked): a running pod on the
-// pod network whose worker container declares contract.SupervisorPort under its name, which
-// only an injected supervisor's pod does. A pod on the host's network has the node's address,
-// and whatever listens there is not the supervisor's to answer for.
+// pod network (gang.PodNetworkIP) whose worker container declares contract.SupervisorPort
+// under its name, which only an injected supervisor's pod does.
 func Addr(pod *corev1.Pod) string {
-	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Spec.HostNetwork ||
-		net.ParseIP(pod.Status.PodIP) == nil || pod.Status.PodIP == pod.Status.HostIP {
-		return ""
-	}
-	if len(pod.Spec.Containers) == 0 {
+	ip := gang.PodNetworkIP(pod)
+	if ip == "" || len(pod.Spec.Containers) == 0 {
 		return ""
 	}
 	for _, p := range pod.Spec.Containers[workerpod.WorkerContainer(&pod.Spec)].Ports {
 		if p.Name == contract.SupervisorPortName && p.ContainerPort == contract.SupervisorPort &&
 			(p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
-			return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(contract.SupervisorPort))
+			return net.JoinHostPort(ip, strconv.Itoa(contract.SupervisorPort))
 		}
 	}
 	return ""

@@ -264,7 +264,7 @@ type hub struct {
 	mu       sync.Mutex
 	members  map[int]*member
 	stopped  bool
-	lostPeer bool // the stop is a member lost, not a word
+	lostPeer bool // the stop was over a member lost, not a word
 	stopDone chan struct{}
 }
 
@@ -386,14 +386,11 @@ func (h *hub) admit(c net.Conn) {
 			continue // a word of a newer supervisor
 		}
 		var ne net.Error
-		h.mu.Lock()
-		h.lostPeer = true // rank 0 may be the one cut off: its own member stops at once
-		h.mu.Unlock()
 		if errors.As(err, &ne) && ne.Timeout() {
 			g := rank * max(h.cfg.GPUsPerNode, 1)
-			h.stopAll(rank, fmt.Sprintf("lost rank %d (node rank %d): peer silent for %s", g, rank, h.cfg.Timeout))
+			h.stopLost(rank, fmt.Sprintf("lost rank %d (node rank %d): peer silent for %s", g, rank, h.cfg.Timeout))
 		} else {
-			h.stopAll(rank, fmt.Sprintf("node rank %d's supervisor went away: %v", rank, err))
+			h.stopLost(rank, fmt.Sprintf("node rank %d's supervisor went away: %v", rank, err))
 		}
 		return
 	}
@@ -410,8 +407,14 @@ func (h *hub) leave(rank int, m *member) {
 
 // stopAll tells every member but from to stop, once, and takes no one in any more: the gang
 // meets again at the next hub, rank 0's next run.
-func (h *hub) stopAll(from int, why string) {
-	if h.finish(from, "stop "+oneLine(why)) {
+func (h *hub) stopAll(from int, why string) { h.stop(from, why, false) }
+
+// stopLost stops the gang over a member the hub lost (silent or gone): rank 0 may be the one
+// cut off, so its own member stops at once (lost).
+func (h *hub) stopLost(from int, why string) { h.stop(from, why, true) }
+
+func (h *hub) stop(from int, why string, lost bool) {
+	if h.finish(from, "stop "+oneLine(why), lost) {
 		fmt.Fprintf(h.cfg.Log, "zaya-supervisor: gang watch: stopping the gang: %s\n", why)
 	}
 }
@@ -424,17 +427,17 @@ func (h *hub) lost() bool {
 }
 
 // end tells every member that rank 0's run is complete, and takes no one in any more.
-func (h *hub) end() { h.finish(-1, "end") }
+func (h *hub) end() { h.finish(-1, "end", false) }
 
 // finish, the first time only, closes the hub to newcomers and sends line to every member but
-// except; it reports whether it did.
-func (h *hub) finish(except int, line string) bool {
+// except, recording whether it is over a member lost; it reports whether it did.
+func (h *hub) finish(except int, line string, lost bool) bool {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
 		return false
 	}
-	h.stopped = true
+	h.stopped, h.lostPeer = true, lost
 	_ = h.ln.Close()
 	others := make([]*member, 0, len(h.members))
 	for r, m := range h.members {

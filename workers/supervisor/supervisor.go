@@ -133,7 +133,7 @@ func (cfg Config) run() int32 {
 	var stoppedAt time.Time // when this rank's gang watch heard it
 	signalled := false      // the supervisor sent the worker SIGTERM for the stop
 	var term, kill <-chan time.Time
-	var own, grace time.Duration // before SIGTERM, and after it before SIGKILL
+	var grace time.Duration // after SIGTERM, before SIGKILL
 	for {
 		select {
 		case s := <-sigs:
@@ -143,7 +143,8 @@ func (cfg Config) run() int32 {
 			// A peer failed or was lost: this rank's worker may sit in a collective for as
 			// long as its backend allows. Stop it now; the kubelet restarts the container.
 			stopped, stoppedAt, gangStop = why, gang.StoppedAt(), nil
-			own, grace = cfg.OwnStop, cfg.StopGrace
+			own := cfg.OwnStop
+			grace = cfg.StopGrace
 			if gang.LostHub() && cfg.CutGrace > 0 {
 				own, grace = 0, cfg.CutGrace
 			}
