@@ -153,8 +153,11 @@ func TestAFrozenNodeRenewsNothingAndLeavesItsProcessesStopped(t *testing.T) {
 	if err := a.Freeze("n0"); err != nil {
 		t.Fatal(err)
 	}
-	if got := processState(t, pid); got != "T" {
-		t.Errorf("process state %q after Freeze, want T (stopped)", got)
+	// SIGSTOP takes effect when the process next runs: a sleeping one wakes (R) to stop.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return processState(t, pid) == "T", nil
+	}); err != nil {
+		t.Errorf("process state %q 5 s after Freeze, want T (stopped)", processState(t, pid))
 	}
 	if err := a.postStatus(ctx, "n0"); err != nil {
 		t.Fatal(err)
