@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -94,11 +95,15 @@ type Agent struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 	nodeOf map[string]bool
 
-	mu     sync.Mutex
-	runs   map[string]*run // by namespace/name
-	down   map[string]bool
-	gpus   map[string]int64 // allocatable amd.com/gpu per node
-	nextIP uint32
+	mu   sync.Mutex
+	runs map[string]*run // by namespace/name
+	// orphans are the runs of pods replaced by a pod of the same name while their node was
+	// frozen: a hung host's kubelet knows nothing of the new pod and leaves the old process as
+	// it is until the node comes back (Thaw).
+	orphans []*run
+	down    map[string]bool
+	gpus    map[string]int64 // allocatable amd.com/gpu per node
+	nextIP  uint32
 
 	hostsID    string   // names the agent's block of HostsFile
 	hostsLines []string // the block as last written
@@ -108,6 +113,7 @@ type Agent struct {
 type run struct {
 	uid       types.UID
 	node, ip  string
+	grace     time.Duration // the pod's termination grace period
 	dir       string
 	cmd       *exec.Cmd
 	env       []string
@@ -384,8 +390,12 @@ func (a *Agent) sync(ctx context.Context, key string) (time.Duration, error) {
 		return 0, nil // a dead kubelet does nothing
 	}
 	if r != nil && r.uid != pod.UID { // a new pod with an old pod's name
-		a.stop(r, 0)
-		a.forget(key, r)
+		if a.isDown(r.node) {
+			a.orphan(key, r)
+		} else {
+			a.stop(r, 0)
+			a.forget(key, r)
+		}
 		r = nil
 	}
 	if r == nil && !a.nodeOf[pod.Spec.NodeName] {
@@ -424,6 +434,17 @@ func (r *run) exitedNow() bool {
 	default:
 		return false
 	}
+}
+
+// orphan keeps r, whose frozen node's kubelet cannot know its pod was replaced, apart from
+// the run of the new pod of its name.
+func (a *Agent) orphan(key string, r *run) {
+	a.mu.Lock()
+	if a.runs[key] == r {
+		delete(a.runs, key)
+	}
+	a.orphans = append(a.orphans, r)
+	a.mu.Unlock()
 }
 
 func (a *Agent) forget(key string, r *run) {
@@ -473,10 +494,11 @@ func (a *Agent) stop(r *run, grace time.Duration) {
 
 func (a *Agent) killAll() {
 	a.mu.Lock()
-	runs := make([]*run, 0, len(a.runs))
+	runs := make([]*run, 0, len(a.runs)+len(a.orphans))
 	for _, r := range a.runs {
 		runs = append(runs, r)
 	}
+	runs = append(runs, a.orphans...)
 	a.mu.Unlock()
 	for _, r := range runs {
 		a.stop(r, 0)
@@ -566,7 +588,7 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (time.Duration, erro
 	if !ok {
 		return 0, a.finish(ctx, pod, nil, 127, "StartError", fmt.Sprintf("nodeagent knows no command %q", argv[0]))
 	}
-	r := &run{uid: pod.UID, node: pod.Spec.NodeName, ip: ip, dir: dir, env: env, paths: paths, exited: make(chan struct{}),
+	r := &run{uid: pod.UID, node: pod.Spec.NodeName, grace: terminationGrace(pod), ip: ip, dir: dir, env: env, paths: paths, exited: make(chan struct{}),
 		stopNow: make(chan struct{}), bin: bin, argv: argv[1:],
 		logPath: filepath.Join(dir, c.Name+".log"), termPath: terminationPath(&c, paths), container: c}
 	if err := a.launch(r); err != nil {
@@ -1152,13 +1174,15 @@ func containerPort(c *corev1.Container, port intstr.IntOrString) (int, error) {
 	return 0, fmt.Errorf("no container port named %q", port.StrVal)
 }
 
+// terminationGrace is the pod's termination grace period (30 s unset, as the API defaults it).
+func terminationGrace(pod *corev1.Pod) time.Duration {
+	return time.Duration(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second
+}
+
 // kill is the kubelet's answer to a failed liveness probe: SIGTERM, grace period, SIGKILL of
 // the current process; its restart rules then decide whether it runs again.
 func (a *Agent) kill(r *run, pod *corev1.Pod) {
-	grace := int64(30)
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *pod.Spec.TerminationGracePeriodSeconds
-	}
+	grace := terminationGrace(pod)
 	a.mu.Lock()
 	cmd, inst := r.cmd, r.instance
 	a.mu.Unlock()
@@ -1167,7 +1191,7 @@ func (a *Agent) kill(r *run, pod *corev1.Pod) {
 	select {
 	case <-inst:
 		return
-	case <-time.After(time.Duration(grace) * time.Second):
+	case <-time.After(grace):
 	}
 	_ = signalContainer(cmd.Process.Pid, syscall.SIGKILL)
 	<-inst
@@ -1577,7 +1601,8 @@ func (a *Agent) markNotReady(ctx context.Context, node string) error {
 // no Lease any more, does nothing for its pods (deleted ones stay Terminating, a force-deleted
 // one's process is left as it is) and its processes are frozen (SIGSTOP), so their sockets
 // stay open and peers learn nothing from TCP. Nothing marks the node NotReady: that is left
-// to whatever watches its Lease. The processes are killed when the agent stops.
+// to whatever watches its Lease. The processes are killed when the agent stops, or go on
+// when the node comes back (Thaw).
 func (a *Agent) Freeze(node string) error {
 	a.mu.Lock()
 	a.down[node] = true
@@ -1595,6 +1620,64 @@ func (a *Agent) Freeze(node string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Thaw brings a frozen node back, as a hung host that recovers: its processes run on from
+// where they stopped, its kubelet posts status and renews its Lease again and learns what
+// became of its pods meanwhile. The process of a pod deleted or replaced while the node was
+// frozen runs until the kubelet's next relist, then is stopped as a kubelet stops a pod gone
+// from the API: SIGTERM, SIGKILL after the pod's grace period.
+func (a *Agent) Thaw(node string) error {
+	a.mu.Lock()
+	delete(a.down, node)
+	var resumed, gone []*run
+	var keys []string
+	for key, r := range a.runs {
+		if r.node == node {
+			resumed, keys = append(resumed, r), append(keys, key)
+		}
+	}
+	for _, r := range a.orphans {
+		if r.node == node {
+			resumed, gone = append(resumed, r), append(gone, r)
+		}
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, r := range resumed {
+		if r.cmd != nil && r.cmd.Process != nil && !r.exitedNow() {
+			if err := signalContainer(r.cmd.Process.Pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, key := range keys {
+		a.queue.Add(key) // a pod deleted meanwhile: NotFound stops its process
+	}
+	for _, r := range gone {
+		go func() {
+			a.awaitRelist(a.life)
+			a.stop(r, r.grace)
+			a.mu.Lock()
+			a.orphans = slices.DeleteFunc(a.orphans, func(o *run) bool { return o == r })
+			a.mu.Unlock()
+		}()
+	}
+	return errors.Join(errs...)
+}
+
+// Processes are the UIDs of the pods whose processes run on node, a frozen node's stopped
+// ones and those of pods replaced while it was frozen included.
+func (a *Agent) Processes(node string) []types.UID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []types.UID
+	for _, r := range append(slices.Collect(maps.Values(a.runs)), a.orphans...) {
+		if r.node == node && !r.exitedNow() {
+			out = append(out, r.uid)
+		}
+	}
+	return out
 }
 
 func (a *Agent) isDown(node string) bool {

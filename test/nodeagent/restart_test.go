@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +318,64 @@ func TestAPodNotBoundToTheAgentsNodesIsNotStarted(t *testing.T) {
 	got, err := cs.CoreV1().Pods("ns").Get(ctx, "w", metav1.GetOptions{})
 	if err != nil || len(got.Status.ContainerStatuses) > 0 || got.Status.PodIP != "" {
 		t.Errorf("pod status %+v (%v), want it untouched until it is bound", got.Status, err)
+	}
+}
+
+// A pod replaced by one of its name on another node while its node was frozen keeps its
+// stopped process (a hung kubelet knows nothing of the new pod); when the node comes back its
+// process runs on until the kubelet learns the pod is gone, then is stopped (SIGTERM first:
+// the script's trap writes that it heard it), and the new pod's process is untouched.
+func TestAThawedNodeStopsThePodReplacedWhileItWasFrozen(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset()
+	dir := t.TempDir()
+	a, err := Start(ctx, Options{Client: cs, Nodes: []string{"n0", "n1"}, WorkDir: dir, Commands: map[string]string{"sh": "/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := filepath.Join(dir, "heard")
+	script := fmt.Sprintf("trap 'echo TERM > %s; exit 0' TERM; while :; do sleep 0.05; done", heard)
+	pod := func(uid types.UID, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", UID: uid},
+			Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To[int64](5),
+				Containers: []corev1.Container{{Name: "worker", Command: []string{"sh", "-c", script}}}}}
+	}
+	running := func(node string, uid types.UID) bool { return slices.Contains(a.Processes(node), uid) }
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatal(what)
+		}
+	}
+	if _, err := cs.CoreV1().Pods("ns").Create(ctx, pod("old", "n0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the old pod's process never started", func() bool { return running("n0", "old") })
+	if err := a.Freeze("n0"); err != nil {
+		t.Fatal(err)
+	}
+	// The operator's force delete and the rank's new pod, same name, elsewhere.
+	if err := cs.CoreV1().Pods("ns").Delete(ctx, "w", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("ns").Create(ctx, pod("new", "n1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the new pod's process never started", func() bool { return running("n1", "new") })
+	if !running("n0", "old") {
+		t.Fatal("the frozen node's process was stopped by the new pod of its name: a hung kubelet stops nothing")
+	}
+	if err := a.Thaw("n0"); err != nil {
+		t.Fatal(err)
+	}
+	poll("the replaced pod's process outlived its node's return", func() bool { return !running("n0", "old") })
+	if b, err := os.ReadFile(heard); err != nil || strings.TrimSpace(string(b)) != "TERM" {
+		t.Errorf("the replaced pod's process was not sent SIGTERM first (%q, %v)", b, err)
+	}
+	if !running("n1", "new") {
+		t.Error("the new pod's process was stopped")
 	}
 }
