@@ -185,23 +185,24 @@ func (p *pass) clearStuck(ctx context.Context, draining []*corev1.Pod) (time.Dur
 // concerns place on it: the restart mechanism, the quarantined nodes it avoids and the
 // spare's node it must take (the admission's placement is added when it is created).
 func newWorkerPod(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32) *corev1.Pod {
+	return renderRank(job, network, rank, spareNodeFor(job, rank))
+}
+
+// renderRank is rank's pod, kept to node where one is named (a replacement onto the node of
+// the spare its rank takes).
+func renderRank(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, rank int32, node string) *corev1.Pod {
 	return workerpod.Render(job, network, rank, func(pod *corev1.Pod, w *corev1.Container) {
 		recovery.SetInPlace(job, pod, w)
 		avoidQuarantined(&pod.Spec, job.Status.QuarantinedNodes)
-		requireSpareNode(job, &pod.Spec, rank)
+		if node != "" {
+			workerpod.RequireNode(&pod.Spec, node)
+		}
 	})
 }
 
 // podSizeErrors refuses a job whose worker pods would be too large to store.
 func podSizeErrors(job *trainingv1alpha1.ZayaTrainingJob) field.ErrorList {
 	return workerpod.SizeErrors(newWorkerPod(job, workerpod.NetworkEnv(&job.Spec), job.Spec.Nodes-1), job.Spec.Nodes)
-}
-
-// requireSpareNode keeps a replacement pod to the node of the spare its rank takes.
-func requireSpareNode(job *trainingv1alpha1.ZayaTrainingJob, ps *corev1.PodSpec, rank int32) {
-	if node := spareNodeFor(job, rank); node != "" {
-		workerpod.RequireNode(ps, node)
-	}
 }
 
 // spareNodeFor is the node of the spare rank takes in the restart under way, "" for none.

@@ -40,7 +40,8 @@ func (r *ZayaTrainingJobReconciler) spareImage() string {
 }
 
 // newSparePod is the job's spare i (recovery.SparePod), from rank 0's pod as this operator
-// renders it.
+// renders it, without a replacement's hold on a spare's node: with rank 0 replaced onto the
+// spare's node, every new spare was kept to that node, beside rank 0, and never scheduled.
 func newSparePod(job *trainingv1alpha1.ZayaTrainingJob, i int32, image, sparePriorityClass string) *corev1.Pod {
-	return recovery.SparePod(job, newWorkerPod(job, nil, 0), i, image, sparePriorityClass)
+	return recovery.SparePod(job, renderRank(job, nil, 0, ""), i, image, sparePriorityClass)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/restart"
 	"github.com/zaya-operator/zaya-operator/controllers/workerpod"
+	"github.com/zaya-operator/zaya-operator/internal/testjob"
 )
 
 func withSpares(n int32) func(*trainingv1alpha1.ZayaTrainingJob) {
@@ -224,5 +225,33 @@ func TestARefusedSpareIsRetriedAfterABackoff(t *testing.T) {
 	h.mustReconcile(t, job)
 	if got := h.pods(t)["llm-spare-0"]; got != nil && got.UID == first.UID {
 		t.Errorf("the refused spare was not made again after %v", restart.SpareRetry)
+	}
+}
+
+// A replacement onto a spare's node is kept to that node; a spare is not, even one modelled on
+// the rank replaced: with rank 0 replaced onto a spare's node, every new spare was kept to
+// that node, beside rank 0, and never scheduled (found when rank 0's node froze).
+func TestASpareIsNotKeptToTheNodeItsModelRankTakes(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(2).Defaulted().Obj()
+	job.Spec.FaultTolerance.Spares = 1
+	job.Status.Replacing = []trainingv1alpha1.ReplacedPod{{Rank: 0, UID: "u0", Reason: string(trainingv1alpha1.FailureReasonNodeLost), SpareNode: "node-s"}}
+	keptTo := func(p *corev1.Pod) []string {
+		var out []string
+		if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				for _, f := range term.MatchFields {
+					if f.Operator == corev1.NodeSelectorOpIn {
+						out = append(out, f.Values...)
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got := keptTo(newWorkerPod(job, nil, 0)); len(got) != 1 || got[0] != "node-s" {
+		t.Fatalf("rank 0's replacement is kept to %v, want the spare's node-s", got)
+	}
+	if got := keptTo(newSparePod(job, 0, recovery.DefaultSpareImage, "")); len(got) != 0 {
+		t.Errorf("a new spare is kept to %v, want no node", got)
 	}
 }
