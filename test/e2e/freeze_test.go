@@ -5,6 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,9 +28,12 @@ import (
 // held, the new pod goes to the spare's node and a spare is held again afterwards. The log
 // lines give the time from the freeze to training steps advancing again, each way.
 //
-// Without a spare the worker runs alone and the node's Lease decides; with one, under the
-// injected zaya-supervisor, whose silence to the operator (frozen with its node) while a
-// peer's answers decides at once, before the Lease lapses (docs/design/fast-node-loss.md).
+// Without a spare the worker runs alone, rank 1's node freezes and the node's Lease decides.
+// With one, rank 0's node freezes, the gang watch's hub with it, under the injected
+// zaya-supervisor, whose silence to the operator while a peer's answers decides at once,
+// before the Lease lapses (docs/design/fast-node-loss.md); the node then comes back while the
+// new gang trains, and the old rank's processes neither disturb it nor write a checkpoint,
+// and are gone once their kubelet learns their pod was replaced.
 func TestAFrozenNodesRankIsReplacedAlone(t *testing.T) {
 	for _, spares := range []int32{0, 1} {
 		t.Run(fmt.Sprintf("spares=%d", spares), func(t *testing.T) {
@@ -53,7 +59,7 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
-	procs.sharedClaim(t, ns, "frozen")
+	dir := procs.sharedClaim(t, ns, "frozen")
 	job := trainingJob(procs, ns, "frozen", "frozen", steps)
 	job.Spec.FaultTolerance.RestartMode = trainingv1alpha1.RestartModeInPlace
 	job.Spec.FaultTolerance.Spares = spares
@@ -87,25 +93,46 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	g.Eventually(func() int32 { return getJob(g, job).Status.ReadySpares }, time.Minute, interval).Should(Equal(spares))
 
 	before, heldOn := pods(g)
-	victim := job.Name + "-0-1"
+	// The supervised run freezes rank 0's node: the gang watch's hub freezes with it.
+	victimRank := 1
+	if supervised {
+		victimRank = 0
+	}
+	victim := fmt.Sprintf("%s-0-%d", job.Name, victimRank)
 	node := procs.nodeOf(ns, victim)
 	g.Expect(node).NotTo(BeEmpty())
-	t.Logf("freezing node %s (rank 1, pod %s)", node, victim)
+	oldAttempt := newestAttempt(g, dir)
+	t.Logf("freezing node %s (rank %d, pod %s, checkpoint attempt %d)", node, victimRank, victim, oldAttempt)
 	frozen := time.Now()
 	procs.freeze(t, g, node)
 
-	// Rank 0 restarts in place (its restart count rises) and its new run trains again.
+	// Rank 0 restarts (in place, its restart count rising, or in a new pod) and its new run
+	// trains again from a checkpoint.
 	var advancing time.Duration
 	g.Eventually(func(g Gomega) {
 		ranks, _ := pods(g)
-		s := ranks[job.Name+"-0-0"].Status.ContainerStatuses
+		p := ranks[job.Name+"-0-0"]
+		s := p.Status.ContainerStatuses
 		g.Expect(s).NotTo(BeEmpty())
 		restarts := s[0].RestartCount
-		g.Expect(restarts).To(BeNumerically(">", 0))
+		g.Expect(restarts > 0 || p.UID != before[p.Name].UID).To(BeTrue(), "rank 0 has not restarted")
 		run := train.ParseLog(rank0Run(restarts))
+		g.Expect(run.Resumed).To(BeNumerically(">", 0), "rank 0's new run has not resumed")
 		g.Expect(run.Last).To(BeNumerically(">", run.Resumed), "rank 0's run %d has not trained yet", restarts)
 		advancing = time.Since(frozen)
 	}, 2*time.Minute, 50*time.Millisecond).Should(Succeed())
+	var written []string
+	if supervised {
+		// The node comes back while the new gang trains (a partition that heals): the
+		// replaced rank's processes, its hub's included, run on from where they froze until
+		// its kubelet stops them. They must not disturb the new gang (one restart in all) nor
+		// write a checkpoint file (the worker's fences).
+		written = attemptFiles(g, dir, oldAttempt)
+		procs.thaw(g, node)
+		g.Eventually(func(g Gomega) []string { return procs.running(g, node) }, time.Minute, interval).
+			ShouldNot(ContainElement(string(before[victim].UID)), "the replaced rank's processes outlived its node's return")
+		t.Logf("node %s back; its replaced rank's processes gone %v after the freeze", node, time.Since(frozen).Round(10*time.Millisecond))
+	}
 
 	after, _ := pods(g)
 	g.Expect(after).To(HaveLen(len(before)), "pods: %v", after)
@@ -144,6 +171,30 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	}
 	g.Expect(done.Status.LastFailure.Reason).To(Equal(trainingv1alpha1.FailureReasonNodeLost))
 	g.Expect(done.Status.LastFailure.Message).To(ContainSubstring(decided))
+	if supervised {
+		g.Expect(written).To(ContainElements(attemptFiles(g, dir, oldAttempt)), "the replaced rank's old run wrote checkpoint files after its node came back")
+	}
 	_, held := pods(g)
 	g.Eventually(func(g Gomega) map[string]corev1.Pod { _, held = pods(g); return held }, time.Minute, interval).Should(BeEmpty(), "spares outlived the job")
+}
+
+// newestAttempt is the newest gang attempt that fenced the checkpoint folder (-1: none):
+// workers/checkpoint names every file it writes with its attempt.
+func newestAttempt(g Gomega, dir string) int {
+	fences, err := filepath.Glob(filepath.Join(dir, "attempt-*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	newest := -1
+	for _, f := range fences {
+		if n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(f), "attempt-")); err == nil {
+			newest = max(newest, n)
+		}
+	}
+	return newest
+}
+
+// attemptFiles are the checkpoint files (shards, shard lists, manifests) attempt wrote in dir.
+func attemptFiles(g Gomega, dir string, attempt int) []string {
+	files, err := filepath.Glob(filepath.Join(dir, "step-*", fmt.Sprintf("*.a%d.*", attempt)))
+	g.Expect(err).NotTo(HaveOccurred())
+	return files
 }

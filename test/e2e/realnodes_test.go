@@ -157,6 +157,14 @@ type nodeFault struct {
 	category string
 	// decided, if set, is in the failure's message: how the operator knew.
 	decided string
+	// blip first drops the victim's node's packets, its pods' included, for less than the
+	// peer timeout: nothing may restart for it.
+	blip bool
+	// rank0 plays the fault on rank 0's node (the gang watch's hub's) rather than rank 1's.
+	rank0 bool
+	// heal, if set, ends the fault as soon as the gang trains again (a partition that
+	// heals): the old rank's processes must then go, and write no checkpoint meanwhile.
+	heal func(t *testing.T, g Gomega, node string)
 }
 
 func killWorker(sig string) func(t *testing.T, g Gomega, node string) {
@@ -169,37 +177,73 @@ func killWorker(sig string) func(t *testing.T, g Gomega, node string) {
 }
 
 // cutNode takes the node off the cluster's network: its kubelet and its rank lose every peer.
+// Its kubelet runs on alone: it restarts the containers that end, as their restart rules say,
+// and learns nothing of the pods deleted meanwhile until the node is back (the test's end, or
+// reconnectNode).
 func cutNode(t *testing.T, g Gomega, node string) {
 	ip, err := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node)
 	g.Expect(err).NotTo(HaveOccurred(), ip)
 	out, err := docker("network", "disconnect", "kind", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.Cleanup(func() {
-		back := time.Now()
-		if out, err := docker("network", "connect", "kind", node); err != nil {
-			t.Errorf("reconnecting %s: %v\n%s", node, err, out)
-			return
+	cutFrom.Store(node, strings.TrimSpace(ip))
+	t.Cleanup(func() { reconnectNode(t, node) })
+}
+
+// cutFrom is each node's address on kind's network before cutNode took it off.
+var cutFrom sync.Map
+
+// reconnectNode puts a node cutNode took off back on the network (once) and waits for it to
+// be Ready.
+func reconnectNode(t *testing.T, node string) {
+	v, cut := cutFrom.LoadAndDelete(node)
+	if !cut {
+		return
+	}
+	ip := v.(string)
+	back := time.Now()
+	if out, err := docker("network", "connect", "kind", node); err != nil {
+		t.Errorf("reconnecting %s: %v\n%s", node, err, out)
+		return
+	}
+	// Docker may hand out another address (the network's subnet is not the user's): kind's
+	// entrypoint moves a node's own configuration to its new address at boot. Either way
+	// the node's routes to the other nodes' pods went with its interface: the cluster
+	// script routes every node again.
+	if now, _ := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node); strings.TrimSpace(now) != ip {
+		t.Logf("%s came back as %s (was %s): restarting it", node, strings.TrimSpace(now), ip)
+		if out, err := docker("restart", node); err != nil {
+			t.Errorf("restarting %s: %v\n%s", node, err, out)
 		}
-		// Docker may hand out another address (the network's subnet is not the user's): kind's
-		// entrypoint moves a node's own configuration to its new address at boot. Either way
-		// the node's routes to the other nodes' pods went with its interface: the cluster
-		// script routes every node again.
-		if now, _ := docker("inspect", "-f", "{{.NetworkSettings.Networks.kind.IPAddress}}", node); strings.TrimSpace(now) != strings.TrimSpace(ip) {
-			t.Logf("%s came back as %s (was %s): restarting it", node, strings.TrimSpace(now), strings.TrimSpace(ip))
-			if out, err := docker("restart", node); err != nil {
-				t.Errorf("restarting %s: %v\n%s", node, err, out)
-			}
-		}
-		k := w.(*kindWorld)
-		if out, err := command(k.clusterScript, "up", fmt.Sprint(k.workers)); err != nil {
-			t.Errorf("routing the pod network again: %v\n%s", err, out)
-		}
-		waitNodeBack(t, node, back)
+	}
+	k := w.(*kindWorld)
+	if out, err := command(k.clusterScript, "up", fmt.Sprint(k.workers)); err != nil {
+		t.Errorf("routing the pod network again: %v\n%s", err, out)
+	}
+	waitNodeBack(t, node, back)
+}
+
+const (
+	// defaultPeerTimeout is the reference worker's and the gang watch's (5 s).
+	defaultPeerTimeout = 5 * time.Second
+	// blipFor is a network blip, shorter than the peer timeout.
+	blipFor = 2 * time.Second
+)
+
+// blipNode drops every packet in, out of and through the node (its pods' traffic passes
+// FORWARD) for d, as a flapping link or a switch's failover would, then lets them pass again:
+// TCP retransmits and every connection lives on.
+func blipNode(t *testing.T, g Gomega, node string, d time.Duration) {
+	const chains = "INPUT OUTPUT FORWARD"
+	script := fmt.Sprintf(`for c in %[1]s; do iptables -w -I $c 1 -j DROP; done; sleep %[2]g; for c in %[1]s; do iptables -w -D $c -j DROP; done`, chains, d.Seconds())
+	t.Cleanup(func() { // the rules gone whatever became of the script
+		_, _ = docker("exec", node, "sh", "-c", fmt.Sprintf(`for c in %s; do while iptables -w -D $c -j DROP 2>/dev/null; do :; done; done`, chains))
 	})
+	out, err := docker("exec", node, "sh", "-c", script)
+	g.Expect(err).NotTo(HaveOccurred(), out)
 }
 
 // TestRecoveryOnRealKubelets trains the reference worker on kind and plays one fault per
-// subtest on rank 1's node mid-training: the job restarts (in place by the real kubelet's
+// subtest on rank 1's node (rank 0's, the hub's, for the cut that heals) mid-training: the job restarts (in place by the real kubelet's
 // container restart rules, or under zaya-supervisor, or recreated), blames rank 1 with the
 // fault's category, replaces only the pods it must, trains again from the last checkpoint and
 // ends with parameters bit-identical to an uninterrupted run's. Each subtest logs the time
@@ -222,8 +266,10 @@ func TestRecoveryOnRealKubelets(t *testing.T) {
 		// peers found silent, and does not wait for the kubelet's Lease
 		// (docs/design/fast-node-loss.md); the Lease alone decides node-stopped/in-place here
 		// and the frozen node without the supervisor on the process nodes.
-		{name: "node-frozen/injected", mode: inPlace, injected: true, inject: frozen, replaced: 1, category: "NodeLost", decided: asked},
-		{name: "network-cut/injected", mode: inPlace, injected: true, inject: cutNode, replaced: 1, category: "NodeLost", decided: asked},
+		{name: "node-frozen/injected", mode: inPlace, injected: true, inject: frozen, replaced: 1, category: "NodeLost", decided: asked, blip: true},
+		// Rank 0's node, the hub's, is cut off and comes back while the new gang trains.
+		{name: "network-cut/injected", mode: inPlace, injected: true, inject: cutNode, replaced: 1, category: "NodeLost", decided: asked,
+			rank0: true, heal: func(t *testing.T, _ Gomega, node string) { reconnectNode(t, node) }},
 		{name: "gpu-unhealthy/in-place", mode: inPlace, inject: w.unhealthyGPU, replaced: 1, category: "GPUHardware"},
 	} {
 		t.Run(f.name, func(t *testing.T) { faultRun(t, f, want) })
@@ -258,11 +304,30 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	before := rank0Run(g, job)
 	g.Eventually(func() int64 { return train.ParseLog(currentLog(ns, before.pod)).Last }, 3*time.Minute, 100*time.Millisecond).
 		Should(BeNumerically(">=", 2*ckptEvery+5), "no progress")
-	victim := rankPod(g, job, 1)
+	victimRank := 1
+	if f.rank0 {
+		victimRank = 0
+	}
+	victim := rankPod(g, job, victimRank)
 	node := victim.Spec.NodeName
 	pods := podUIDs(g, job)
 	atStep := train.ParseLog(currentLog(ns, before.pod)).Last
-	t.Logf("%s on %s (rank 1, pod %s) at rank 0's step %d", f.name, node, victim.Name, atStep)
+	oldAttempt := newestAttempt(g, dir)
+	if f.blip {
+		// A blip shorter than the peer timeout: the gang stalls and trains on, no restart,
+		// no pod replaced, no ask (docs/design/fast-node-loss.md: the peers name no one).
+		blipNode(t, g, node, blipFor)
+		g.Consistently(func(g Gomega) {
+			j := getJob(g, job)
+			g.Expect(j.Status.Restarts).To(BeZero(), "a blip restarted the gang: %+v", j.Status.LastFailure)
+			g.Expect(rank0Run(g, job)).To(Equal(before))
+		}, defaultPeerTimeout+3*time.Second, time.Second).Should(Succeed())
+		g.Expect(podUIDs(g, job)).To(Equal(pods), "a blip replaced pods")
+		g.Expect(train.ParseLog(currentLog(ns, before.pod)).Last).To(BeNumerically(">", atStep), "no step trained since the blip")
+		atStep = train.ParseLog(currentLog(ns, before.pod)).Last
+		t.Logf("%s: a %v blip on %s: no restart; rank 0 at step %d", f.name, blipFor, node, atStep)
+	}
+	t.Logf("%s on %s (rank %d, pod %s) at rank 0's step %d, checkpoint attempt %d", f.name, node, victimRank, victim.Name, atStep, oldAttempt)
 	injected := time.Now()
 	f.inject(t, g, node)
 
@@ -279,6 +344,16 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 		resumed = p.Resumed
 	}, 3*time.Minute, 100*time.Millisecond).Should(Succeed())
 	advancing := time.Since(injected)
+	var written []string
+	if f.heal != nil {
+		// The old rank's processes ran on alone (its kubelet restarts what ends); once its
+		// node is back, its kubelet learns the pod was replaced and stops them.
+		written = attemptFiles(g, dir, oldAttempt)
+		f.heal(t, g, node)
+		g.Eventually(func(g Gomega) []string { return kindProcesses{}.running(g, node) }, 2*time.Minute, time.Second).
+			ShouldNot(ContainElement(string(victim.UID)), "the replaced rank's containers outlived its node's return")
+		t.Logf("%s: the node back and the replaced rank's containers gone %v after the fault", f.name, time.Since(injected).Round(10*time.Millisecond))
+	}
 
 	replaced := 0
 	for uid := range podUIDs(g, job) {
@@ -294,7 +369,7 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	// Under a supervisor too (its own mechanism or injected): the killed worker's supervisor
 	// keeps the worker's exit, which came before the gang's stop reached it (it used to take
 	// the stop, exit 75 like its peer, and the peer was blamed: 1 run in 3).
-	g.Expect(lf.Rank).To(HaveValue(Equal(int32(1))), "the root rank")
+	g.Expect(lf.Rank).To(HaveValue(Equal(int32(victimRank))), "the root rank")
 	g.Expect(lf.Category).To(Equal(f.category))
 	if f.decided != "" {
 		g.Expect(lf.Message).To(ContainSubstring(f.decided))
@@ -318,6 +393,9 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	params, err := os.ReadFile(filepath.Join(dir, "final-params"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Equal(params, want)).To(BeTrue(), "final parameters differ from the uninterrupted run's")
+	if f.heal != nil {
+		g.Expect(written).To(ContainElements(attemptFiles(g, dir, oldAttempt)), "the replaced rank's old run wrote checkpoint files after the fault healed")
+	}
 	fmt.Printf("kind-recovery %-26s running-again %8v training-again %8v pods-replaced %d lost-steps %d\n",
 		f.name, recovery.Round(10*time.Millisecond), advancing.Round(10*time.Millisecond), replaced, atStep-resumed)
 }

@@ -259,12 +259,29 @@ func (kindProcesses) freeze(t *testing.T, g Gomega, node string) {
 	out, err := docker("pause", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
+		if paused, _ := docker("inspect", "-f", "{{.State.Paused}}", node); strings.TrimSpace(paused) != "true" {
+			return // thawed by the test
+		}
 		back := time.Now()
 		if out, err := docker("unpause", node); err != nil {
 			t.Errorf("unpausing %s: %v\n%s", node, err, out)
 		}
 		waitNodeBack(t, node, back)
 	})
+}
+
+func (kindProcesses) thaw(g Gomega, node string) {
+	out, err := docker("unpause", node)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+}
+
+// running asks the node's container runtime (crictl, in every kind node) which pods'
+// containers run there.
+func (kindProcesses) running(g Gomega, node string) []string {
+	out, err := docker("exec", node, "crictl", "ps", "-o", "go-template",
+		"--template", `{{range .containers}}{{index .labels "io.kubernetes.pod.uid"}}{{"\n"}}{{end}}`)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	return strings.Fields(out)
 }
 
 // docker runs the Docker CLI: what a test does to a node (a container) from outside.

@@ -261,6 +261,18 @@ func (p kwokProcesses) freeze(_ *testing.T, g Gomega, node string) {
 	g.Expect(p.a.Freeze(node)).To(Succeed())
 }
 
+func (p kwokProcesses) thaw(g Gomega, node string) {
+	g.Expect(p.a.Thaw(node)).To(Succeed())
+}
+
+func (p kwokProcesses) running(_ Gomega, node string) []string {
+	var out []string
+	for _, uid := range p.a.Processes(node) {
+		out = append(out, string(uid))
+	}
+	return out
+}
+
 func (kwokWorld) restartOperator(t *testing.T, g Gomega) (int, func() error) {
 	pauseSuiteOperator(t)
 	op, err := startOperator()

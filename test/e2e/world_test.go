@@ -76,6 +76,11 @@ type processNodes interface {
 	down(t *testing.T, g Gomega, node string)
 	// freeze freezes a node: its kubelet and processes stop, their sockets stay open.
 	freeze(t *testing.T, g Gomega, node string)
+	// thaw brings a frozen node back: its processes run on from where they stopped and its
+	// kubelet stops those of pods deleted meanwhile.
+	thaw(g Gomega, node string)
+	// running are the UIDs of the pods whose containers run (or are frozen) on node.
+	running(g Gomega, node string) []string
 }
 
 // operatorReplicas are leader-elected operators; each process has its own identity.
