@@ -128,7 +128,7 @@ func frozenNodeRun(t *testing.T, spares int32) {
 		// its kubelet stops them. They must not disturb the new gang (one restart in all) nor
 		// write a checkpoint file (the worker's fences).
 		written = attemptFiles(g, dir, oldAttempt)
-		procs.thaw(g, node)
+		procs.thaw(t, g, node)
 		g.Eventually(func(g Gomega) []string { return procs.running(g, node) }, time.Minute, interval).
 			ShouldNot(ContainElement(string(before[victim].UID)), "the replaced rank's processes outlived its node's return")
 		t.Logf("node %s back; its replaced rank's processes gone %v after the freeze", node, time.Since(frozen).Round(10*time.Millisecond))

@@ -283,7 +283,7 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 			// A partition that heals: the old rank's processes run on from where they froze
 			// until the kubelet learns their pod was replaced, and must not disturb the new
 			// gang (one restart for the fault, checked below).
-			procs.thaw(g, node)
+			procs.thaw(t, g, node)
 			g.Eventually(func(g Gomega) []string { return procs.running(g, node) }, time.Minute, interval).
 				ShouldNot(ContainElement(oldUID), "the replaced rank's processes outlived its node's return")
 		}

@@ -270,9 +270,11 @@ func (kindProcesses) freeze(t *testing.T, g Gomega, node string) {
 	})
 }
 
-func (kindProcesses) thaw(g Gomega, node string) {
+func (kindProcesses) thaw(t *testing.T, g Gomega, node string) {
+	back := time.Now()
 	out, err := docker("unpause", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
+	waitNodeBack(t, node, back)
 }
 
 // running asks the node's container runtime (crictl, in every kind node) which pods'

@@ -261,7 +261,7 @@ func (p kwokProcesses) freeze(_ *testing.T, g Gomega, node string) {
 	g.Expect(p.a.Freeze(node)).To(Succeed())
 }
 
-func (p kwokProcesses) thaw(g Gomega, node string) {
+func (p kwokProcesses) thaw(_ *testing.T, g Gomega, node string) {
 	g.Expect(p.a.Thaw(node)).To(Succeed())
 }
 

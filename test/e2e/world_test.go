@@ -78,7 +78,7 @@ type processNodes interface {
 	freeze(t *testing.T, g Gomega, node string)
 	// thaw brings a frozen node back: its processes run on from where they stopped and its
 	// kubelet stops those of pods deleted meanwhile.
-	thaw(g Gomega, node string)
+	thaw(t *testing.T, g Gomega, node string)
 	// running are the UIDs of the pods whose containers run (or are frozen) on node.
 	running(g Gomega, node string) []string
 }
