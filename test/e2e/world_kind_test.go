@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,14 +279,22 @@ func (kindProcesses) thaw(t *testing.T, g Gomega, node string) {
 	waitNodeBack(t, node, back)
 }
 
-// running asks the node's container runtime (crictl, in every kind node) which pods'
-// containers run there.
+// running reads which pods' processes run in the node: every container's processes sit in
+// a cgroup named after their pod's UID (kubepods-…-pod<uid>.slice, the UID's dashes turned
+// to underscores), the pod's sandbox included. Nothing is asked of the node's kubelet or
+// runtime, which a thawed node's may not have caught up with.
 func (kindProcesses) running(g Gomega, node string) []string {
-	out, err := docker("exec", node, "crictl", "ps", "-o", "go-template",
-		"--template", `{{range .containers}}{{index .labels "io.kubernetes.pod.uid"}}{{"\n"}}{{end}}`)
+	out, err := docker("exec", node, "sh", "-c", "cat /proc/[0-9]*/cgroup 2>/dev/null; true")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	return strings.Fields(out)
+	seen := map[string]bool{}
+	for _, m := range podCgroup.FindAllStringSubmatch(out, -1) {
+		seen[strings.ReplaceAll(m[1], "_", "-")] = true
+	}
+	return slices.Collect(maps.Keys(seen))
 }
+
+// podCgroup is a pod's UID in a cgroup path (systemd's or cgroupfs' driver).
+var podCgroup = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
 
 // docker runs the Docker CLI: what a test does to a node (a container) from outside.
 func docker(args ...string) (string, error) { return command("docker", args...) }
