@@ -103,6 +103,9 @@ func frozenNodeRun(t *testing.T, spares int32) {
 	g.Expect(node).NotTo(BeEmpty())
 	oldAttempt := newestAttempt(g, dir)
 	t.Logf("freezing node %s (rank %d, pod %s, checkpoint attempt %d)", node, victimRank, victim, oldAttempt)
+	if supervised {
+		g.Expect(procs.running(g, node)).To(ContainElement(string(before[victim].UID)), "the victim's processes are not seen where they run")
+	}
 	frozen := time.Now()
 	procs.freeze(t, g, node)
 

@@ -266,6 +266,9 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 		}()
 		node := procs.nodeOf(ns, victim)
 		_, _, at := tr.started(procs.runLog(ns, r.pod, r.restarts))
+		if fault == "freeze" {
+			g.Expect(procs.running(g, node)).To(ContainElement(oldUID), "the victim's processes are not seen where they run")
+		}
 		injected := time.Now()
 		switch fault {
 		case "kill":

@@ -292,6 +292,12 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	if f.injected {
 		job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorInject
 	}
+	if f.blip {
+		// Slower steps (the same sums: a step's pace is only a wait), so that the blip and
+		// the quiet after it leave the fault most of the job's steps on any machine.
+		c := &job.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, "-pace=75ms")
+	}
 	g.Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	waitRunningWithin(g, job, 0, 3*time.Minute)
 	if f.injected {
@@ -328,6 +334,9 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 		t.Logf("%s: a %v blip on %s: no restart; rank 0 at step %d", f.name, blipFor, node, atStep)
 	}
 	t.Logf("%s on %s (rank %d, pod %s) at rank 0's step %d, checkpoint attempt %d", f.name, node, victimRank, victim.Name, atStep, oldAttempt)
+	if f.heal != nil {
+		g.Expect(kindProcesses{}.running(g, node)).To(ContainElement(string(victim.UID)), "the victim's processes are not seen where they run")
+	}
 	injected := time.Now()
 	f.inject(t, g, node)
 
