@@ -329,8 +329,9 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 			g.Expect(rank0Run(g, job)).To(Equal(before))
 		}, defaultPeerTimeout+3*time.Second, time.Second).Should(Succeed())
 		g.Expect(podUIDs(g, job)).To(Equal(pods), "a blip replaced pods")
-		g.Expect(train.ParseLog(currentLog(ns, before.pod)).Last).To(BeNumerically(">", atStep), "no step trained since the blip")
-		atStep = train.ParseLog(currentLog(ns, before.pod)).Last
+		now := train.ParseLog(currentLog(ns, before.pod)).Last
+		g.Expect(now).To(BeNumerically(">", atStep), "no step trained since the blip")
+		atStep = now
 		t.Logf("%s: a %v blip on %s: no restart; rank 0 at step %d", f.name, blipFor, node, atStep)
 	}
 	t.Logf("%s on %s (rank %d, pod %s) at rank 0's step %d, checkpoint attempt %d", f.name, node, victimRank, victim.Name, atStep, oldAttempt)
