@@ -127,14 +127,30 @@ func TestGoodputEndsWhenRankZeroSaysItTrains(t *testing.T) {
 	}
 	h.mustReconcile(t, job)
 	again := at(131500)
-	workers.set("10.0.1.0", contract.Progress{Step: 41, ResumedFrom: 40, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: again, LastStepAt: again.Add(500 * time.Millisecond)})
+	workers.set("10.0.1.0", contract.Progress{Step: 41, ResumedFrom: 40, CheckpointStep: 40, StepSeconds: 0.5, TrainingSince: again, LastStepAt: again.Add(500 * time.Millisecond),
+		StartedAt: now.Add(130500 * time.Millisecond), MetAt: now.Add(131200 * time.Millisecond)})
 	at(132000)
 	poller.Poll(t.Context())
 	h.mustReconcile(t, job)
-	g = h.get(t, job).Status.Goodput
+	got := h.get(t, job)
+	g = got.Status.Goodput
 	want := []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, DownMilliseconds: 32100, RecomputeMilliseconds: 7500}}
 	if diff := cmp.Diff(want, g.Lost); diff != "" || g.Open != nil {
 		t.Fatalf("lost (-want +got):\n%s\nopen %+v", diff, g.Open)
+	}
+	// The way back, stage by stage, each from its own clock: rank 0's last step, the
+	// operator's pass that saw the failure and restarted, the new gang's pods running, and
+	// rank 0's new process, its rendezvous and its first step.
+	ms := func(ms int) *metav1.MicroTime {
+		return trainingv1alpha1.Stamp(now.Add(time.Duration(ms) * time.Millisecond))
+	}
+	timeline := &trainingv1alpha1.RecoveryTimeline{LastStep: ms(99400), Detected: ms(100300), Decided: ms(100300), Running: ms(130000),
+		WorkerStarted: ms(130500), Rendezvous: ms(131200), Training: ms(131500)}
+	if diff := cmp.Diff(timeline, got.Status.LastFailure.Recovery); diff != "" {
+		t.Errorf("lastFailure's timeline (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(timeline, got.Status.RecentFailures[0].Recovery); diff != "" {
+		t.Errorf("the newest recent failure's timeline (-want +got):\n%s", diff)
 	}
 	// 132 s of wall: 22.5 starting, 39.6 lost, 69.9 training.
 	if g.WallMilliseconds != 132000 || g.TrainingMilliseconds != 69900 || g.EffectiveTrainingTime != "53.0%" {

@@ -196,7 +196,7 @@ func checkStatusStaysValid(t *testing.T, s testjob.Source) {
 		}
 	}
 	w.set("10.0.0.1", contract.Progress{Step: hostileInt64(s), CheckpointStep: hostileInt64(s), ResumedFrom: hostileInt64(s),
-		StepSeconds: pickOf(s, 0.5, 1e-300, 86399, math.Inf(1)), TrainingSince: hostileTime(s), LastStepAt: hostileTime(s)})
+		StepSeconds: pickOf(s, 0.5, 1e-300, 86399, math.Inf(1)), TrainingSince: hostileTime(s), LastStepAt: hostileTime(s), StartedAt: hostileTime(s), MetAt: hostileTime(s)})
 	// The hostile status lands now, as a status writer's edit between two passes.
 	cur := h.get(t, job)
 	cur.Status = status

@@ -108,6 +108,11 @@ type Progress struct {
 	// finished a step. Both zero before the first step.
 	TrainingSince time.Time `json:"trainingSince,omitzero"`
 	LastStepAt    time.Time `json:"lastStepAt,omitzero"`
+	// StartedAt is when the run's worker process started; MetAt when the run had met its
+	// peers (under zaya-supervisor: the trainer's first report, written once it met them and
+	// resumed). Zero where the worker does not say.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	MetAt     time.Time `json:"metAt,omitzero"`
 	// NodeStepSeconds holds, by NODE_RANK, the node's moving mean of the seconds a step kept
 	// its ranks busy before they met in the step's all-reduce: a straggler's is the largest.
 	NodeStepSeconds []float64 `json:"nodeStepSeconds,omitempty"`

@@ -981,6 +981,43 @@ type JobFailure struct {
 	// Recreated (the whole gang was made again) or FailedJob (the job failed).
 	// +optional
 	Action FailureAction `json:"action,omitempty"`
+	// recovery is when each stage of the way back from this failure happened, from real
+	// timestamps; set by operators since this field, for the failures they restart from.
+	// +optional
+	Recovery *RecoveryTimeline `json:"recovery,omitempty"`
+}
+
+// RecoveryTimeline is when each stage of a recovery happened: the gang's last step, the
+// operator's detection and decision, every rank of the new attempt running, and rank 0's
+// new run starting, meeting its peers and training. Each is a real clock's reading (the
+// operator's, the kubelet's, or rank 0's report of its own run, kept within the recovery);
+// a stage not reached or not known is absent. docs/recovery.md, "A recovery's timeline".
+type RecoveryTimeline struct {
+	// lastStep is when the gang last finished a step before the fault: the stopped ranks'
+	// or rank 0's word, else when the operator saw the failure.
+	// +optional
+	LastStep *metav1.MicroTime `json:"lastStep,omitempty"`
+	// detected is when the operator recorded the failure.
+	// +optional
+	Detected *metav1.MicroTime `json:"detected,omitempty"`
+	// decided is when it chose what to do about it (the failure's action).
+	// +optional
+	Decided *metav1.MicroTime `json:"decided,omitempty"`
+	// running is when every rank of the new attempt ran: its containers back in place, or
+	// its new pods scheduled and started.
+	// +optional
+	Running *metav1.MicroTime `json:"running,omitempty"`
+	// workerStarted is when rank 0's new worker process started, as its report says.
+	// +optional
+	WorkerStarted *metav1.MicroTime `json:"workerStarted,omitempty"`
+	// rendezvous is when rank 0's new run had met its peers, as its report says (under
+	// zaya-supervisor: the trainer's first report, once it met them and resumed).
+	// +optional
+	Rendezvous *metav1.MicroTime `json:"rendezvous,omitempty"`
+	// training is when the new run trained again: past its resume point by the workers'
+	// word, else when every rank ran.
+	// +optional
+	Training *metav1.MicroTime `json:"training,omitempty"`
 }
 
 // FailureAction is what the operator did about a failure.

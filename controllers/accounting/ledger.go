@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/attribution"
 	"github.com/zaya-operator/zaya-operator/controllers/liveprogress"
@@ -176,6 +177,7 @@ func (l *Ledger) Failed(ctx context.Context, f trainingv1alpha1.JobFailure, mess
 		"from", from, "messages", len(messages), "reached", at.reached)
 	g.Open = &trainingv1alpha1.GoodputOpen{Category: f.Category, Since: micro(since), ReachedStep: at.reached,
 		CheckpointStep: at.committed, StepMicroseconds: micros(at.pace)}
+	l.timeline(func(r *trainingv1alpha1.RecoveryTimeline) { r.LastStep = trainingv1alpha1.Stamp(since) })
 	l.Refresh()
 }
 
@@ -235,6 +237,7 @@ func (l *Ledger) Refine(stopped func() []string) {
 	}
 	goodputLog.V(1).Info("loss refined", "job", l.Job.Namespace+"/"+l.Job.Name, "from", stamp(o.Since.Time), "to", stamp(run.lastStep), "reached", run.reached)
 	o.Since = micro(run.lastStep)
+	l.timeline(func(r *trainingv1alpha1.RecoveryTimeline) { r.LastStep = trainingv1alpha1.Stamp(run.lastStep) })
 	o.ReachedStep, o.CheckpointStep = max(o.ReachedStep, run.reached), max(o.CheckpointStep, run.committed)
 	if o.StepMicroseconds == 0 {
 		o.StepMicroseconds = micros(run.pace)
@@ -260,6 +263,7 @@ func (l *Ledger) Settle(messages []string) time.Duration {
 	o := g.Open
 	if rep := l.Report; rep != nil && rep.TrainingSince.After(o.Since.Time) {
 		l.closeLoss(g, rep.TrainingSince, rep.ResumedFrom, messages, "progress")
+		l.ranBack(rep.Progress)
 		return 0
 	}
 	if run := readRuns(messages, o.Since.Time, l.Now, false); !run.since.IsZero() {
@@ -325,6 +329,13 @@ func (l *Ledger) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, res
 		"down", down, "reached", max(o.ReachedStep, stopped.reached), "resumed", resumed, "checkpoint", o.CheckpointStep, "pace", o.StepMicroseconds)
 	at := micro(end)
 	g.TrainingSince = &at
+	if o.Category != "" && (by == "progress" || by == "exits" || by == "ranks running") {
+		l.timeline(func(r *trainingv1alpha1.RecoveryTimeline) {
+			if r.Training == nil {
+				r.LastStep, r.Training = trainingv1alpha1.Stamp(since), trainingv1alpha1.Stamp(end)
+			}
+		})
+	}
 	span := trainingv1alpha1.GoodputSpan{Category: o.Category, Since: micro(since), Until: at, Nodes: l.Job.Width()}
 	defer func() { remember(g, span) }()
 	if o.Category == "" {
@@ -358,6 +369,29 @@ func (l *Ledger) closeLoss(g *trainingv1alpha1.GoodputStatus, end time.Time, res
 		l.lost(category, "recompute", recompute.Seconds())
 	}
 	l.Refresh()
+}
+
+// timeline edits the timeline of the recovery under way, if the last failure keeps one.
+func (l *Ledger) timeline(edit func(*trainingv1alpha1.RecoveryTimeline)) {
+	l.Job.Status.StampRecovery(edit)
+}
+
+// ranBack takes into the recovery's timeline when rank 0's new run started and met its
+// peers, as its report says: a time outside the recovery (from the gang's last step to
+// training again) is not of this run, or not true, and is left out.
+func (l *Ledger) ranBack(p contract.Progress) {
+	l.timeline(func(r *trainingv1alpha1.RecoveryTimeline) {
+		if r.LastStep == nil || r.Training == nil || r.WorkerStarted != nil || r.Rendezvous != nil {
+			return
+		}
+		within := func(t time.Time) bool { return !t.Before(r.LastStep.Time) && !t.After(r.Training.Time) }
+		if within(p.StartedAt) {
+			r.WorkerStarted = trainingv1alpha1.Stamp(p.StartedAt)
+		}
+		if within(p.MetAt) && !p.MetAt.Before(p.StartedAt) {
+			r.Rendezvous = trainingv1alpha1.Stamp(p.MetAt)
+		}
+	})
 }
 
 // remember adds a closed start or loss to the history, the oldest going past its bound.

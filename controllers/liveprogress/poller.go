@@ -366,6 +366,10 @@ func sanitize(p contract.Progress, now time.Time) contract.Progress {
 	if p.LastStepAt.Before(p.TrainingSince) {
 		p.LastStepAt = time.Time{}
 	}
+	p.StartedAt, p.MetAt = plausible(p.StartedAt), plausible(p.MetAt)
+	if p.MetAt.Before(p.StartedAt) {
+		p.MetAt = time.Time{}
+	}
 	for _, v := range p.NodeStepSeconds {
 		if !(v >= 0 && v < 86400) { // NaN too
 			p.NodeStepSeconds = nil

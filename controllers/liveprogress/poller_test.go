@@ -109,6 +109,16 @@ func TestSanitizeDropsImpossibleValues(t *testing.T) {
 	if p.Step != 0 || p.ResumedFrom != 0 || p.CheckpointStep != 0 {
 		t.Errorf("sanitize kept steps past the bound: %+v", p)
 	}
+	// A worker's start and rendezvous: far off, or met before it started, are dropped (a
+	// year past 9999 is a status nobody can store).
+	p = sanitize(contract.Progress{StartedAt: time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC), MetAt: now}, now)
+	if !p.StartedAt.IsZero() || !p.MetAt.Equal(now) {
+		t.Errorf("sanitize kept a start in year 12000: %+v", p)
+	}
+	p = sanitize(contract.Progress{StartedAt: now, MetAt: now.Add(-time.Second)}, now)
+	if !p.StartedAt.Equal(now) || !p.MetAt.IsZero() {
+		t.Errorf("sanitize kept a rendezvous before the start: %+v", p)
+	}
 }
 
 // TestAStragglerTakesSeveralReportsToComeAndToGo feeds the poller reports as a worker would

@@ -168,11 +168,16 @@ func (e *Executor) recover(ctx context.Context, v recovery.Verdict, mode trainin
 func (e *Executor) reroot(f trainingv1alpha1.JobFailure) {
 	e.Host.Loss().Reroot(f) // reads the bystander's record: before it goes
 	st := &e.Job.Status
+	var timeline *trainingv1alpha1.RecoveryTimeline
 	if last := st.LastFailure; last != nil && ptr.Deref(last.ExitCode, 0) == trainingv1alpha1.ExitStopped &&
 		len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
 		st.RecentFailures = st.RecentFailures[1:]
+		timeline = last.Recovery // the restart's own: detected and decided on the bystander's stop
 	}
 	e.recordFailure(f)
+	if timeline != nil {
+		st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) { *r = *timeline.DeepCopy() })
+	}
 }
 
 // recordFailure makes f the last failure and the newest of the recent ones.
@@ -181,7 +186,8 @@ func (e *Executor) recordFailure(f trainingv1alpha1.JobFailure) {
 		e.attribute(&f, nil)
 	}
 	st := &e.Job.Status
-	st.LastFailure = &f
+	f.Recovery = &trainingv1alpha1.RecoveryTimeline{Detected: trainingv1alpha1.Stamp(e.Now)}
+	st.LastFailure = f.DeepCopy() // its own timeline: the two records are edited apart
 	st.RecentFailures = append([]trainingv1alpha1.JobFailure{f}, st.RecentFailures...)
 	if len(st.RecentFailures) > maxRecentFailures {
 		st.RecentFailures = st.RecentFailures[:maxRecentFailures]
@@ -199,6 +205,10 @@ func (e *Executor) did(a trainingv1alpha1.FailureAction) {
 	if len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
 		st.RecentFailures[0].Action = a
 	}
+	// The last decision counts: an in-place restart escalated to a recreate was decided then.
+	st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) {
+		*r = trainingv1alpha1.RecoveryTimeline{LastStep: r.LastStep, Detected: r.Detected, Decided: trainingv1alpha1.Stamp(e.Now)}
+	})
 }
 
 // Finish closes a gang restart once every rank of the new attempt runs: an in-place one as of
@@ -237,6 +247,11 @@ func (e *Executor) Finish(g gang.Gang) {
 		return
 	}
 	st.LastRecoverySeconds = &secs
+	st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) {
+		if r.Running == nil {
+			r.Running = trainingv1alpha1.Stamp(end)
+		}
+	})
 	mode := string(st.LastRestartMode)
 	e.Host.WhenStored(func() { recoverySeconds.WithLabelValues(mode).Observe(took.Seconds()) })
 	e.Host.SetCondition(trainingv1alpha1.ConditionRestarting, metav1.ConditionFalse, trainingv1alpha1.ReasonRecovered,

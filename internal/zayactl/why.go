@@ -3,10 +3,12 @@ package zayactl
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
@@ -40,6 +42,42 @@ type Failure struct {
 	LostSeconds *float64 `json:"lostSeconds,omitempty"`
 	// Open says the job has not trained since it.
 	Open bool `json:"open,omitempty"`
+	// Recovery is the way back from it, stage by stage, as the operator recorded it
+	// (status: recovery); empty where it recorded none.
+	Recovery []Stage `json:"recovery,omitempty"`
+}
+
+// Stage is one stage of a recovery: when it was reached, and the seconds since the first
+// stage known (the gang's last step).
+type Stage struct {
+	Stage   string    `json:"stage"`
+	At      time.Time `json:"at"`
+	Seconds float64   `json:"seconds"`
+}
+
+// stagesOf lays a recovery's timeline out in the order of the way back.
+func stagesOf(r *trainingv1alpha1.RecoveryTimeline) []Stage {
+	if r == nil {
+		return nil
+	}
+	var out []Stage
+	for _, s := range []struct {
+		name string
+		at   *metav1.MicroTime
+	}{
+		{"last step", r.LastStep}, {"detected", r.Detected}, {"decided", r.Decided}, {"ranks running", r.Running},
+		{"worker started", r.WorkerStarted}, {"rendezvous", r.Rendezvous}, {"training", r.Training},
+	} {
+		if s.at == nil {
+			continue
+		}
+		st := Stage{Stage: s.name, At: s.at.Time}
+		if len(out) > 0 {
+			st.Seconds = s.at.Sub(out[0].At).Seconds()
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 func (s *session) whyCmd() *cobra.Command {
@@ -70,6 +108,7 @@ func whyOf(job *trainingv1alpha1.ZayaTrainingJob) Why {
 			Evidence: f.Evidence, Message: f.Message, Cascaded: f.Cascaded, Action: string(f.Action)}
 		x.Quarantined = quarantinedFor(st, i)
 		x.LostSeconds, x.Open = lostTo(st.Goodput, f)
+		x.Recovery = stagesOf(f.Recovery)
 		out.Failures = append(out.Failures, x)
 	}
 	return out
@@ -154,6 +193,13 @@ func (w Why) text(out io.Writer) error {
 			p("  lost:      %s\n", (time.Duration(*f.LostSeconds * float64(time.Second))).Round(100*time.Millisecond))
 		case f.Open:
 			p("  lost:      still losing: the job has not trained since\n")
+		}
+		if len(f.Recovery) > 0 {
+			parts := []string{fmt.Sprintf("%s %s", f.Recovery[0].Stage, f.Recovery[0].At.UTC().Format("15:04:05.000"))}
+			for _, s := range f.Recovery[1:] {
+				parts = append(parts, fmt.Sprintf("%s %+.2fs", s.Stage, s.Seconds))
+			}
+			p("  recovery:  %s\n", strings.Join(parts, ", "))
 		}
 	}
 	return nil

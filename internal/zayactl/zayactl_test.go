@@ -36,7 +36,9 @@ func job() *trainingv1alpha1.ZayaTrainingJob {
 		Lost:    []trainingv1alpha1.GoodputLoss{{Category: "GPUHardware", Failures: 1, DownMilliseconds: 30000, RecomputeMilliseconds: 5000}},
 	}
 	j.Status.RecentFailures = []trainingv1alpha1.JobFailure{
-		{Time: metav1.NewTime(at(201)), Reason: "NodeLost", Category: "NodeLost", Node: "n1", Rank: ptr.To[int32](1), Action: trainingv1alpha1.FailureActionReplacedPods},
+		{Time: metav1.NewTime(at(201)), Reason: "NodeLost", Category: "NodeLost", Node: "n1", Rank: ptr.To[int32](1), Action: trainingv1alpha1.FailureActionReplacedPods,
+			Recovery: &trainingv1alpha1.RecoveryTimeline{LastStep: ptr.To(mt(200)), Detected: ptr.To(mt(205)), Decided: ptr.To(mt(205)),
+				Running: ptr.To(mt(207)), Rendezvous: ptr.To(mt(209)), Training: ptr.To(mt(220))}},
 		{Time: metav1.NewTime(at(101)), Reason: "ExitCode", Category: "GPUHardware", Node: "n0", Rank: ptr.To[int32](0), Cascaded: 1,
 			Evidence: "HW Exception by GPU node-1", Rule: "gpu-hw-exception", Action: trainingv1alpha1.FailureActionRecreated},
 	}
@@ -131,8 +133,16 @@ func TestWhyTellsEachFailureAndWhatItCost(t *testing.T) {
 	if node.Quarantined || node.LostSeconds == nil || *node.LostSeconds != 20 || node.Action != "ReplacedPods" {
 		t.Errorf("the lost node: %+v (lost %v)", node, node.LostSeconds)
 	}
+	// The lost node's way back, stage by stage from its last step; a stage not known (the
+	// worker's start) is left out. The GPU fault's, recorded by an older operator, is none.
+	want := []Stage{{"last step", at(200), 0}, {"detected", at(205), 5}, {"decided", at(205), 5}, {"ranks running", at(207), 7},
+		{"rendezvous", at(209), 9}, {"training", at(220), 20}}
+	if diff := cmp.Diff(want, node.Recovery); diff != "" || gpu.Recovery != nil {
+		t.Errorf("the lost node's recovery (-want +got):\n%s\nthe GPU fault's: %v", diff, gpu.Recovery)
+	}
 	var text bytes.Buffer
-	if err := w.text(&text); err != nil || !strings.Contains(text.String(), "rank 0 on n0") || !strings.Contains(text.String(), "node n0 quarantined") {
+	if err := w.text(&text); err != nil || !strings.Contains(text.String(), "rank 0 on n0") || !strings.Contains(text.String(), "node n0 quarantined") ||
+		!strings.Contains(text.String(), "recovery:  last step 12:03:20.000, detected +5.00s, decided +5.00s, ranks running +7.00s, rendezvous +9.00s, training +20.00s\n") {
 		t.Errorf("text (%v):\n%s", err, text.String())
 	}
 }

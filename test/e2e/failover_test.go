@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/internal/testjob"
@@ -81,4 +82,47 @@ func waitRunningWithin(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt 
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, trainingv1alpha1.ConditionRunning)).To(BeTrue())
 	}, within, interval).Should(Succeed())
 	return got
+}
+
+// recoveryTimeline waits for the operator to record that the job trained again after its
+// last failure, checks the recorded stages come in the order they must, and says them, as
+// seconds from the gang's last step. Stages the kubelet reaches on its own (a container
+// restarted by its rules) may come before the operator's decision; nothing else may come
+// out of order.
+func recoveryTimeline(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) string {
+	var r *trainingv1alpha1.RecoveryTimeline
+	g.Eventually(func(g Gomega) {
+		f := getJob(g, job).Status.LastFailure
+		g.Expect(f).NotTo(BeNil())
+		g.Expect(f.Recovery).NotTo(BeNil(), "the last failure has no recovery timeline")
+		g.Expect(f.Recovery.Training).NotTo(BeNil(), "the timeline does not say the job trained again")
+		r = f.Recovery
+	}, time.Minute, interval).Should(Succeed())
+	g.Expect(r.LastStep).NotTo(BeNil())
+	g.Expect(r.Detected).NotTo(BeNil())
+	g.Expect(r.Decided).NotTo(BeNil())
+	inOrder := func(what string, stages ...*metav1.MicroTime) {
+		var prev *metav1.MicroTime
+		for _, s := range stages {
+			if s == nil {
+				continue
+			}
+			if prev != nil {
+				g.Expect(s.Before(prev)).To(BeFalse(), "%s out of order: %+v", what, r)
+			}
+			prev = s
+		}
+	}
+	inOrder("last step, detected, decided", r.LastStep, r.Detected, r.Decided)
+	inOrder("last step, worker started, rendezvous, training", r.LastStep, r.WorkerStarted, r.Rendezvous, r.Training)
+	out := ""
+	for _, s := range []struct {
+		name string
+		at   *metav1.MicroTime
+	}{{"detected", r.Detected}, {"decided", r.Decided}, {"running", r.Running}, {"worker", r.WorkerStarted}, {"rendezvous", r.Rendezvous}, {"training", r.Training}} {
+		if s.at != nil {
+			out += fmt.Sprintf(" %s %+.2fs", s.name, s.at.Sub(r.LastStep.Time).Seconds())
+		}
+	}
+	return "timeline from the last step:" + out
 }

@@ -296,9 +296,9 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 		j := getJob(g, job)
 		f := j.Status.LastFailure
 		g.Expect(f).NotTo(BeNil())
-		t.Logf("%s (supervised %t), %s, %s: rank %d -> rank 0 training again %v; restarts %d (in place %d), pods replaced %d; blamed rank %d %s (%s): %s",
+		t.Logf("%s (supervised %t), %s, %s: rank %d -> rank 0 training again %v; restarts %d (in place %d), pods replaced %d; blamed rank %d %s (%s): %s; %s",
 			tr.name, supervised, mode, fault, rank, took.Round(10*time.Millisecond), j.Status.Restarts, j.Status.InPlaceRestarts, j.Status.PodsReplaced,
-			ptr.Deref(f.Rank, -1), f.Reason, f.Category, f.Message)
+			ptr.Deref(f.Rank, -1), f.Reason, f.Category, f.Message, recoveryTimeline(g, job))
 		if i == 0 && tr.name == "pytorch" {
 			t.Logf("the end of rank 0's run the fault broke (what PyTorch and gloo print):\n%s", tail(procs.runLog(ns, r.pod, r.restarts), 1500))
 		}

@@ -373,9 +373,9 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	}
 	lf := got.Status.LastFailure
 	g.Expect(lf).NotTo(BeNil())
-	t.Logf("%s: running again after %v, training again after %v, resumed at step %d (fault at %d), %d pods replaced, blamed rank %v on %s: %s/%s (%s)",
+	t.Logf("%s: running again after %v, training again after %v, resumed at step %d (fault at %d), %d pods replaced, blamed rank %v on %s: %s/%s (%s); %s",
 		f.name, recovery.Round(10*time.Millisecond), advancing.Round(10*time.Millisecond), resumed, atStep, replaced,
-		ptr.Deref(lf.Rank, -1), lf.Node, lf.Reason, lf.Category, lf.Message)
+		ptr.Deref(lf.Rank, -1), lf.Node, lf.Reason, lf.Category, lf.Message, recoveryTimeline(g, job))
 	// Under a supervisor too (its own mechanism or injected): the killed worker's supervisor
 	// keeps the worker's exit, which came before the gang's stop reached it (it used to take
 	// the stop, exit 75 like its peer, and the peer was blamed: 1 run in 3).

@@ -97,6 +97,8 @@ type progress struct {
 	// wrote them, not when they were read.
 	since, last time.Time
 	sinceStep   int64
+	// met is when the first report was written: the trainer had met its peers and resumed.
+	met time.Time
 }
 
 // read reads the file and takes in what it says.
@@ -126,6 +128,9 @@ func (p *progress) read() {
 func (p *progress) add(r report, at time.Time) {
 	first := !p.seen
 	p.seen = true
+	if first {
+		p.met = at
+	}
 	if r.checkpoint >= 0 {
 		p.checkpoint = max(p.checkpoint, r.checkpoint)
 	}
@@ -175,7 +180,7 @@ func (p *progress) document() contract.Progress {
 	}
 	return contract.Progress{
 		Step: max(p.step, p.resumed), ResumedFrom: p.resumed, CheckpointStep: committed, StepSeconds: pace,
-		TrainingSince: p.since, LastStepAt: p.last,
+		TrainingSince: p.since, LastStepAt: p.last, StartedAt: p.started, MetAt: p.met,
 	}
 }
 

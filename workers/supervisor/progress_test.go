@@ -123,9 +123,14 @@ exit 1`
 		return p
 	}
 
-	// Resumed from checkpoint 10, no step trained yet.
-	if p := reported(1); !equalProgress(p, contract.Progress{Step: 10, ResumedFrom: 10, CheckpointStep: 10}) || p.NodeStepSeconds != nil {
-		t.Errorf("before training: %+v", p)
+	// Resumed from checkpoint 10, no step trained yet; the trainer started, then met its
+	// peers when it wrote its first report.
+	first := reported(1)
+	if !equalProgress(first, contract.Progress{Step: 10, ResumedFrom: 10, CheckpointStep: 10}) || first.NodeStepSeconds != nil {
+		t.Errorf("before training: %+v", first)
+	}
+	if first.StartedAt.Before(began) || first.MetAt.Before(first.StartedAt) || first.MetAt.After(time.Now()) {
+		t.Errorf("before training: started %v, met %v; want began %v <= started <= met <= now", first.StartedAt, first.MetAt, began)
 	}
 	// Its first step: training since the report's write.
 	trained := reported(2)
@@ -144,6 +149,10 @@ exit 1`
 	if last.Step != 13 || last.ResumedFrom != 10 || last.CheckpointStep != 12 || !last.TrainingSince.Equal(trained.TrainingSince) ||
 		!last.LastStepAt.After(last.TrainingSince) || last.StepSeconds != pace {
 		t.Errorf("after step 13: %+v (want the mean of steps 12 and 13, %g s)", last, pace)
+	}
+	if !last.StartedAt.Equal(first.StartedAt) || !last.MetAt.Equal(first.MetAt) || last.TrainingSince.Before(last.MetAt) {
+		t.Errorf("after step 13: started %v, met %v, training since %v; want the first report's start and rendezvous, before training",
+			last.StartedAt, last.MetAt, last.TrainingSince)
 	}
 
 	code, msg := r.wait(t)

@@ -20,6 +20,9 @@ func (r *rankState) vecGrads() int {
 	return r.n
 }
 
+// processStart is when this process started, for its progress report.
+var processStart = time.Now()
+
 // startTraining starts the clocks of throughput and time-based checkpoints.
 func (r *rankState) startTraining() {
 	r.start, r.resumed = time.Now(), r.res.Step
@@ -196,6 +199,7 @@ func (r *rankState) report() {
 			Step: res.Step, ResumedFrom: r.resumed, CheckpointStep: res.CheckpointStep,
 			StepSeconds:   time.Since(r.start).Seconds() / float64(max(res.Step-r.resumed, 1)),
 			TrainingSince: r.start, LastStepAt: res.LastStepAt, NodeStepSeconds: r.nodeBusy,
+			StartedAt: processStart, MetAt: r.met,
 		})
 	}
 	if local0 && cfg.Metrics != nil {

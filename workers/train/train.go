@@ -233,6 +233,7 @@ func runRank(ctx context.Context, cfg Config, rank int) (Result, error) {
 		return r.res, err
 	}
 	defer func() { _ = r.tr.Close() }()
+	r.met = time.Now()
 	r.res.before = "resuming"
 	if err := r.resume(); err != nil {
 		return r.res, err
@@ -283,6 +284,7 @@ type rankState struct {
 	res                  Result
 	resumed              int64 // the step training (re)started from
 	start, lastSave      time.Time
+	met                  time.Time // when the transport had met every rank
 	nodeBusy             []float64 // rank 0: each node's moving mean of busy seconds per step
 	pending              *inflight
 }

@@ -329,6 +329,9 @@ func TestRankZeroReportsLiveProgressAndTheStraggler(t *testing.T) {
 	if p.TrainingSince.Before(began) || p.LastStepAt.Before(p.TrainingSince) || p.StepSeconds <= 0 || p.ResumedFrom != 0 {
 		t.Errorf("progress %+v: times or pace wrong (started %v)", p, began)
 	}
+	if p.StartedAt.IsZero() || p.MetAt.Before(p.StartedAt) || p.TrainingSince.Before(p.MetAt) {
+		t.Errorf("progress %+v: want the process's start, then its rendezvous, then training", p)
+	}
 	if err := os.WriteFile(fault, []byte("slow"), 0o644); err != nil {
 		t.Fatal(err)
 	}
