@@ -32,7 +32,7 @@ import (
 )
 
 // kindWorld is hack/kind/e2e.sh's cluster: what a test does to a node it does to the node's
-// container (docker stop, pause, exec), to a worker inside its container (kubectl exec).
+// container (docker kill, pause, exec), to a worker inside its container (kubectl exec).
 type kindWorld struct {
 	workers int32
 	// sharedDir is a host folder every node mounts at the same path: checkpoints written by
@@ -93,10 +93,10 @@ func (*kindWorld) exitWorker(g Gomega, pod corev1.Pod, code int32) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 }
 
-// loseNode stops the node's container, everything in it at once; it starts again when the
-// test ends.
+// loseNode kills the node's container, everything in it at once (SIGKILL, as power goes:
+// docker stop would give its init the stop signal first); it starts again when the test ends.
 func (*kindWorld) loseNode(t *testing.T, g Gomega, node string) {
-	out, err := docker("stop", "-t", "0", node)
+	out, err := docker("kill", node)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	t.Cleanup(func() {
 		back := time.Now()
@@ -424,7 +424,7 @@ func processesOfPod(pod corev1.Pod, cmdline string) []int {
 	return pids
 }
 
-// down stops the node's container (docker stop), as the world loses a node.
+// down kills the node's container (docker kill), as the world loses a node.
 func (p kindProcesses) down(t *testing.T, g Gomega, node string) { p.k.loseNode(t, g, node) }
 
 // kill SIGKILLs every process of the pod's worker container from the host (inside its

@@ -20,7 +20,7 @@ import (
 // test/fakedeviceplugin, the operator installed by its chart, and workers from their image.
 // A test says what happens to a node or a worker; the world plays it as its cluster can: a
 // kwok worker's exit is a status patch, a kind worker's is a process exiting in its
-// container; a kwok node is lost by a Ready condition, a kind node by docker stop.
+// container; a kwok node is lost by a Ready condition, a kind node by docker kill.
 type world interface {
 	// idle makes a job's workers run here until told to exit (exitWorker): on kwok nothing
 	// runs; on kind the worker image's shell waits, touching its heartbeat.
