@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,6 +57,16 @@ func pytorchJob(t *testing.T, p processNodes, ns, claim string, nodes int32, sup
 	// Plain torchrun, as a user's image runs it: the operator puts the supervisor in front of
 	// it (its init container copies the binary in; the node agent runs the copy), or not.
 	c.Command = []string{"torchrun"}
+	if os.Getenv("ZAYA_E2E_PYTORCH_LAUNCH") == "python" && supervised {
+		// The trainer without its launcher, a measurement (hack/bench-pytorch.sh): one rank
+		// per pod needs no torchrun, whose agent imports torch and meets its peers before the
+		// trainer does both again. The contract's RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+		// and MASTER_PORT are all a plain env:// init reads.
+		c.Command = []string{"/usr/bin/python3"}
+		i := slices.Index(c.Args, "/app/train.py")
+		g.Expect(i).To(BeNumerically(">=", 0), "job.yaml runs no /app/train.py")
+		c.Args = c.Args[i:]
+	}
 	if !supervised {
 		job.Spec.FaultTolerance.Supervisor = trainingv1alpha1.SupervisorOff
 	}
@@ -66,9 +77,10 @@ func pytorchJob(t *testing.T, p processNodes, ns, claim string, nodes int32, sup
 // tail is the last n bytes of s.
 func tail(s string, n int) string { return s[max(len(s)-n, 0):] }
 
-var torchStep = regexp.MustCompile(`(?m)^\[default0\]:step (\d+) loss`)
+var torchStep = regexp.MustCompile(`(?m)^(?:\[default0\]:)?step (\d+) loss`)
 
-// lastStep is the newest step a torchrun log of train.py's rank 0 printed (-1: none).
+// lastStep is the newest step a log of train.py's rank 0 printed, under torchrun or not (-1:
+// none).
 func lastStep(log string) int {
 	m := torchStep.FindAllStringSubmatch(log, -1)
 	if len(m) == 0 {
@@ -329,13 +341,14 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 
 	final := waitSucceeded(t, job, 5*time.Minute)
 	if tr.name == "pytorch" && supervised {
-		// The operator put the supervisor in: the manifest's command is plain torchrun.
+		// The operator put the supervisor in: the manifest's command is plain torchrun (or
+		// the trainer alone, measured without its launcher).
 		pods := &corev1.PodList{}
 		g.Expect(k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{trainingv1alpha1.JobNameLabel: job.Name})).To(Succeed())
 		g.Expect(pods.Items).NotTo(BeEmpty())
 		for _, p := range pods.Items {
 			g.Expect(p.Spec.InitContainers).To(ContainElement(HaveField("Name", trainingv1alpha1.SupervisorInitContainerName)), "pod %s", p.Name)
-			g.Expect(p.Spec.Containers[0].Command).To(Equal([]string{"/zaya/bin/zaya-supervisor", "--", "torchrun"}), "pod %s", p.Name)
+			g.Expect(p.Spec.Containers[0].Command).To(Equal(append([]string{"/zaya/bin/zaya-supervisor", "--"}, job.Spec.Template.Spec.Containers[0].Command...)), "pod %s", p.Name)
 		}
 		// The script's two progress lines, reported by zaya-supervisor.
 		g.Expect(final.Status.LastCheckpoint).NotTo(BeNil(), "no checkpoint reported")
