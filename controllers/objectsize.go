@@ -17,8 +17,8 @@ import (
 // What a job can do with its own size: be too large to carry the status the operator keeps.
 
 // maxStatusBytes is more than the largest status the operator writes (16 conditions and 9
-// failures with 1 KiB messages, 1,024 restart times, 256 quarantined nodes, 4,096 ranks'
-// restart counts: about 205 KiB).
+// failures with 1 KiB messages and their recovery timelines, 1,024 restart times, 256
+// quarantined nodes, 4,096 ranks' restart counts: about 208 KiB).
 const maxStatusBytes = 256 << 10
 
 // maxJobBytes leaves room for that status under the 1.5 MiB etcd stores per object.
