@@ -245,7 +245,18 @@ up() {
 	fi
 
 	pod_network
-	kubectl wait --for=condition=Ready nodes --all --timeout=300s >/dev/null
+	kubectl wait --for=condition=Ready nodes --all --timeout=300s >/dev/null || {
+		# Seen once (2026-12-07, the fourth cluster of a session): every worker not Ready
+		# after 300 s, cause unknown. What the next one needs to tell.
+		log "nodes not Ready after 300s:"
+		kubectl get nodes -o wide >&2 || true
+		local n
+		for n in $(nodes_of); do
+			echo "--- $n: kubelet's last lines" >&2
+			docker exec "$n" journalctl -u kubelet --no-pager -n 20 >&2 2>&1 || true
+		done
+		exit 1
+	}
 	kubectl -n kube-system rollout status deployment/coredns --timeout=300s >/dev/null
 	log "$((workers + 1)) nodes Ready, CoreDNS ready after $((SECONDS - start))s"
 
