@@ -555,12 +555,19 @@ func TestALateCauseReRootsTheInPlaceRestart(t *testing.T) {
 
 	t.Run("program error", func(t *testing.T) {
 		h, job, fault := start(t)
+		decided := h.get(t, job).Status.LastFailure.Recovery
+		h.r.Clock = clockAt(now.Add(2 * time.Second))
 		h.setPod(t, "llm-0-2", restartedInPlace("n2", 1, 1, fault.Add(time.Second), fault.Add(2*time.Second)))
 		h.mustReconcile(t, job)
 		got := h.get(t, job)
 		st := got.Status
 		if f := st.LastFailure; f == nil || *f.Rank != 2 || *f.ExitCode != 1 || len(st.RecentFailures) != 1 {
 			t.Fatalf("lastFailure %+v, recentFailures %d: want rank 2's exit 1 in place of the stop", f, len(st.RecentFailures))
+		}
+		// The same restart, on its way back since the stop: detected and decided then.
+		if r := st.LastFailure.Recovery; decided == nil || r == nil || !r.Detected.Equal(decided.Detected) || !r.Decided.Equal(decided.Decided) ||
+			!r.Decided.Time.Equal(now) {
+			t.Errorf("timeline %+v, want the stop's detection and decision at %v kept (%+v)", r, now, decided)
 		}
 		if st.LastRestartMode != trainingv1alpha1.RestartModeInPlace || st.InPlaceRestarts != 1 || len(st.QuarantinedNodes) != 0 {
 			t.Errorf("mode %q, in place %d, quarantined %v: want the restart to go on in place", st.LastRestartMode, st.InPlaceRestarts, st.QuarantinedNodes)

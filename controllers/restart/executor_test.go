@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -149,8 +150,10 @@ func TestALostNodeTakesTheBystandersRecord(t *testing.T) {
 	e, _ := executor(t, nil)
 	st := &e.Job.Status
 	stop := trainingv1alpha1.JobFailure{Time: metav1.NewTime(at.Add(-5 * time.Second)), Reason: trainingv1alpha1.FailureReasonExitCode,
-		ExitCode: ptr.To[int32](trainingv1alpha1.ExitStopped), Rank: ptr.To[int32](0), Node: "n0", Category: "Unknown", Action: trainingv1alpha1.FailureActionInPlace}
-	st.LastFailure, st.RecentFailures = &stop, []trainingv1alpha1.JobFailure{stop}
+		ExitCode: ptr.To[int32](trainingv1alpha1.ExitStopped), Rank: ptr.To[int32](0), Node: "n0", Category: "Unknown", Action: trainingv1alpha1.FailureActionInPlace,
+		Recovery: &trainingv1alpha1.RecoveryTimeline{LastStep: trainingv1alpha1.Stamp(at.Add(-6 * time.Second)),
+			Detected: trainingv1alpha1.Stamp(at.Add(-5 * time.Second)), Decided: trainingv1alpha1.Stamp(at.Add(-5 * time.Second))}}
+	st.LastFailure, st.RecentFailures = stop.DeepCopy(), []trainingv1alpha1.JobFailure{stop}
 	st.Restarts, st.InPlaceRestarts, st.LastRestartMode = 1, 1, trainingv1alpha1.RestartModeInPlace
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: trainingv1alpha1.ConditionRestarting, Status: metav1.ConditionTrue, Reason: "ExitCode",
 		LastTransitionTime: metav1.NewTime(at.Add(-5 * time.Second))})
@@ -167,5 +170,15 @@ func TestALostNodeTakesTheBystandersRecord(t *testing.T) {
 	}
 	if st.Restarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 {
 		t.Errorf("restarts %d, replacing %+v: want the same restart, rank 1 replaced", st.Restarts, st.Replacing)
+	}
+	// The restart's way back goes on: detected on the stop, decided again when the rank's
+	// pod was replaced.
+	want := &trainingv1alpha1.RecoveryTimeline{LastStep: trainingv1alpha1.Stamp(at.Add(-6 * time.Second)),
+		Detected: trainingv1alpha1.Stamp(at.Add(-5 * time.Second)), Decided: trainingv1alpha1.Stamp(at)}
+	if diff := cmp.Diff(want, st.LastFailure.Recovery); diff != "" {
+		t.Errorf("lastFailure's timeline (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, st.RecentFailures[0].Recovery); diff != "" {
+		t.Errorf("the recent failure's timeline (-want +got):\n%s", diff)
 	}
 }

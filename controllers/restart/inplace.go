@@ -100,8 +100,13 @@ func (e *Executor) rerootLate(ctx context.Context, g gang.Gang, since time.Time)
 		st.RecentFailures = st.RecentFailures[1:]
 	}
 	action := last.Action // the restart goes on as it was, unless the node must go
+	timeline := last.Recovery
 	e.recordFailure(f)
 	e.did(action)
+	if timeline != nil {
+		// Detected and decided on the bystander's stop, and on its way back since.
+		st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) { *r = *timeline.DeepCopy() })
+	}
 	moved := false
 	if recovery.HardwareRoot(f) {
 		if err := e.quarantine(ctx, recovery.QuarantinedFor(f)); err != nil {
