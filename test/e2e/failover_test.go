@@ -87,8 +87,9 @@ func waitRunningWithin(g Gomega, job *trainingv1alpha1.ZayaTrainingJob, attempt 
 // recoveryTimeline waits for the operator to record that the job trained again after its
 // last failure, checks the recorded stages come in the order they must, and says them, as
 // seconds from the gang's last step. Stages the kubelet reaches on its own (a container
-// restarted by its rules) may come before the operator's decision; nothing else may come
-// out of order.
+// restarted by its rules) may come before the operator's decision, and the gang's last step
+// after it where the operator stops a gang that still trains (an unhealthy GPU: seen in CI);
+// nothing else may come out of order.
 func recoveryTimeline(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) string {
 	var r *trainingv1alpha1.RecoveryTimeline
 	g.Eventually(func(g Gomega) {
@@ -113,7 +114,7 @@ func recoveryTimeline(g Gomega, job *trainingv1alpha1.ZayaTrainingJob) string {
 			prev = s
 		}
 	}
-	inOrder("last step, detected, decided", r.LastStep, r.Detected, r.Decided)
+	inOrder("detected, decided", r.Detected, r.Decided)
 	inOrder("last step, worker started, rendezvous, training", r.LastStep, r.WorkerStarted, r.Rendezvous, r.Training)
 	out := ""
 	for _, s := range []struct {
