@@ -103,10 +103,7 @@ func (e *Executor) rerootLate(ctx context.Context, g gang.Gang, since time.Time)
 	timeline := last.Recovery
 	e.recordFailure(f)
 	e.did(action)
-	if timeline != nil {
-		// Detected and decided on the bystander's stop, and on its way back since.
-		st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) { *r = *timeline.DeepCopy() })
-	}
+	e.keepRecovery(timeline) // detected and decided on the bystander's stop, on its way back since
 	moved := false
 	if recovery.HardwareRoot(f) {
 		if err := e.quarantine(ctx, recovery.QuarantinedFor(f)); err != nil {

@@ -175,8 +175,14 @@ func (e *Executor) reroot(f trainingv1alpha1.JobFailure) {
 		timeline = last.Recovery // the restart's own: detected and decided on the bystander's stop
 	}
 	e.recordFailure(f)
+	e.keepRecovery(timeline)
+}
+
+// keepRecovery gives the failure just recorded the timeline of the restart it takes over
+// (none: it keeps its own).
+func (e *Executor) keepRecovery(timeline *trainingv1alpha1.RecoveryTimeline) {
 	if timeline != nil {
-		st.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) { *r = *timeline.DeepCopy() })
+		e.Job.Status.StampRecovery(func(r *trainingv1alpha1.RecoveryTimeline) { *r = *timeline.DeepCopy() })
 	}
 }
 
