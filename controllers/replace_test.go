@@ -380,6 +380,72 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 	}
 }
 
+// The gang watch's silence names its cause: the in-place restart opens on the first stop the
+// operator sees, and the silent rank's fate is asked while its peers are still between runs
+// (exited, not yet restarted: a kubelet's back-off), a peer's refusing address the control.
+// A worker's own word for a silent peer waits for the cascade's grace as before (its rank's
+// exit, a GPU fault's, may be moments behind).
+func TestALostNodeIsDecidedWhileItsPeersAreBetweenRuns(t *testing.T) {
+	fault := now.Add(-1500 * time.Millisecond) // within recovery.CascadeWait
+	for _, tc := range []struct {
+		name, message string
+		replaced      bool
+	}{
+		{"the gang watch's silence", "zaya: stopped: gang watch: lost rank 8 (node rank 1): peer silent for 5s\n", true},
+		{"a worker's own silence", "zaya: stopped: lost rank 9 during the all-reduce at step 52: peer silent: no heartbeat from rank 9 for 5s\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, job := inPlaceGang(t)
+			var asked []string
+			h.r.Supervisors = func(_ context.Context, pods ...*corev1.Pod) []recovery.Reach {
+				out := make([]recovery.Reach, len(pods))
+				for i, p := range pods {
+					asked = append(asked, p.Name)
+					out[i] = recovery.ReachAlive // a container between runs
+					if p.Name == "llm-0-1" {
+						out[i] = recovery.ReachSilent
+					}
+				}
+				return out
+			}
+			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
+				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-5 * time.Second)))}}); err != nil {
+				t.Fatal(err)
+			}
+			exited := func(node string) func(*corev1.Pod) {
+				return func(p *corev1.Pod) {
+					running(node)(p)
+					p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+					p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
+						Terminated: &corev1.ContainerStateTerminated{ExitCode: trainingv1alpha1.ExitStopped, Reason: "Error",
+							StartedAt: metav1.NewTime(now.Add(-time.Minute)), FinishedAt: metav1.NewTime(fault), Message: tc.message}}}}
+				}
+			}
+			h.setPod(t, "llm-0-1", runningSince("n1", now.Add(-time.Minute)))
+			h.setPod(t, "llm-0-0", exited("n0"))
+			h.setPod(t, "llm-0-2", exited("n2"))
+			h.mustReconcile(t, job)
+			h.mustReconcile(t, job)
+			st := h.get(t, job).Status
+			if !tc.replaced {
+				if st.Restarts != 0 || len(asked) != 0 {
+					t.Fatalf("restarts %d, asked %v: want the cascade's grace awaited", st.Restarts, asked)
+				}
+				return
+			}
+			if !cmp.Equal(asked, []string{"llm-0-1", "llm-0-0"}) {
+				t.Errorf("asked %v, want rank 1's supervisor and rank 0's pod", asked)
+			}
+			if st.Restarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != trainingv1alpha1.FailureReasonNodeLost {
+				t.Fatalf("restarts %d, replacing %+v; want one restart, rank 1 replaced for NodeLost", st.Restarts, st.Replacing)
+			}
+			if len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "n1" {
+				t.Errorf("quarantined %+v, want n1", st.QuarantinedNodes)
+			}
+		})
+	}
+}
+
 // A hung rank's peers restart in place and may rejoin its frozen process (the supervisor's hub
 // lives on rank 0) before its new pod comes up; they then find it silent again. That stop is
 // the restart that replaced it, not a new fault: counted again, one hang would be three

@@ -109,3 +109,49 @@ func TestCreationsHoldBackWhatTheCacheHasNotShown(t *testing.T) {
 		t.Errorf("after the TTL, to create %v, want both ranks", got)
 	}
 }
+
+// A rank stopped in an in-place restart with its last run's end, whether its kubelet has
+// restarted it yet or not; a run that ended before the restart, or none, is no stop of it.
+func TestARestartsExitIsTheRunEndedInIt(t *testing.T) {
+	job := testjob.MakeZayaTrainingJob("llm", "ns").Nodes(1).Generation(1).Defaulted().Obj()
+	since := now.Add(-2 * time.Second)
+	exit := func(at time.Time) *corev1.ContainerStateTerminated {
+		return &corev1.ContainerStateTerminated{ExitCode: 75, FinishedAt: metav1.NewTime(at.Truncate(time.Second))}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Pod)
+		want bool
+	}{
+		{"exited, not yet restarted", func(p *corev1.Pod) {
+			ready(p)
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: exit(since.Add(300 * time.Millisecond))}
+		}, true},
+		{"waiting in its back-off", func(p *corev1.Pod) {
+			ready(p)
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = exit(since)
+		}, true},
+		{"back", func(p *corev1.Pod) {
+			ready(p)
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = exit(since.Add(time.Second))
+		}, true},
+		{"exited before the restart", func(p *corev1.Pod) {
+			ready(p)
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: exit(since.Add(-time.Minute))}
+		}, false},
+		{"running its old run", func(p *corev1.Pod) {
+			ready(p)
+			p.Status.ContainerStatuses[0].RestartCount = 0 // as many as before the restart
+			p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(now.Add(-time.Hour))
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = exit(now.Add(-2 * time.Hour))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := Of(job, []corev1.Pod{pod(job, 0, tc.edit)})
+			if got := g.RestartExit(0, since) != nil; got != tc.want {
+				t.Errorf("RestartExit = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}

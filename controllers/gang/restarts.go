@@ -41,6 +41,37 @@ func (g Gang) RestartedSince(t time.Time) bool {
 	return true
 }
 
+// RestartExit is the run rank r ended in the in-place restart that began at since, whether
+// its kubelet has restarted it yet (back) or not (between runs, or in its back-off): a rank
+// with such an exit stopped with the others; nil when it ended none since. Exit times are
+// whole seconds, cut down, so an exit in since's own second counts.
+func (g Gang) RestartExit(r int, since time.Time) *corev1.ContainerStateTerminated {
+	pod := g.Ranks[r]
+	if pod == nil {
+		return nil
+	}
+	s := WorkerStatus(pod)
+	if s == nil {
+		return nil
+	}
+	t := since.Truncate(time.Second)
+	if g.Back(r, since) {
+		exit := s.LastTerminationState.Terminated
+		if exit == nil || (g.Base == nil && exit.FinishedAt.Time.Before(t)) {
+			return nil // with counts known, a rank that is back ended its last run in this restart
+		}
+		return exit
+	}
+	exit := s.State.Terminated
+	if exit == nil {
+		exit = s.LastTerminationState.Terminated // restarted, not yet ready; or waiting to restart
+	}
+	if exit == nil || exit.FinishedAt.Time.Before(t) {
+		return nil
+	}
+	return exit
+}
+
 // BackAt is when the last rank came back: the latest start of a worker process or Ready
 // transition, as the kubelet recorded them (zero when unknown).
 func (g Gang) BackAt() time.Time {

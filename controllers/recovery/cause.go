@@ -215,6 +215,24 @@ func stopOverReplaced(g gang.Gang, exit *corev1.ContainerStateTerminated, gpusPe
 	return ok && exit.StartedAt.Before(&g.Ranks[rank].CreationTimestamp)
 }
 
+// watchSilent is the gang watch's word for a rank whose supervisor said nothing for the peer
+// timeout, as the hub says it of a member and a member of the hub (workers/gangwatch).
+var watchSilent = regexp.MustCompile(`gang watch: lost rank (\d+) \(node rank \d+[^\n]*: peer silent`)
+
+// watchFoundSilent reports whether a stopped rank's message is the gang watch's silence of a
+// live pod of the gang: its cause is named already. Its supervisor stopped for the peer
+// timeout (a frozen, cut-off or lost node): no exit of its own is moments behind, so the
+// restart is not held for one (CascadeWait); a supervisor that ended on a live node reads
+// "went away", and its exit is waited for.
+func watchFoundSilent(msg string, g gang.Gang, gpusPerNode int32) bool {
+	m := watchSilent.FindStringSubmatch(msg)
+	if m == nil {
+		return false
+	}
+	_, _, ok := SilentRank(m[0], g, gpusPerNode)
+	return ok
+}
+
 // SilentRank is the rank of the gang whose pod a stopped rank's message names silent (the
 // reference worker's "lost rank N …: peer silent"; N is a global rank, node rank × gpusPerNode
 // + local), with the words that named it; false when it names none of the gang's live pods.
@@ -254,7 +272,7 @@ func BlameSilentPeer(f *trainingv1alpha1.JobFailure, msg string, g gang.Gang, gp
 }
 
 // HungLaggard reports whether rank, left behind by an in-place restart that began at since, still
-// runs the process its peers stopped over, and a peer that came back named it silent (the
+// runs the process its peers stopped over, and a peer that stopped in it named it silent (the
 // reference worker's "lost rank N …: peer silent"): a live process would have lost its peers
 // too and exited. Global ranks in the peers' messages are node ranks × gpusPerNode + local.
 func HungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bool {
@@ -262,9 +280,9 @@ func HungLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) bo
 	return silent
 }
 
-// NamedLaggard reports how the peers that came back from the in-place restart that began at
-// since named rank, which still runs (as its status says) the process they stopped over:
-// silent (HungLaggard), or gone (the gang watch's "node rank N's supervisor went away": its
+// NamedLaggard reports how the peers that stopped in the in-place restart that began at since
+// (back from it or not yet: their last run's end holds their words) named rank, which still
+// runs (as its status says) the process they stopped over: silent (HungLaggard), or gone (the gang watch's "node rank N's supervisor went away": its
 // connection ended, as it does when its node shuts down; its status would have said so by now
 // were its kubelet alive).
 func NamedLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) (silent, gone bool) {
@@ -278,13 +296,13 @@ func NamedLaggard(g gang.Gang, rank int32, since time.Time, gpusPerNode int32) (
 	if g.Base == nil && !s.State.Running.StartedAt.Time.Before(since.Truncate(time.Second)) {
 		return false, false
 	}
-	for r, pod := range g.Ranks {
-		if pod == nil || int32(r) == rank || !g.Back(r, since) {
+	for r := range g.Ranks {
+		if int32(r) == rank {
 			continue
 		}
-		exit := gang.WorkerStatus(pod).LastTerminationState.Terminated
-		if exit == nil || (g.Base == nil && exit.FinishedAt.Time.Before(since.Truncate(time.Second))) {
-			continue // with counts known, a peer that is back ended its last run in this restart
+		exit := g.RestartExit(r, since) // back or not: its words are in its last run's end
+		if exit == nil {
+			continue
 		}
 		for _, m := range SilentPeer.FindAllStringSubmatch(exit.Message, -1) {
 			if n, err := strconv.ParseInt(m[1], 10, 32); err == nil && int32(n)/max(gpusPerNode, 1) == rank {
@@ -343,7 +361,7 @@ func InPlaceFault(job *trainingv1alpha1.ZayaTrainingJob, g gang.Gang, seen int64
 	if pod == nil {
 		return nil, nil, 0
 	}
-	if exit.ExitCode == trainingv1alpha1.ExitStopped {
+	if exit.ExitCode == trainingv1alpha1.ExitStopped && !watchFoundSilent(exit.Message, g, job.Spec.GPUsPerNode) {
 		if wait := CascadeWait(exit.FinishedAt.Time, now); wait > 0 {
 			return nil, nil, wait
 		}

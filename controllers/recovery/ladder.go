@@ -47,22 +47,25 @@ func Laggards(g gang.Gang, since time.Time) []int32 {
 }
 
 // LostNodeSuspects are the ranks, left on their nodes by the in-place restart that began at
-// since, whose nodes' Leases tell whether they are lost: only while most ranks are back (a
-// slow restart is not a lost node), and at most LeaseChecksPerPass of them (more is not one
-// lost node).
+// since, whose nodes' Leases tell whether they are lost: only while most ranks stopped in it
+// (back or still between runs: a kubelet's back-off is not a lost node), and at most
+// LeaseChecksPerPass of them (more is not one lost node).
 func LostNodeSuspects(g gang.Gang, since time.Time) []int32 {
 	var left []int32
-	back := 0
+	stopped := 0
 	for r, pod := range g.Ranks {
-		switch {
-		case pod == nil:
-		case g.Back(r, since):
-			back++
-		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero():
+		if pod == nil {
+			continue
+		}
+		back := g.Back(r, since)
+		if back || g.RestartExit(r, since) != nil {
+			stopped++
+		}
+		if !back && pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero() {
 			left = append(left, int32(r))
 		}
 	}
-	if len(left) > LeaseChecksPerPass || 2*back < len(g.Ranks) {
+	if len(left) > LeaseChecksPerPass || 2*stopped < len(g.Ranks) {
 		return nil
 	}
 	return left

@@ -19,18 +19,19 @@ const (
 )
 
 // Laggard is what the operator knows of a rank that has not come back from an in-place
-// restart its peers came back from.
+// restart its peers stopped in.
 type Laggard struct {
-	// NamedSilent: a peer that came back named it silent; NamedGone: one said its supervisor
-	// went away (NamedLaggard).
+	// NamedSilent: a peer that stopped in the restart named it silent; NamedGone: one said its
+	// supervisor went away (NamedLaggard).
 	NamedSilent, NamedGone bool
 	// LeaseAge is how long ago its node's kubelet renewed its Lease (negative: no Lease),
 	// Stale the age at which the kubelet counts as gone, SinceStop how long ago the first
 	// whole second after the fault ended (a renewal younger than that came after the fault).
 	LeaseAge, Stale, SinceStop time.Duration
-	// Reach is what asking its supervisor found; Control what asking a peer that is back,
-	// on another node, found at the same time: only when the operator reaches that one is
-	// a silence the rank's own.
+	// Reach is what asking its supervisor found; Control what asking a peer that stopped in the
+	// restart, on another node, found at the same time: only when the operator reaches that
+	// one (its supervisor answered, or its pod's address refused between two runs) is a
+	// silence the rank's own.
 	Reach, Control Reach
 }
 
@@ -51,7 +52,7 @@ const (
 //   - its kubelet missed two Lease renewals: Lost (the Lease alone, as before any probe);
 //   - its kubelet renewed since the fault: its node lives; Hung if its peers named it silent;
 //   - its peers named it silent or gone, no renewal since the fault, and its supervisor silent
-//     while a peer's answered: Lost now, without waiting for the Lease (a lost node, or one
+//     while a peer's answered or refused (the peer's node and the path to it live): Lost now, without waiting for the Lease (a lost node, or one
 //     cut off from the pod network). Both looks, from two places, are needed: a frozen worker
 //     or the hub's own blip reads as the first, a NetworkPolicy or a proxy as the second. (A
 //     supervisor that went away on a live node leaves its pod's address refusing: Alive.);
@@ -73,7 +74,7 @@ func LaggardFate(l Laggard, recheck time.Duration) (Fate, time.Duration) {
 	switch {
 	case renewed && l.NamedSilent:
 		return FateHung, 0
-	case !renewed && (l.NamedSilent || l.NamedGone) && l.Reach == ReachSilent && l.Control == ReachAnswered:
+	case !renewed && (l.NamedSilent || l.NamedGone) && l.Reach == ReachSilent && (l.Control == ReachAnswered || l.Control == ReachAlive):
 		return FateLost, 0
 	}
 	due := l.Stale - l.LeaseAge

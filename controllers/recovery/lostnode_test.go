@@ -24,6 +24,13 @@ func TestLaggardFate(t *testing.T) {
 		{"named silent, silent to the operator, a peer answered", with(func(l *Laggard) {
 			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachAnswered
 		}), FateLost, 0},
+		// A peer between two runs refuses at its pod's address: its node and the way to it live.
+		{"named silent, silent to the operator, a peer's address refused", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachAlive
+		}), FateLost, 0},
+		{"named silent, silent, the peer unknown (a proxy's error)", with(func(l *Laggard) {
+			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachUnknown
+		}), FateWait, recheck},
 		{"named silent, silent, the peer silent too: the operator reaches nobody", with(func(l *Laggard) {
 			l.LeaseAge, l.NamedSilent, l.Reach, l.Control = 6*time.Second, true, ReachSilent, ReachSilent
 		}), FateWait, recheck},

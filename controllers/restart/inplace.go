@@ -66,8 +66,10 @@ func (e *Executor) NoticeInPlace(ctx context.Context, g gang.Gang) (bool, time.D
 	} else if moved {
 		mode = trainingv1alpha1.RestartModeRecreate
 	}
+	// Its own hang: a stop that names a silent peer blames the peer (its pod still runs).
+	own := func() bool { r, _ := gang.Rank(pod); return ptr.Equal(v.Failure.Rank, &r) }
 	if s := gang.WorkerStatus(pod); mode == trainingv1alpha1.RestartModeInPlace && v.Failure.Reason == trainingv1alpha1.FailureReasonHang &&
-		s != nil && s.State.Terminated != nil && !v.Fatal {
+		s != nil && s.State.Terminated != nil && !v.Fatal && own() {
 		// The kubelet killed the worker on its liveness probe, and container restart rules
 		// cover only a container's own exits: it stays down (seen on kind's real kubelet, where
 		// test/nodeagent restarted it). The rank gets a new pod while the others restart in place.

@@ -126,7 +126,7 @@ func (e *Executor) replaceLaggards(ctx context.Context, g gang.Gang, since time.
 }
 
 // LostNodes acts on the fastest reliable signs of a lost node: during an in-place restart
-// that most ranks have come back from, a rank that did not restart with its peers is lost
+// that most ranks stopped in, a rank that did not restart with its peers is lost
 // with its node when its kubelet stopped renewing its Lease, or, sooner, when its peers named
 // it silent, its kubelet renewed nothing since, and its supervisor answers the operator no
 // more while a peer's does (recovery.LaggardFate). A rank its peers named silent on a node
@@ -164,9 +164,12 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 			ask = append(ask, pod)
 		}
 	}
+	var asking time.Duration // the pass's clock stands still: a decision after the ask is this much later
 	if len(ask) > 0 {
 		control := backPeer(g, since, ask)
+		start := time.Now()
 		reach := e.Reach(ctx, append(ask, control)...)
+		asking = time.Since(start)
 		for i, r := range laggards {
 			if j := slices.Index(ask, g.Ranks[r]); j >= 0 {
 				signs[i].Reach, signs[i].Control = reach[j], reach[len(ask)]
@@ -214,16 +217,20 @@ func (e *Executor) LostNodes(ctx context.Context, g gang.Gang) (time.Duration, e
 		}
 		e.reroot(f)
 		e.markReplaced(ctx, g, []int32{r}, f.Reason, f.Message)
+		if l.Reach == recovery.ReachSilent {
+			e.Job.Status.StampRecovery(func(t *trainingv1alpha1.RecoveryTimeline) { t.Decided = trainingv1alpha1.Stamp(e.Now.Add(asking)) })
+		}
 	}
 	return next, nil
 }
 
-// backPeer is a rank back from the in-place restart that began at since, on a node none of
-// the asked pods is on (nil if none): what it answers tells whether the operator reaches the
-// job's pods at all.
+// backPeer is a rank that stopped in the in-place restart that began at since (back from it or
+// between runs: its pod's address lives either way), on a node none of the asked pods is on
+// (nil if none): what it answers tells whether the operator reaches the job's pods at all.
 func backPeer(g gang.Gang, since time.Time, asked []*corev1.Pod) *corev1.Pod {
 	for r, pod := range g.Ranks {
-		if pod != nil && g.Back(r, since) && !slices.ContainsFunc(asked, func(a *corev1.Pod) bool { return a.Spec.NodeName == pod.Spec.NodeName }) {
+		if pod != nil && (g.Back(r, since) || g.RestartExit(r, since) != nil) &&
+			!slices.ContainsFunc(asked, func(a *corev1.Pod) bool { return a.Spec.NodeName == pod.Spec.NodeName }) {
 			return pod
 		}
 	}
