@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,17 +47,18 @@ type Config struct {
 
 // Member is one rank's place in the gang.
 type Member struct {
-	cfg     Config
-	joined  chan struct{} // closed once the hub has this member
-	stop    chan string   // the reason the gang stops, once
-	once    sync.Once
-	cancel  context.CancelFunc
-	mu      sync.Mutex
-	conn    net.Conn // to the hub, once connected
-	hub     *hub
-	stopped bool
-	lostHub bool      // the stop is this member's own loss of the hub, not the hub's word
-	stopAt  time.Time // when the stop was heard, set before it is sent
+	cfg      Config
+	joined   chan struct{} // closed once the hub has this member
+	stop     chan string   // the reason the gang stops, once
+	once     sync.Once
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	conn     net.Conn // to the hub, once connected
+	hub      *hub
+	stopped  bool
+	lostHub  bool      // the stop is this member's own loss of the hub, not the hub's word
+	overLost bool      // the stop is over a peer lost (silent or gone), not a failure's word
+	stopAt   time.Time // when the stop was heard, set before it is sent
 }
 
 // Join starts rank 0's hub (on every other rank: nothing) and connects to the hub in the
@@ -126,7 +128,7 @@ func (m *Member) Leave(failed bool, why string) {
 func (m *Member) fire(why string, lost bool) {
 	m.once.Do(func() {
 		m.mu.Lock()
-		m.stopAt, m.lostHub = time.Now(), lost
+		m.stopAt, m.lostHub, m.overLost = time.Now(), lost, lost || lostWords.MatchString(why)
 		m.mu.Unlock()
 		m.stop <- why
 	})
@@ -140,6 +142,19 @@ func (m *Member) LostHub() bool {
 	defer m.mu.Unlock()
 	return m.lostHub
 }
+
+// PeerLost reports whether the gang stopped over a rank lost (silent or gone, as the hub or
+// this member found it) rather than by a failure's word: the lost rank's peers have nothing
+// of their own to add, and their workers may sit in a collective with it until stopped.
+func (m *Member) PeerLost() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.overLost
+}
+
+// lostWords are the hub's stop words for a member it lost (hub.serve's stopLost), as a
+// member hears them after "gang watch: ".
+var lostWords = regexp.MustCompile(`^gang watch: (lost rank \d+ \(node rank \d+\): peer silent|node rank \d+'s supervisor went away)`)
 
 // connect dials the hub until it answers (it may not run yet: rank 0 starts with the others),
 // then follows it: its stop, its beats, its loss.

@@ -361,16 +361,27 @@ func TestAMemberKnowsItLostTheHubItself(t *testing.T) {
 	told := gang(t, 3)
 	told[1].Leave(true, "exit 1")
 	for _, r := range []int{0, 2} {
-		if why := stopped(told[r], 2*time.Second); why == "" || told[r].LostHub() {
-			t.Errorf("rank %d: stop %q, lost the hub %t; want the hub's word of a failure", r, why, told[r].LostHub())
+		if why := stopped(told[r], 2*time.Second); why == "" || told[r].LostHub() || told[r].PeerLost() {
+			t.Errorf("rank %d: stop %q, lost the hub %t, a peer lost %t; want the hub's word of a failure", r, why, told[r].LostHub(), told[r].PeerLost())
 		}
 	}
-	// Rank 0's hub lost a member: rank 0 may be the one cut off; the others heard the hub.
+	// Rank 0's hub lost a member: rank 0 may be the one cut off; the others heard the hub,
+	// and know the stop is over a lost peer (their workers are stopped at once).
 	cut := gang(t, 3)
 	crash(cut[2])
 	for r, want := range []bool{true, false} {
-		if why := stopped(cut[r], 2*time.Second); why == "" || cut[r].LostHub() != want {
-			t.Errorf("rank %d: stop %q, lost the hub %t; want %t", r, why, cut[r].LostHub(), want)
+		if why := stopped(cut[r], 2*time.Second); why == "" || cut[r].LostHub() != want || !cut[r].PeerLost() {
+			t.Errorf("rank %d: stop %q, lost the hub %t, a peer lost %t; want %t, true", r, why, cut[r].LostHub(), cut[r].PeerLost(), want)
 		}
+	}
+	silent := gang(t, 3)
+	c, err := net.Dial("tcp", silent[0].cfg.Hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "hello uid/0 3\n") // node rank 3, then silence
+	if why := stopped(silent[1], 5*timeout); why == "" || silent[1].LostHub() || !silent[1].PeerLost() {
+		t.Errorf("rank 1: stop %q, lost the hub %t, a peer lost %t; want a silent peer's stop", why, silent[1].LostHub(), silent[1].PeerLost())
 	}
 }

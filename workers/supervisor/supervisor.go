@@ -45,9 +45,10 @@ type Config struct {
 	Gang *gangwatch.Config
 	// JoinWait bounds the wait for the gang's hub before the worker starts anyway.
 	JoinWait time.Duration
-	// OwnStop is how long a worker whose gang stopped has to stop by itself before it is sent
-	// SIGTERM: a worker that notices a lost peer (the reference worker) exits 75 with its own
-	// words within it; one that does not (torchrun) is stopped.
+	// OwnStop is how long a worker whose gang stopped over a peer's failure has to stop by
+	// itself before it is sent SIGTERM: a worker that notices a lost peer (the reference
+	// worker) exits 75 with its own words within it; one that does not (torchrun) is stopped.
+	// A stop over a rank the gang watch lost (silent, gone) sends SIGTERM at once.
 	OwnStop time.Duration
 	// StopGrace is how long a stopped worker has between SIGTERM and SIGKILL.
 	StopGrace time.Duration
@@ -145,8 +146,11 @@ func (cfg Config) run() int32 {
 			stopped, stoppedAt, gangStop = why, gang.StoppedAt(), nil
 			own := cfg.OwnStop
 			grace = cfg.StopGrace
-			if gang.LostHub() && cfg.CutGrace > 0 {
+			switch {
+			case gang.LostHub() && cfg.CutGrace > 0:
 				own, grace = 0, cfg.CutGrace
+			case gang.PeerLost():
+				own = 0 // the hub's words name the cause: a worker's own would only follow it
 			}
 			term = time.After(own)
 		case <-term:

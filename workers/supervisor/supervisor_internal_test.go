@@ -86,3 +86,55 @@ func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
 		t.Fatal("the worker still runs 30 s after its rank lost the hub")
 	}
 }
+
+// The hub's stop over a rank it lost (silent, gone) names the cause itself: a member's worker,
+// which may sit in a collective with the lost rank for as long as its backend allows, is sent
+// SIGTERM at once rather than after OwnStop (an hour here), so that the operator sees every
+// peer stop as soon as the gang knows.
+func TestAStopOverALostPeerStopsTheWorkerAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	// A hub that welcomes the member and, once its worker runs, stops the gang over rank 1.
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close() }()
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "welcome\n")
+		for range 200 {
+			if _, err := os.Stat(started); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_, _ = io.WriteString(c, "stop lost rank 1 (node rank 1): peer silent for 5s\n")
+		time.Sleep(time.Minute)
+	}()
+	term := filepath.Join(dir, "termination-log")
+	cfg := Config{
+		Args:           []string{"sh", "-c", `touch ` + started + `; while :; do sleep 0.1; done`},
+		TerminationLog: term, Log: io.Discard,
+		Gang:     &gangwatch.Config{Rank: 2, GPUsPerNode: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: time.Minute, Log: io.Discard},
+		JoinWait: time.Minute, OwnStop: time.Hour, StopGrace: time.Hour, CutGrace: time.Hour,
+	}
+	done := make(chan int32, 1)
+	go func() { done <- cfg.run() }()
+	select {
+	case code := <-done:
+		msg, _ := os.ReadFile(term)
+		if code != contract.ExitStopped || !strings.Contains(string(msg), "gang watch: lost rank 1 (node rank 1): peer silent") {
+			t.Errorf("exit %d, message %q; want 75 and the lost peer", code, msg)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker still runs 30 s after the hub stopped the gang over a lost peer")
+	}
+}
