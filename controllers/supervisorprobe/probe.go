@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -47,14 +48,14 @@ func Addr(pod *corev1.Pod) string {
 	return ""
 }
 
-// Prober asks supervisors. Its zero value asks directly, twice, each within half a second.
+// Prober asks supervisors. Its zero value asks directly, twice at once, within 750 ms.
 type Prober struct {
 	// Proxy is the HTTP proxy through which pod addresses are reached (nil: directly).
 	Proxy *url.URL
-	// Timeout bounds one try, Tries counts them, Gap is the pause between two.
+	// Timeout bounds the ask; Tries counts the connections made at once (at least 2: one
+	// lost SYN is no silence).
 	Timeout time.Duration
 	Tries   int
-	Gap     time.Duration
 
 	once   sync.Once
 	client *http.Client
@@ -101,31 +102,30 @@ func (p *Prober) Ask(ctx context.Context, pods ...*corev1.Pod) []recovery.Reach 
 	return out
 }
 
-// ask tries addr until one try proves something.
+// ask tries addr Tries times at once: a silence only where every try was silent, an answer or
+// a refusal where any came back. At once, not one after another: the peers found the rank
+// silent for the peer timeout already, and every second here is the gang's; two
+// connections still lose no answer to one dropped packet.
 func (p *Prober) ask(ctx context.Context, addr string) recovery.Reach {
 	tries, timeout := max(p.Tries, 2), p.Timeout
 	if timeout <= 0 {
-		timeout = 500 * time.Millisecond
+		timeout = 750 * time.Millisecond
 	}
-	gap := p.Gap
-	if gap <= 0 {
-		gap = 250 * time.Millisecond
-	}
-	reach := recovery.ReachUnknown
+	got := make([]recovery.Reach, tries)
+	var wg sync.WaitGroup
 	for i := range tries {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return recovery.ReachUnknown
-			case <-time.After(gap):
-			}
-		}
-		reach = p.try(ctx, addr, timeout)
-		if reach != recovery.ReachSilent {
-			return reach
-		}
+		wg.Go(func() { got[i] = p.try(ctx, addr, timeout) })
 	}
-	return reach
+	wg.Wait()
+	switch {
+	case slices.Contains(got, recovery.ReachAnswered):
+		return recovery.ReachAnswered
+	case slices.Contains(got, recovery.ReachAlive):
+		return recovery.ReachAlive
+	case !slices.ContainsFunc(got, func(r recovery.Reach) bool { return r != recovery.ReachSilent }):
+		return recovery.ReachSilent
+	}
+	return recovery.ReachUnknown
 }
 
 // try makes one GET within timeout.

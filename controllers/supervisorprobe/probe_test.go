@@ -79,7 +79,7 @@ func proxyURL(t *testing.T, srv *httptest.Server) *url.URL {
 }
 
 func TestAsk(t *testing.T) {
-	fast := &Prober{Timeout: 200 * time.Millisecond, Gap: 10 * time.Millisecond}
+	fast := &Prober{Timeout: 200 * time.Millisecond}
 	answers := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != contract.SupervisorPath {
 			http.NotFound(w, r)
@@ -123,7 +123,7 @@ func TestAsk(t *testing.T) {
 		{"through a proxy, a failure hides the pod's side", &Prober{Proxy: &url.URL{Scheme: "http", Host: refused}, Timeout: 200 * time.Millisecond},
 			hostPort(t, answers), recovery.ReachUnknown},
 		{"through a proxy, the answer", &Prober{Proxy: proxyURL(t, proxy), Timeout: 500 * time.Millisecond}, hostPort(t, answers), recovery.ReachAnswered},
-		{"through a proxy, a pod that never answers", &Prober{Proxy: proxyURL(t, proxy), Timeout: 200 * time.Millisecond, Gap: 10 * time.Millisecond},
+		{"through a proxy, a pod that never answers", &Prober{Proxy: proxyURL(t, proxy), Timeout: 200 * time.Millisecond},
 			frozen.Addr().String(), recovery.ReachSilent},
 		{"through a proxy, a refusal is the proxy's error", &Prober{Proxy: proxyURL(t, proxy), Timeout: 500 * time.Millisecond}, refused, recovery.ReachUnknown},
 	} {
