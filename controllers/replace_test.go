@@ -442,6 +442,10 @@ func TestALostNodeIsDecidedWhileItsPeersAreBetweenRuns(t *testing.T) {
 			if len(st.QuarantinedNodes) != 1 || st.QuarantinedNodes[0].Name != "n1" {
 				t.Errorf("quarantined %+v, want n1", st.QuarantinedNodes)
 			}
+			// One fault, one failure: the hang the stop blamed on rank 1 is its node's loss.
+			if len(st.RecentFailures) != 1 || st.RecentFailures[0].Reason != trainingv1alpha1.FailureReasonNodeLost {
+				t.Errorf("recent failures %+v, want rank 1's node loss alone", st.RecentFailures)
+			}
 		})
 	}
 }

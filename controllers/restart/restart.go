@@ -162,14 +162,17 @@ func (e *Executor) recover(ctx context.Context, v recovery.Verdict, mode trainin
 
 // reroot records f, a cause found while the restart under way goes on, as that restart's own:
 // the loss moves to f's category and, where the restart began on a bystander's stop over a
-// peer (exit 75), f takes that record's place. One fault, one failure: the stop would count
+// peer (exit 75), or on the hang such a stop blamed on f's own rank, f takes that record's place. One fault, one failure: the stop would count
 // against its rank's node, and kubectl zaya why would tell two roots (a chaos run's lost node
 // showed both).
 func (e *Executor) reroot(f trainingv1alpha1.JobFailure) {
 	e.Host.Loss().Reroot(f) // reads the bystander's record: before it goes
 	st := &e.Job.Status
 	var timeline *trainingv1alpha1.RecoveryTimeline
-	if last := st.LastFailure; last != nil && ptr.Deref(last.ExitCode, 0) == trainingv1alpha1.ExitStopped &&
+	// The stop's record: a bystander's exit 75, or the hang it blamed on this very rank (a
+	// silent peer, recovery.BlameSilentPeer) that turns out to be its node's loss.
+	if last := st.LastFailure; last != nil && (ptr.Deref(last.ExitCode, 0) == trainingv1alpha1.ExitStopped ||
+		(last.ExitCode == nil && last.Reason == trainingv1alpha1.FailureReasonHang && f.Rank != nil && ptr.Equal(last.Rank, f.Rank))) &&
 		len(st.RecentFailures) > 0 && st.RecentFailures[0].Time.Equal(&last.Time) && ptr.Equal(st.RecentFailures[0].Rank, last.Rank) {
 		st.RecentFailures = st.RecentFailures[1:]
 		timeline = last.Recovery // the restart's own: detected and decided on the bystander's stop
