@@ -290,7 +290,8 @@ func pytorchRun(t *testing.T, tr trainer, mode trainingv1alpha1.RestartMode, fau
 		case "down":
 			procs.down(t, g, node)
 		}
-		t.Logf("%s: rank %d (pod %s on %s) at rank 0's step %d", fault, rank, victim, node, at)
+		t.Logf("%s: rank %d (pod %s on %s) at rank 0's step %d; the fault took %v to play", fault, rank, victim, node, at,
+			time.Since(injected).Round(10*time.Millisecond))
 		within := 4 * time.Minute
 		if !supervised {
 			within = 20 * time.Minute // torchrun alone: its exit barrier, then its rendezvous

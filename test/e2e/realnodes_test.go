@@ -340,6 +340,10 @@ func faultRun(t *testing.T, f nodeFault, want []byte) {
 	}
 	injected := time.Now()
 	f.inject(t, g, node)
+	// Docker's own time to play the fault (a pause freezes every task of the node, a kill
+	// tears the node down): the gang stops somewhere within it, and the recovery timeline
+	// counts from the gang's last step instead.
+	t.Logf("%s: the fault took %v to play", f.name, time.Since(injected).Round(10*time.Millisecond))
 
 	got := waitRunningWithin(g, job, 1, 4*time.Minute)
 	recovery := time.Since(injected)
