@@ -31,6 +31,23 @@ func runningSince(node string, started time.Time) func(*corev1.Pod) {
 	}
 }
 
+// askSupervisors has the operator's asks answered by reach (by pod name) and returns the
+// pods asked, in order.
+func (h *harness) askSupervisors(reach func(pod string) recovery.Reach) *[]string {
+	asked := new([]string)
+	h.r.Supervisors = func(_ context.Context, pods ...*corev1.Pod) []recovery.Reach {
+		out := make([]recovery.Reach, len(pods))
+		for i, p := range pods {
+			if p != nil {
+				*asked = append(*asked, p.Name)
+				out[i] = reach(p.Name)
+			}
+		}
+		return out
+	}
+	return asked
+}
+
 // uids are the live pods' UIDs by name.
 func (h *harness) podUIDs(t testing.TB) map[string]types.UID {
 	out := map[string]types.UID{}
@@ -330,23 +347,13 @@ func TestALaggardsSupervisorTellsALostNodeBeforeItsLeaseLapses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, job := inPlaceGang(t)
-			var asked []string
-			h.r.Supervisors = func(_ context.Context, pods ...*corev1.Pod) []recovery.Reach {
-				out := make([]recovery.Reach, len(pods))
-				for i, p := range pods {
-					if p != nil {
-						asked = append(asked, p.Name)
-						out[i] = tc.reach[p.Name]
-					}
-				}
-				return out
-			}
+			asked := h.askSupervisors(func(pod string) recovery.Reach { return tc.reach[pod] })
 			// Renewed 5 s ago, before the fault's second ended: nothing heard since. 15 s to stale.
 			rank1LeftBehind(t, h, job, fault, now.Add(-5*time.Second), tc.message)
-			asked = nil
+			*asked = nil
 			res := h.mustReconcile(t, job)
-			if !cmp.Equal(asked, tc.asked) {
-				t.Errorf("asked %v, want %v", asked, tc.asked)
+			if !cmp.Equal(*asked, tc.asked) {
+				t.Errorf("asked %v, want %v", *asked, tc.asked)
 			}
 			st := h.get(t, job).Status
 			if tc.reason == "" {
@@ -396,18 +403,12 @@ func TestALostNodeIsDecidedWhileItsPeersAreBetweenRuns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, job := inPlaceGang(t)
-			var asked []string
-			h.r.Supervisors = func(_ context.Context, pods ...*corev1.Pod) []recovery.Reach {
-				out := make([]recovery.Reach, len(pods))
-				for i, p := range pods {
-					asked = append(asked, p.Name)
-					out[i] = recovery.ReachAlive // a container between runs
-					if p.Name == "llm-0-1" {
-						out[i] = recovery.ReachSilent
-					}
+			asked := h.askSupervisors(func(pod string) recovery.Reach {
+				if pod == "llm-0-1" {
+					return recovery.ReachSilent
 				}
-				return out
-			}
+				return recovery.ReachAlive // a container between runs
+			})
 			if err := h.r.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: corev1.NamespaceNodeLease},
 				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](40), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-5 * time.Second)))}}); err != nil {
 				t.Fatal(err)
@@ -428,13 +429,13 @@ func TestALostNodeIsDecidedWhileItsPeersAreBetweenRuns(t *testing.T) {
 			h.mustReconcile(t, job)
 			st := h.get(t, job).Status
 			if !tc.replaced {
-				if st.Restarts != 0 || len(asked) != 0 {
-					t.Fatalf("restarts %d, asked %v: want the cascade's grace awaited", st.Restarts, asked)
+				if st.Restarts != 0 || len(*asked) != 0 {
+					t.Fatalf("restarts %d, asked %v: want the cascade's grace awaited", st.Restarts, *asked)
 				}
 				return
 			}
-			if !cmp.Equal(asked, []string{"llm-0-1", "llm-0-0"}) {
-				t.Errorf("asked %v, want rank 1's supervisor and rank 0's pod", asked)
+			if !cmp.Equal(*asked, []string{"llm-0-1", "llm-0-0"}) {
+				t.Errorf("asked %v, want rank 1's supervisor and rank 0's pod", *asked)
 			}
 			if st.Restarts != 1 || len(st.Replacing) != 1 || st.Replacing[0].Rank != 1 || st.Replacing[0].Reason != trainingv1alpha1.FailureReasonNodeLost {
 				t.Fatalf("restarts %d, replacing %+v; want one restart, rank 1 replaced for NodeLost", st.Restarts, st.Replacing)

@@ -43,17 +43,15 @@ func TestAnExitBeforeTheGangsStopIsTheWorkersOwn(t *testing.T) {
 	}
 }
 
-// A rank that lost the hub itself may be the one cut off, replaced elsewhere once its peers
-// are back: its worker is stopped at once and killed after CutGrace, whatever OwnStop and
-// StopGrace allow a stop the hub sent. Here a worker that ignores SIGTERM, under a stop
-// policy of an hour, still ends.
-func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
+// fakeHub is the address of a hub that welcomes one member, hands its connection to then,
+// and then says nothing more for a minute.
+func fakeHub(t *testing.T, then func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = ln.Close() }()
-	// A hub that welcomes the member, then freezes: it says nothing more.
+	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -64,14 +62,25 @@ func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
 			return
 		}
 		_, _ = io.WriteString(c, "welcome\n")
+		then(c)
 		time.Sleep(time.Minute)
 	}()
+	return ln.Addr().String()
+}
+
+// A rank that lost the hub itself may be the one cut off, replaced elsewhere once its peers
+// are back: its worker is stopped at once and killed after CutGrace, whatever OwnStop and
+// StopGrace allow a stop the hub sent. Here a worker that ignores SIGTERM, under a stop
+// policy of an hour, still ends.
+func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
+	// A hub that welcomes the member, then freezes: it says nothing more.
+	hub := fakeHub(t, func(net.Conn) {})
 	dir := t.TempDir()
 	term := filepath.Join(dir, "termination-log")
 	cfg := Config{
 		Args:           []string{"sh", "-c", `trap "" TERM; touch ` + filepath.Join(dir, "started") + `; while :; do sleep 0.1; done`},
 		TerminationLog: term, Log: io.Discard,
-		Gang:     &gangwatch.Config{Rank: 1, GPUsPerNode: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: 500 * time.Millisecond, Log: io.Discard},
+		Gang:     &gangwatch.Config{Rank: 1, GPUsPerNode: 1, Hub: hub, Token: "uid/0", Timeout: 500 * time.Millisecond, Log: io.Discard},
 		JoinWait: time.Minute, OwnStop: time.Hour, StopGrace: time.Hour, CutGrace: 100 * time.Millisecond,
 	}
 	done := make(chan int32, 1)
@@ -92,24 +101,10 @@ func TestARankThatLostTheHubStopsItsWorkerAtOnce(t *testing.T) {
 // SIGTERM at once rather than after OwnStop (an hour here), so that the operator sees every
 // peer stop as soon as the gang knows.
 func TestAStopOverALostPeerStopsTheWorkerAtOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	// A hub that welcomes the member and, once its worker runs, stops the gang over rank 1.
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer func() { _ = c.Close() }()
-		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
-			return
-		}
-		_, _ = io.WriteString(c, "welcome\n")
+	hub := fakeHub(t, func(c net.Conn) {
 		for range 200 {
 			if _, err := os.Stat(started); err == nil {
 				break
@@ -117,13 +112,12 @@ func TestAStopOverALostPeerStopsTheWorkerAtOnce(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		_, _ = io.WriteString(c, "stop lost rank 1 (node rank 1): peer silent for 5s\n")
-		time.Sleep(time.Minute)
-	}()
+	})
 	term := filepath.Join(dir, "termination-log")
 	cfg := Config{
 		Args:           []string{"sh", "-c", `touch ` + started + `; while :; do sleep 0.1; done`},
 		TerminationLog: term, Log: io.Discard,
-		Gang:     &gangwatch.Config{Rank: 2, GPUsPerNode: 1, Hub: ln.Addr().String(), Token: "uid/0", Timeout: time.Minute, Log: io.Discard},
+		Gang:     &gangwatch.Config{Rank: 2, GPUsPerNode: 1, Hub: hub, Token: "uid/0", Timeout: time.Minute, Log: io.Discard},
 		JoinWait: time.Minute, OwnStop: time.Hour, StopGrace: time.Hour, CutGrace: time.Hour,
 	}
 	done := make(chan int32, 1)
