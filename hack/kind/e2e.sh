@@ -25,7 +25,7 @@ pytorch_log=$(mktemp)
 "$root/hack/images.sh" pytorch >"$pytorch_log" 2>&1 &
 pytorch_build=$!
 trap '[ "${KIND_KEEP:-}" = 1 ] || "$cluster" down' EXIT
-workers=4
+workers=${KIND_WORKERS:-4}
 KUBECONFIG=$("$cluster" up "$workers")
 export KUBECONFIG
 log "cluster ready after $((SECONDS - start))s"
