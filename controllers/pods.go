@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/admission"
 	"github.com/zaya-operator/zaya-operator/controllers/gang"
@@ -197,7 +198,29 @@ func renderRank(job *trainingv1alpha1.ZayaTrainingJob, network []corev1.EnvVar, 
 		if node != "" {
 			workerpod.RequireNode(&pod.Spec, node)
 		}
+		if at := nodeLostAt(&job.Status, rank); !at.IsZero() {
+			w.Env = append(w.Env, corev1.EnvVar{Name: contract.EnvNodeLostAt, Value: at.UTC().Format(time.RFC3339Nano)})
+		}
 	})
+}
+
+// nodeLostAt is when rank was found lost with its node in the restart under way (zero: it
+// is no such replacement): the decision's own microsecond where the last failure is that
+// loss, else its replacement record's second, rounded up (status keeps whole seconds), so
+// that a replacement's worker never starts before the old one's bound (contract.EnvNodeLostAt).
+func nodeLostAt(st *trainingv1alpha1.ZayaTrainingJobStatus, rank int32) time.Time {
+	i := slices.IndexFunc(st.Replacing, func(r trainingv1alpha1.ReplacedPod) bool {
+		return r.Rank == rank && r.Reason == trainingv1alpha1.FailureReasonNodeLost
+	})
+	if i < 0 {
+		return time.Time{}
+	}
+	since := st.Replacing[i].Since.Time
+	if f := st.LastFailure; f != nil && f.Reason == trainingv1alpha1.FailureReasonNodeLost && ptr.Equal(f.Rank, &rank) &&
+		f.Recovery != nil && f.Recovery.Decided != nil && !f.Recovery.Decided.Time.Before(since) {
+		return f.Recovery.Decided.Time
+	}
+	return since.Add(time.Second)
 }
 
 // podSizeErrors refuses a job whose worker pods would be too large to store.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/zaya-operator/zaya-operator/api/contract"
 	trainingv1alpha1 "github.com/zaya-operator/zaya-operator/api/v1alpha1"
 	"github.com/zaya-operator/zaya-operator/controllers/recovery"
 	"github.com/zaya-operator/zaya-operator/controllers/restart"
@@ -46,6 +47,16 @@ func (h *harness) askSupervisors(reach func(pod string) recovery.Reach) *[]strin
 		return out
 	}
 	return asked
+}
+
+// envOf is the value c's environment gives name ("" if none).
+func envOf(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }
 
 // uids are the live pods' UIDs by name.
@@ -447,6 +458,17 @@ func TestALostNodeIsDecidedWhileItsPeersAreBetweenRuns(t *testing.T) {
 			if len(st.RecentFailures) != 1 || st.RecentFailures[0].Reason != trainingv1alpha1.FailureReasonNodeLost {
 				t.Errorf("recent failures %+v, want rank 1's node loss alone", st.RecentFailures)
 			}
+			// Its replacement's worker waits for the old one's bound, from the decision.
+			h.mustReconcile(t, job) // the old pod goes
+			h.mustReconcile(t, job) // its replacement comes
+			pod := h.pods(t)["llm-0-1"]
+			if pod == nil || pod.Spec.NodeName == "n1" {
+				t.Fatalf("rank 1's pod %+v, want its replacement", pod)
+			}
+			want := st.LastFailure.Recovery.Decided.UTC().Format(time.RFC3339Nano)
+			if got := envOf(pod.Spec.Containers[0], contract.EnvNodeLostAt); got != want {
+				t.Errorf("%s=%q, want the decision %q", contract.EnvNodeLostAt, got, want)
+			}
 		})
 	}
 }
@@ -516,5 +538,37 @@ func TestAStopOverAReplacedHungRankIsItsRestart(t *testing.T) {
 	st = h.get(t, job).Status
 	if st.Restarts != 2 || st.LastFailure.Reason != trainingv1alpha1.FailureReasonHang || ptr.Deref(st.LastFailure.Rank, -1) != 1 || st.LastFailure.Node != "n3" {
 		t.Errorf("restarts %d, lastFailure %+v; want a second restart for rank 1 hung on n3", st.Restarts, st.LastFailure)
+	}
+}
+
+// A replacement's worker waits from its rank's node-loss decision: the decision's own
+// microsecond where the last failure is that loss, else its record's second rounded up; a
+// rank replaced for anything else does not wait.
+func TestAReplacementKnowsWhenItsRanksNodeWasLost(t *testing.T) {
+	since := metav1.NewTime(now.Truncate(time.Second))
+	decided := trainingv1alpha1.Stamp(now.Add(750 * time.Millisecond))
+	lost := func(rank int32) *trainingv1alpha1.JobFailure {
+		return &trainingv1alpha1.JobFailure{Reason: trainingv1alpha1.FailureReasonNodeLost, Rank: ptr.To(rank),
+			Recovery: &trainingv1alpha1.RecoveryTimeline{Decided: decided}}
+	}
+	for _, tc := range []struct {
+		name   string
+		reason string
+		last   *trainingv1alpha1.JobFailure
+		want   time.Time
+	}{
+		{"the last failure's decision", trainingv1alpha1.FailureReasonNodeLost, lost(1), decided.Time},
+		{"another rank's loss since", trainingv1alpha1.FailureReasonNodeLost, lost(2), since.Add(time.Second)},
+		{"no timeline", trainingv1alpha1.FailureReasonNodeLost, nil, since.Add(time.Second)},
+		{"a hung rank's replacement", trainingv1alpha1.FailureReasonHang, lost(1), time.Time{}},
+	} {
+		st := &trainingv1alpha1.ZayaTrainingJobStatus{LastFailure: tc.last,
+			Replacing: []trainingv1alpha1.ReplacedPod{{Rank: 1, Reason: tc.reason, Since: since}}}
+		if got := nodeLostAt(st, 1); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+		if got := nodeLostAt(st, 0); !got.IsZero() {
+			t.Errorf("%s: rank 0, not replaced: %v", tc.name, got)
+		}
 	}
 }

@@ -167,6 +167,13 @@ const (
 // node agent's) each bind their own.
 const EnvPodIP = "ZAYA_POD_IP"
 
+// EnvNodeLostAt is when the operator decided that the rank this pod replaces was lost with its
+// node (RFC 3339, to the microsecond), set on such a replacement only. Its node may only be
+// cut off: the old rank's own supervisor then stops its worker once it finds the hub gone,
+// at most a quarter of the peer timeout and its cut grace after that decision, so zaya-supervisor
+// starts this pod's worker no earlier (docs/design/fast-node-loss.md, "Why it is safe").
+const EnvNodeLostAt = "ZAYA_NODE_LOST_AT"
+
 // EnvProgressFile names the file a trainer under zaya-supervisor may overwrite with its
 // progress ("step=N" and "checkpoint=N", optionally "resumed=N", a line each): the supervisor
 // serves it at ProgressPath and appends it to the termination message for a trainer that

@@ -61,6 +61,11 @@ type Config struct {
 	// AnswerListen is where the supervisor answers the operator (contract.SupervisorPath)
 	// while it runs ("": nowhere).
 	AnswerListen string
+	// NodeLostAt is when the operator found the rank this pod replaces lost with its node
+	// (contract.EnvNodeLostAt; zero: not a replacement). The worker starts no earlier than a
+	// quarter of the gang's timeout, CutGrace and a margin after it, by which time the old
+	// rank's worker has been stopped by its own supervisor if its node was only cut off.
+	NodeLostAt time.Time
 	// CutGrace is how long a worker gets after SIGTERM, sent at once, when this rank lost the
 	// hub itself: it may be the rank cut off, which the operator replaces elsewhere as soon
 	// as its peers are back and it does not answer (docs/design/fast-node-loss.md); its worker
@@ -108,6 +113,19 @@ func (cfg Config) run() int32 {
 				m.Leave(false, "")
 				return contract.ExitStopped
 			}
+		}
+	}
+	if wait := cfg.oldRankStopped(time.Now()); wait > 0 {
+		fmt.Fprintf(cfg.Log, "zaya-supervisor: this pod replaces a rank lost with its node: starting the worker in %s, once the old rank's is surely stopped\n",
+			wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait):
+		case s := <-sigs:
+			fmt.Fprintf(cfg.Log, "zaya-supervisor: %v before the worker started\n", s)
+			if gang != nil {
+				gang.Leave(false, "")
+			}
+			return contract.ExitStopped
 		}
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
@@ -189,6 +207,24 @@ func (cfg Config) run() int32 {
 			return code
 		}
 	}
+}
+
+// maxLostWait bounds the wait for a lost rank's old worker: the instant comes from the pod's
+// environment, and a clock far off must not keep a rank from ever starting.
+const maxLostWait = 30 * time.Second
+
+// oldRankStopped is how long, from now, this replacement's worker must still wait for the
+// replaced rank's old worker to have stopped: the old rank's supervisor finds the hub gone
+// within the gang's timeout of its last line from it, which came at most a quarter timeout
+// before the hub found that rank silent (both beat every quarter timeout), and the operator
+// decided after the hub's stop; it then kills its worker within CutGrace. A quarter second
+// more for the two nodes' clocks.
+func (cfg Config) oldRankStopped(now time.Time) time.Duration {
+	if cfg.NodeLostAt.IsZero() || cfg.Gang == nil {
+		return 0 // no hub watched, nothing stops the old worker on a cut: no bound to keep
+	}
+	wait := cfg.NodeLostAt.Add(cfg.Gang.Timeout/4 + cfg.CutGrace + 250*time.Millisecond).Sub(now)
+	return min(max(wait, 0), maxLostWait)
 }
 
 // exited is how the worker ended and when the supervisor learned it.

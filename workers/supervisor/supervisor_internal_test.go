@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -130,5 +131,61 @@ func TestAStopOverALostPeerStopsTheWorkerAtOnce(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker still runs 30 s after the hub stopped the gang over a lost peer")
+	}
+}
+
+// A replacement for a rank lost with its node waits, before its worker starts, until the old
+// rank's worker has surely been stopped by its own supervisor had its node only been cut off:
+// a quarter of the gang's timeout, CutGrace and a quarter second after the decision, never
+// more than maxLostWait, and not at all without a gang to watch or a decision.
+func TestAReplacementWaitsForTheLostRanksOldWorker(t *testing.T) {
+	at := time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC)
+	gang := &gangwatch.Config{Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		now  time.Time
+		want time.Duration
+	}{
+		{"at the decision", Config{NodeLostAt: at, Gang: gang, CutGrace: time.Second}, at, 2500 * time.Millisecond},
+		{"the pod came up 2 s later", Config{NodeLostAt: at, Gang: gang, CutGrace: time.Second}, at.Add(2 * time.Second), 500 * time.Millisecond},
+		{"long after", Config{NodeLostAt: at, Gang: gang, CutGrace: time.Second}, at.Add(time.Minute), 0},
+		{"a decision far ahead (a clock off)", Config{NodeLostAt: at.Add(time.Hour), Gang: gang, CutGrace: time.Second}, at, maxLostWait},
+		{"no gang watched", Config{NodeLostAt: at, CutGrace: time.Second}, at, 0},
+		{"not a replacement", Config{Gang: gang, CutGrace: time.Second}, at, 0},
+	} {
+		if got := tc.cfg.oldRankStopped(tc.now); got != tc.want {
+			t.Errorf("%s: wait %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The wait holds the worker back: it starts no earlier than the bound.
+func TestAReplacementsWorkerStartsAfterTheBound(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	hub := fakeHub(t, func(net.Conn) {})
+	begun := time.Now()
+	cfg := Config{
+		Args:           []string{"sh", "-c", `date +%s.%N >` + started},
+		TerminationLog: filepath.Join(dir, "termination-log"), Log: io.Discard,
+		Gang:     &gangwatch.Config{Rank: 1, GPUsPerNode: 1, Hub: hub, Token: "uid/0", Timeout: 2 * time.Second, Log: io.Discard},
+		JoinWait: time.Minute, OwnStop: time.Hour, StopGrace: time.Hour, CutGrace: 200 * time.Millisecond,
+		NodeLostAt: begun,
+	}
+	if code := cfg.run(); code != 0 {
+		t.Fatalf("exit %d, want the worker's 0", code)
+	}
+	b, err := os.ReadFile(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secs float64
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &secs); err != nil {
+		t.Fatal(err)
+	}
+	bound := begun.Add(500*time.Millisecond + 200*time.Millisecond + 250*time.Millisecond)
+	if at := time.Unix(0, int64(secs*1e9)); at.Before(bound) {
+		t.Errorf("the worker started at %v, before the old rank's bound %v", at, bound)
 	}
 }

@@ -88,6 +88,13 @@ func main() {
 	if cfg.TerminationLog == "" {
 		cfg.TerminationLog = "/dev/termination-log"
 	}
+	if s := os.Getenv(contract.EnvNodeLostAt); s != "" {
+		if at, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			cfg.NodeLostAt = at
+		} else {
+			fmt.Fprintf(os.Stderr, "zaya-supervisor: %s: %v: not waiting for the replaced rank\n", contract.EnvNodeLostAt, err)
+		}
+	}
 	if s, ok := os.LookupEnv(contract.EnvRestartExitCodes); ok {
 		rule, err := contract.ParseRestartRule(s)
 		if err != nil {
